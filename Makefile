@@ -1,0 +1,39 @@
+# Two commands on a machine with only python3: `make demo` and `make test`.
+# Both build .venv from uv.lock first (bootstrapping uv with pip when it is missing);
+# a second call reuses what is there.
+
+PYTHON ?= python3
+VENV   := .venv
+UV_VERSION := 0.13.8
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(CURDIR)/$(VENV)
+
+.PHONY: all setup test demo lint bench dev clean
+
+all: test
+
+$(VENV)/.synced: pyproject.toml uv.lock
+	@if command -v uv >/dev/null 2>&1; then UV=uv; \
+	else \
+	  [ -x $(VENV)/bin/uv ] || { $(PYTHON) -m venv $(VENV) && \
+	    $(VENV)/bin/python -m pip install --quiet "uv==$(UV_VERSION)"; }; \
+	  UV=$(VENV)/bin/uv; \
+	fi; \
+	$$UV sync --frozen --python $(PYTHON) && touch $@
+
+setup: $(VENV)/.synced
+
+test: setup
+	$(VENV)/bin/pytest
+
+demo: setup
+	$(VENV)/bin/ledgerlake demo
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+dev: setup
+	$(VENV)/bin/ledgerlake dev
+
+clean:
+	rm -rf $(VENV) data .pytest_cache .ruff_cache

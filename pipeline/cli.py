@@ -1,0 +1,168 @@
+"""`ledgerlake`: the command line. Each subcommand is a thin door onto a module."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+
+
+def _serve(app, host: str, port: int, ready: str) -> None:
+    """Bind first (port 0 picks a free one), print the ready line, then serve until stopped."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        raise SystemExit(f"ledgerlake: cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    actual = sock.getsockname()[1]
+    url = f"http://{host}:{actual}"
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_keep_alive=30)
+    server = uvicorn.Server(config)
+    print(f"READY {url}", flush=True)
+    for line in ready.format(url=url).splitlines():
+        print(line, flush=True)
+    server.run(sockets=[sock])
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"port must be an integer, not {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535, not {port}")
+    return port
+
+
+def _loopback(value: str) -> str:
+    if value not in ("127.0.0.1", "localhost", "::1") and not value.startswith("127."):
+        raise argparse.ArgumentTypeError(
+            f"host must be a loopback address (127.0.0.0/8 or ::1), not {value!r}")
+    return "127.0.0.1" if value == "localhost" else value
+
+
+def cmd_sandbox(args: argparse.Namespace) -> int:
+    from sandbox.app import create_app
+    from sandbox.auth import Keys
+
+    keys = Keys(args.production_key or os.environ.get("LEDGERLAKE_PRODUCTION_KEY"),
+                args.sandbox_key or os.environ.get("LEDGERLAKE_SANDBOX_KEY"))
+    made = [env for env, flag, var in (("production", args.production_key,
+                                        "LEDGERLAKE_PRODUCTION_KEY"),
+                                       ("sandbox", args.sandbox_key, "LEDGERLAKE_SANDBOX_KEY"))
+            if not flag and not os.environ.get(var)]
+    app = create_app(Path(args.data_dir), keys, seed=args.seed)
+    ready = ("sandbox ready: production {url}/v2/  sandbox {url}/sandbox/v2/  "
+             f"data {Path(args.data_dir).resolve()}")
+    if made:  # keys we invented must be told, or nobody could call us
+        ready += "\n" + "\n".join(
+            f"generated {env} key: {keys.by_env['production' if env == 'production' else 'production-sandbox']}"
+            for env in made)
+    _serve(app, args.host, args.port, ready)
+    return 0
+
+
+def cmd_receiver(args: argparse.Namespace) -> int:
+    from .receiver import create_app
+
+    token = args.token or os.environ.get("LEDGERLAKE_RECEIVER_TOKEN")
+    app = create_app(args.inbox, token, path=args.path, auth_header=args.auth_header)
+    _serve(app, args.host, args.port,
+           f"receiver ready: POST {{url}}{args.path}  inbox {Path(args.inbox).resolve()}")
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    import duckdb
+
+    from .config import Settings
+
+    path = Path(args.warehouse) if args.warehouse else Settings.from_env().warehouse
+    if not path.exists():
+        print(f"ledgerlake: no warehouse at {path} (run `make demo`, or materialize "
+              "the warehouse asset)", file=sys.stderr)
+        return 2
+    with duckdb.connect(str(path), read_only=True) as con:
+        try:
+            rel = con.sql(args.query)
+        except duckdb.Error as exc:
+            print(f"ledgerlake: {exc}", file=sys.stderr)
+            return 1
+        if rel is not None:
+            rel.show(max_rows=args.max_rows, max_width=200)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    logging.getLogger().setLevel(logging.WARNING)  # the demo speaks for itself
+    return run_demo(customers=args.customers, home=Path(args.home) if args.home else None)
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from .demo import run_dev
+
+    return run_dev(port=args.port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ledgerlake",
+        description="Land open-banking data as validated Parquet and DuckDB views.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("sandbox", help="serve the connection-service sandbox")
+    p.add_argument("--host", type=_loopback, default="127.0.0.1")
+    p.add_argument("--port", type=_port, default=8765, help="0 picks a free port")
+    p.add_argument("--data-dir", default="data/sandbox", help="state on disk (default %(default)s)")
+    p.add_argument("--production-key", help="secret key of /v2/ (or LEDGERLAKE_PRODUCTION_KEY)")
+    p.add_argument("--sandbox-key", help="secret key of /sandbox/v2/ (or LEDGERLAKE_SANDBOX_KEY)")
+    p.add_argument("--seed", type=int, default=42, help="seed of the synthetic data")
+    p.set_defaults(func=cmd_sandbox)
+
+    p = sub.add_parser("receiver", help="receive callbacks into the inbox")
+    p.add_argument("--host", type=_loopback, default="127.0.0.1")
+    p.add_argument("--port", type=_port, default=8766, help="0 picks a free port")
+    p.add_argument("--inbox", default="data/inbox.sqlite3", help="SQLite inbox file")
+    p.add_argument("--token", help="bearer token callbacks must carry "
+                                   "(or LEDGERLAKE_RECEIVER_TOKEN)")
+    p.add_argument("--path", default="/callbacks/", help="route (default %(default)s)")
+    p.add_argument("--auth-header", help="also accept the token in this header, "
+                                         "e.g. Service-Auth")
+    p.set_defaults(func=cmd_receiver)
+
+    p = sub.add_parser("sql", help="query the warehouse (read-only)")
+    p.add_argument("query")
+    p.add_argument("--warehouse", help="DuckDB file (default $LEDGERLAKE_HOME/warehouse.duckdb)")
+    p.add_argument("--max-rows", type=int, default=40)
+    p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("demo", help="run the pipeline end to end on a fresh sandbox")
+    p.add_argument("--customers", type=int, default=3)
+    p.add_argument("--home", help="data folder (default $LEDGERLAKE_HOME or ./data)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("dev", help="sandbox, receiver and the Dagster UI on the same data")
+    p.add_argument("--port", type=_port, default=3000, help="Dagster UI port")
+    p.set_defaults(func=cmd_dev)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("LEDGERLAKE_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

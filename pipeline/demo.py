@@ -1,0 +1,150 @@
+"""`make demo` and `ledgerlake dev`: the whole flow on this machine, sandbox as the upstream."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from .local import Server
+
+MARKER = ".ledgerlake-demo"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _say(msg: str) -> None:
+    print(f"[demo] {msg}", flush=True)
+
+
+def prepare_home(home: Path) -> None:
+    """Start the demo's data folder fresh, refusing to wipe a folder the demo did not make."""
+    if home.exists() and any(home.iterdir()) and not (home / MARKER).exists():
+        raise SystemExit(f"ledgerlake: {home} holds data the demo did not make; "
+                         "pass --home or set LEDGERLAKE_HOME to another folder")
+    for sub in ("lake", "sandbox", "dagster", "logs"):
+        shutil.rmtree(home / sub, ignore_errors=True)
+    for f in ("inbox.sqlite3", "inbox.sqlite3-wal", "inbox.sqlite3-shm", "warehouse.duckdb"):
+        (home / f).unlink(missing_ok=True)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / MARKER).touch()
+
+
+def dagster_home(home: Path) -> Path:
+    path = home / "dagster"
+    path.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO / "dagster.yaml", path / "dagster.yaml")
+    return path
+
+
+def start_upstream(home: Path, sandbox_port: int = 0, receiver_port: int = 0):
+    """Sandbox and receiver as child processes, the webhook pointed at the receiver."""
+    keys = {"LEDGERLAKE_SANDBOX_KEY": "sk_test_" + secrets.token_hex(16),
+            "LEDGERLAKE_PRODUCTION_KEY": "sk_live_" + secrets.token_hex(16)}
+    token = secrets.token_hex(16)
+    logs = home / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    sandbox = Server("sandbox", "--data-dir", str(home / "sandbox"), "--port", str(sandbox_port),
+                     env=keys, log_path=logs / "sandbox.log").start()
+    try:
+        receiver = Server("receiver", "--inbox", str(home / "inbox.sqlite3"),
+                          "--port", str(receiver_port),
+                          env={"LEDGERLAKE_RECEIVER_TOKEN": token},
+                          log_path=logs / "receiver.log").start()
+    except BaseException:
+        sandbox.stop()
+        raise
+    api = httpx.Client(base_url=f"{sandbox.url}/sandbox/v2/", timeout=30,
+                       headers={"Authorization": f"Bearer {keys['LEDGERLAKE_SANDBOX_KEY']}"})
+    api.post("settings/webhook", json={"url": f"{receiver.url}/callbacks/", "token": token}
+             ).raise_for_status()
+    env = {"LEDGERLAKE_API_URL": sandbox.url, "LEDGERLAKE_ENVIRONMENT": "sandbox",
+           "LEDGERLAKE_SECRET_KEY": keys["LEDGERLAKE_SANDBOX_KEY"],
+           "LEDGERLAKE_HOME": str(home)}
+    return sandbox, receiver, api, env
+
+
+def wait_for_events(inbox_path: Path, expected: int, timeout_s: float = 60.0) -> int:
+    from .inbox import Inbox
+
+    deadline = time.monotonic() + timeout_s
+    inbox = Inbox(inbox_path)
+    try:
+        while (n := inbox.count()) < expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return n
+    finally:
+        inbox.close()
+
+
+def run_demo(customers: int = 3, home: Path | None = None) -> int:
+    home = (home or Path(os.environ.get("LEDGERLAKE_HOME", "data"))).resolve()
+    prepare_home(home)
+    _say(f"data folder {home}")
+    sandbox, receiver, api, env = start_upstream(home)
+    try:
+        _say(f"sandbox at {sandbox.url}, receiver at {receiver.url}")
+        os.environ.update(env)
+        os.environ["DAGSTER_HOME"] = str(dagster_home(home))
+        specs = [{"accounts": 1 + i % 3} for i in range(customers)]
+        made = api.post("sandbox/customers/create", json={"customers": specs})
+        made.raise_for_status()
+        records = [c["record"] for c in made.json()["data"]["customers"]]
+        _say(f"created {len(records)} customers; waiting for their callbacks")
+        got = wait_for_events(home / "inbox.sqlite3", len(records))
+        _say(f"inbox holds {got} callbacks")
+
+        from dagster import DagsterInstance
+
+        from .definitions import defs
+        from .local import QUIET, tick
+
+        with DagsterInstance.get() as instance:
+            run_ids = tick(defs, instance)
+            failed = [r for r in run_ids
+                      if not instance.get_run_by_id(r).is_success]
+            _say(f"sensor requested {len(run_ids)} runs; {len(failed)} failed")
+            out = defs.resolve_job_def("warehouse_job").execute_in_process(
+                instance=instance, run_config=QUIET, raise_on_error=False)
+            if failed or not out.success:
+                _say("a run failed: see the Dagster UI (`ledgerlake dev`) for its logs")
+                return 1
+    finally:
+        api.close()
+        receiver.stop()
+        sandbox.stop()
+
+    _say("the warehouse answers:")
+    sql = [sys.executable, "-m", "pipeline.cli", "sql",
+           "select record_id, nuban, name, type, currency from accounts order by record_id, nuban",
+           "--warehouse", str(home / "warehouse.duckdb")]
+    subprocess.run(sql, check=True)
+    _say(f"lake      {home / 'lake'}")
+    _say(f"warehouse {home / 'warehouse.duckdb'}")
+    _say('try: .venv/bin/ledgerlake sql "select count(*) from accounts"')
+    return 0
+
+
+def run_dev(port: int = 3000) -> int:
+    """Sandbox and receiver on fixed ports, then `dagster dev` on the same data until Ctrl-C."""
+    home = Path(os.environ.get("LEDGERLAKE_HOME", "data")).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    sandbox, receiver, api, env = start_upstream(home, 8765, 8766)
+    api.close()
+    print(f"sandbox  {sandbox.url}\nreceiver {receiver.url}/callbacks/\n"
+          f"Dagster UI http://127.0.0.1:{port}", flush=True)
+    child_env = {**os.environ, **env, "DAGSTER_HOME": str(dagster_home(home))}
+    try:
+        return subprocess.call([str(Path(sys.executable).with_name("dagster")), "dev", "-w",
+                                str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
+                               env=child_env, cwd=REPO)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        receiver.stop()
+        sandbox.stop()

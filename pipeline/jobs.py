@@ -1,0 +1,8 @@
+"""Jobs: one per product asset (partitioned by record) and the warehouse refresh."""
+
+from dagster import define_asset_job
+
+from assets.partitions import records
+
+accounts_job = define_asset_job("accounts_job", selection=["accounts"], partitions_def=records)
+warehouse_job = define_asset_job("warehouse_job", selection=["warehouse"])

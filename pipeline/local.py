@@ -1,0 +1,114 @@
+"""Running ledgerlake on one machine: its servers as child processes, the sensor in process.
+
+`make demo`, `ledgerlake dev` and the end-to-end tests share these, so what the tests prove
+is what the demo does.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from dagster import DagsterInstance, Definitions, RunsFilter, build_sensor_context
+
+CURSOR_KEY = "ledgerlake/local_inbox_cursor"
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+class Server:
+    """A `ledgerlake <kind>` server in a child process, on a free loopback port."""
+
+    def __init__(self, *args: str, env: dict | None = None, log_path: Path | None = None,
+                 start_timeout_s: float = 60.0) -> None:
+        self.args = args
+        self.env = {**os.environ, **(env or {})}
+        self.log_path = log_path
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+        self.lines: list[str] = []
+
+    def start(self) -> Server:
+        stderr = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        cmd = [sys.executable, "-m", "pipeline.cli", *self.args]
+        if "--port" not in self.args:
+            cmd += ["--port", "0"]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                     env=self.env, stdin=subprocess.DEVNULL)
+        if stderr is not subprocess.DEVNULL:
+            stderr.close()
+        lines: queue.Queue = queue.Queue()
+
+        def pump() -> None:  # keep reading so the child never blocks on a full pipe
+            for line in self.proc.stdout:
+                lines.put(line.rstrip("\n"))
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + self.start_timeout_s
+        while not self.url:
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                self.stop()
+                raise RuntimeError(f"{self.args[0]} did not start within "
+                                   f"{self.start_timeout_s:.0f}s") from None
+            if line is None:
+                code = self.proc.wait()
+                raise RuntimeError(f"{self.args[0]} exited with {code} before it was ready"
+                                   + (f"; see {self.log_path}" if self.log_path else ""))
+            self.lines.append(line)
+            if line.startswith("READY "):
+                self.url = line.split(" ", 1)[1]
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def tick(defs: Definitions, instance: DagsterInstance, sensor_name: str = "inbox_sensor",
+         run_config: dict | None = None) -> list[str]:
+    """Evaluate the sensor once and run what it asks for, here and now. Returns run ids.
+
+    The cursor is kept in the instance, and a run key already used is not run again, as the
+    daemon would do it.
+    """
+    sensor_def = defs.get_sensor_def(sensor_name)
+    cursor = instance.run_storage.get_cursor_values({CURSOR_KEY}).get(CURSOR_KEY)
+    with build_sensor_context(instance=instance, cursor=cursor, definitions=defs) as ctx:
+        result = sensor_def(ctx)
+    if result is None or not hasattr(result, "run_requests"):
+        return []
+    for req in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+    run_ids = []
+    for rr in result.run_requests or []:
+        if rr.run_key and instance.get_run_records(
+                RunsFilter(tags={"dagster/run_key": rr.run_key}), limit=1):
+            continue
+        job = defs.resolve_job_def(rr.job_name)
+        out = job.execute_in_process(
+            instance=instance, partition_key=rr.partition_key,
+            tags={**rr.tags, "dagster/run_key": rr.run_key}, run_config=run_config or QUIET,
+            raise_on_error=False)
+        run_ids.append(out.run_id)
+    if result.cursor is not None:
+        instance.run_storage.set_cursor_values({CURSOR_KEY: result.cursor})
+    return run_ids

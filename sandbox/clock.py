@@ -1,0 +1,30 @@
+"""The sandbox clock: wall time plus an offset that `clock/advance` moves forward.
+
+Hourly redelivery, the daily periodic products and the 7-day verification window all read
+this clock, so tests can cover days in milliseconds.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+
+class Clock:
+    def __init__(self, offset_s: float = 0.0) -> None:
+        self.offset_s = offset_s
+
+    def now(self) -> float:
+        return time.time() + self.offset_s
+
+    def advance(self, seconds: float) -> float:
+        if seconds < 0:
+            raise ValueError("the sandbox clock only moves forward")
+        self.offset_s += seconds
+        return self.now()
+
+
+def iso(ts: float) -> str:
+    """ISO 8601 UTC with milliseconds and Z, as INTERFACE.md fixes."""
+    dt = datetime.fromtimestamp(ts, tz=UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
