@@ -90,7 +90,7 @@ def tick(defs: Definitions, instance: DagsterInstance, sensor_name: str = "inbox
     The cursor is kept in the instance, and a run key already used is not run again, as the
     daemon would do it.
     """
-    sensor_def = defs.get_sensor_def(sensor_name)
+    sensor_def = defs.resolve_sensor_def(sensor_name)
     cursor = instance.run_storage.get_cursor_values({CURSOR_KEY}).get(CURSOR_KEY)
     with build_sensor_context(instance=instance, cursor=cursor, definitions=defs) as ctx:
         result = sensor_def(ctx)

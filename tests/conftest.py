@@ -1,0 +1,82 @@
+"""Shared fixtures: real servers on free loopback ports, each in its own child process."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from pipeline.local import Server
+
+
+@dataclass
+class Sandbox:
+    url: str
+    production_key: str
+    sandbox_key: str
+    data_dir: Path
+    server: Server
+
+    def api(self, env: str = "sandbox", **kw) -> httpx.Client:
+        """A client of one environment's base path, authorized with its key."""
+        base, key = (("/sandbox/v2/", self.sandbox_key) if env == "sandbox"
+                     else ("/v2/", self.production_key))
+        return httpx.Client(base_url=self.url + base, timeout=30,
+                            headers={"Authorization": f"Bearer {key}"}, **kw)
+
+
+def start_sandbox(data_dir: Path, *extra: str) -> Sandbox:
+    prod, sand = "sk_live_" + secrets.token_hex(12), "sk_test_" + secrets.token_hex(12)
+    server = Server("sandbox", "--data-dir", str(data_dir), *extra,
+                    env={"LEDGERLAKE_PRODUCTION_KEY": prod, "LEDGERLAKE_SANDBOX_KEY": sand},
+                    log_path=data_dir.parent / f"{data_dir.name}.log").start()
+    return Sandbox(server.url, prod, sand, data_dir, server)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    """A fresh sandbox for one test."""
+    box = start_sandbox(tmp_path / "sandbox")
+    try:
+        yield box
+    finally:
+        box.server.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_sandbox(tmp_path_factory) -> Iterator[Sandbox]:
+    """One sandbox for a whole test module (for read-only tests)."""
+    box = start_sandbox(tmp_path_factory.mktemp("shared") / "sandbox")
+    try:
+        yield box
+    finally:
+        box.server.stop()
+
+
+@dataclass
+class Receiver:
+    url: str
+    token: str
+    inbox: Path
+    server: Server
+
+    @property
+    def callback_url(self) -> str:
+        return f"{self.url}/callbacks/"
+
+
+@pytest.fixture
+def receiver(tmp_path: Path) -> Iterator[Receiver]:
+    token = secrets.token_hex(16)
+    inbox = tmp_path / "inbox.sqlite3"
+    server = Server("receiver", "--inbox", str(inbox),
+                    env={"LEDGERLAKE_RECEIVER_TOKEN": token},
+                    log_path=tmp_path / "receiver.log").start()
+    try:
+        yield Receiver(server.url, token, inbox, server)
+    finally:
+        server.stop()
