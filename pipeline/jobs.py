@@ -2,7 +2,5 @@
 
 from dagster import define_asset_job
 
-from assets.partitions import records
-
-accounts_job = define_asset_job("accounts_job", selection=["accounts"], partitions_def=records)
+accounts_job = define_asset_job("accounts_job", selection=["accounts"])
 warehouse_job = define_asset_job("warehouse_job", selection=["warehouse"])
