@@ -1,0 +1,62 @@
+"""`ledgerlake demo` runs the slice by itself and leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmd:
+            found.append(cmd)
+    return found
+
+
+@pytest.mark.slow
+def test_demo_end_to_end(tmp_path):
+    home = tmp_path / "demo-home"
+    env = {**os.environ, "LEDGERLAKE_HOME": str(home)}
+    for var in ("LEDGERLAKE_SECRET_KEY", "DAGSTER_HOME", "LEDGERLAKE_INBOX", "LEDGERLAKE_LAKE",
+                "LEDGERLAKE_WAREHOUSE", "LEDGERLAKE_API_URL"):
+        env.pop(var, None)
+    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "demo", "--customers", "4"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "sensor requested 4 runs; 0 failed" in out.stdout
+    assert str(home / "warehouse.duckdb") in out.stdout
+    assert not processes_mentioning(str(home)), "the demo left a server running"
+
+    # `ledgerlake sql` finds the demo's warehouse by default
+    answer = subprocess.run([sys.executable, "-m", "pipeline.cli", "sql",
+                             "select count(distinct record_id) as records from accounts"],
+                            env=env, capture_output=True, text=True, check=True)
+    assert "│       4 │" in answer.stdout, answer.stdout
+
+    # a second run starts fresh in the same folder
+    again = subprocess.run([sys.executable, "-m", "pipeline.cli", "demo", "--customers", "2"],
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "sensor requested 2 runs; 0 failed" in again.stdout
+
+
+def test_demo_refuses_foreign_folder(tmp_path):
+    home = tmp_path / "precious"
+    home.mkdir()
+    (home / "keep.txt").write_text("not the demo's")
+    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "demo", "--home", str(home)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "holds data the demo did not make" in out.stderr
+    assert (home / "keep.txt").read_text() == "not the demo's"
