@@ -1,69 +1,347 @@
-"""The connection service's API client: one keep-alive httpx client, pages as they arrive."""
+"""The connection service's API client: one keep-alive httpx client, pages as they arrive.
+
+Retries live here and only here: 429 waits for `Retry-After` (or backs off when it is missing
+or 0); 5xx, BANK_NOT_RESPONDING, timeouts and dropped connections back off with jitter; all
+of it within `max_attempts` and `retry_budget_s`. Everything else raises at once.
+A page is yielded only after its answer is whole, so a retried page is never yielded twice.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import datetime as dt
+import email.utils
+import logging
+import random
+import re
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import httpx
 import orjson
-from dagster import ConfigurableResource
-from pydantic import PrivateAttr
+import pyarrow as pa
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import Field, PrivateAttr
 
-from .errors import from_response
+from .columns import TRANSACTION_SCHEMA, transactions_batch
+from .errors import MalformedResponse, ServiceError, TransportError, from_response
+
+log = logging.getLogger("ledgerlake.client")
 
 BASE_PATHS = {"production": "/v2/", "sandbox": "/sandbox/v2/"}
+ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+KEY = re.compile(r"^[!-~]{1,512}$")  # visible ASCII: anything else could break the header
+DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+TRIGGER_BATCH = 100  # the spec's limit of records per /callback/trigger
+
+# Errors raised before the service can have acted: safe to retry even a call that changes state.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 class ConnectionClient(ConfigurableResource):
     """Calls `/v2/` (production) or `/sandbox/v2/` (sandbox) with the environment's secret key."""
 
-    base_url: str
-    secret_key: str
-    environment: str = "sandbox"
-    timeout_s: float = 30.0
+    base_url: str = Field(description="Scheme, host and port of the service, without the /v2/.")
+    secret_key: str = Field(repr=False, exclude=True, description=(
+        "The environment's secret key. Pass dagster.EnvVar(...) so that Dagster stores only the "
+        "variable's name."))
+    environment: str = Field(default="sandbox", description="sandbox or production.")
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 30.0
+    max_attempts: int = Field(default=6, description="Tries per request, the first included.")
+    retry_budget_s: float = Field(default=60.0, description=(
+        "Wall time one request may spend waiting between tries; a longer Retry-After raises."))
+    backoff_base_s: float = 0.25
+    backoff_max_s: float = 8.0
+    page_size: int = Field(default=100, description="`limit` of paged calls, 1 to 100.")
 
     _http: httpx.Client | None = PrivateAttr(default=None)
 
-    def __repr__(self) -> str:
-        return (f"ConnectionClient(base_url={self.base_url!r}, "
-                f"environment={self.environment!r}, secret_key=<redacted>)")
-
-    __str__ = __repr__
-
+    # -- lifecycle ---------------------------------------------------------------------------
     def _client(self) -> httpx.Client:
         if self._http is None:
             if self.environment not in BASE_PATHS:
                 raise ValueError(f"environment must be one of {sorted(BASE_PATHS)}, "
                                  f"not {self.environment!r}")
+            if not KEY.fullmatch(self.secret_key or ""):
+                # Say what is wrong with the key without showing any of it.
+                raise ValueError(f"secret_key must be 1 to 512 visible ASCII characters "
+                                 f"(got {len(self.secret_key or '')} characters)")
+            if not 1 <= self.page_size <= 100 or self.max_attempts < 1:
+                raise ValueError("page_size must be 1 to 100 and max_attempts at least 1")
             self._http = httpx.Client(
                 base_url=self.base_url.rstrip("/") + BASE_PATHS[self.environment],
-                timeout=self.timeout_s,
+                timeout=httpx.Timeout(self.read_timeout_s, connect=self.connect_timeout_s),
+                limits=httpx.Limits(max_keepalive_connections=8, keepalive_expiry=30.0),
                 headers={"Authorization": f"Bearer {self.secret_key}",
-                         "Content-Type": "application/json"},
+                         "Content-Type": "application/json",
+                         "Accept": "application/json"},
             )
         return self._http
 
-    def post(self, path: str, body: dict[str, Any]) -> dict:
-        resp = self._client().post(path, content=orjson.dumps(body))
-        try:
-            payload = orjson.loads(resp.content)
-        except orjson.JSONDecodeError:
-            payload = None
-        if resp.status_code >= 400 or not isinstance(payload, dict):
-            raise from_response(resp.status_code, payload, resp.headers.get("x-request-id"))
-        return payload["data"]
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
 
-    def pages(self, path: str, body: dict[str, Any], key: str,
-              limit: int = 100) -> Iterator[list[dict]]:
-        """Yield each page's items, following `hasNextPage`/`nextPage` lazily."""
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        self.close()
+
+    def __enter__(self) -> ConnectionClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the wire ----------------------------------------------------------------------------
+    def post(self, path: str, body: dict[str, Any], *, idempotent: bool = True) -> dict:
+        """POST `body` as JSON; the answer's `data`. `idempotent=False`: retry only unsent."""
+        return self._request("POST", path, content=orjson.dumps(body), idempotent=idempotent)
+
+    def get(self, path: str, params: dict[str, str] | None = None) -> dict:
+        return self._request("GET", path, params=params)
+
+    def _request(self, method: str, path: str, *, content: bytes | None = None,
+                 params: dict | None = None, idempotent: bool = True,
+                 envelope: bool = False) -> dict:
+        http = self._client()
+        deadline = time.monotonic() + self.retry_budget_s
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                resp = http.request(method, path, content=content, params=params)
+            except httpx.TransportError as exc:
+                # The message of an httpx error never holds headers; its request does, so it
+                # is not chained (`from None` below) and not kept.
+                err: ServiceError = TransportError(
+                    f"{type(exc).__name__}: {exc or 'no detail'}", method=method, path=path)
+                if not idempotent and not isinstance(exc, _NOT_SENT):
+                    raise err.after(attempt) from None
+            else:
+                request_id = resp.headers.get("x-request-id")
+                if resp.status_code < 400:
+                    whole = _envelope(resp.content, resp.status_code, request_id, method, path)
+                    return whole if envelope else whole["data"]
+                body = _json_or_none(resp.content)
+                err = from_response(resp.status_code, body, request_id, method=method,
+                                    path=path, retry_after=_retry_after(resp.headers))
+            wait = self._wait(err, attempt, idempotent)
+            if wait is None or attempt >= self.max_attempts:
+                raise err.after(attempt) from None
+            if time.monotonic() + wait > deadline:
+                raise err.after(attempt, f"retry budget of {self.retry_budget_s:g}s "
+                                         f"spent (next wait {wait:.1f}s)") from None
+            log.warning("retrying %s %s in %.2fs (attempt %d of %d): %s", method, path, wait,
+                        attempt + 1, self.max_attempts, err)
+            time.sleep(wait)
+
+    def _wait(self, err: ServiceError, attempt: int, idempotent: bool) -> float | None:
+        """Seconds to wait before the next try, or None when `err` is not worth one."""
+        status = err.http_code
+        if status == 429:
+            if err.retry_after:
+                return err.retry_after
+        elif isinstance(err, TransportError):
+            pass
+        elif status is not None and status >= 500:
+            # A 5xx of a call that changes state may have been half done; maintenance and 503
+            # say it was not done at all.
+            if not idempotent and status != 503 and err.error_code != "PLANNED_MAINTENANCE":
+                return None
+        elif err.error_code != "BANK_NOT_RESPONDING":
+            return None
+        ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+    # -- paging ------------------------------------------------------------------------------
+    def pages(self, path: str, body: dict[str, Any], key: str) -> Iterator[list[dict]]:
+        """Yield each page's items as it arrives, following `hasNextPage`/`nextPage`."""
         page = 1
-        while page is not None:
-            data = self.post(path, {**body, "page": page, "limit": limit})
-            yield data[key]
-            pagination = data["pagination"]
-            page = pagination["nextPage"] if pagination["hasNextPage"] else None
+        while True:
+            data = self.post(path, {**body, "page": page, "limit": self.page_size})
+            items, pagination = data.get(key), data.get("pagination")
+            if not isinstance(items, list) or not isinstance(pagination, dict):
+                raise MalformedResponse(f"page {page} has no `{key}` array or no pagination",
+                                        method="POST", path=path)
+            if pagination.get("page", page) != page:
+                raise MalformedResponse(f"asked for page {page}, got {pagination.get('page')}",
+                                        method="POST", path=path)
+            yield items
+            if not pagination.get("hasNextPage"):
+                return
+            following = pagination.get("nextPage")
+            if isinstance(following, bool) or not isinstance(following, int) or following <= page:
+                raise MalformedResponse(f"page {page} says hasNextPage but nextPage is "
+                                        f"{following!r}", method="POST", path=path)
+            page = following
 
-    def accounts(self, record: str) -> list[dict]:
-        return [a for page in self.pages("accounts/get", {"record": record}, "accounts")
-                for a in page]
+    # -- endpoints (INTERFACE.md) ------------------------------------------------------------
+    def auth_by_customer(self, customer: str) -> list[dict]:
+        """Every Auth record of one user (all pages)."""
+        return _flat(self.pages("auth/getByCustomer", {"customer": _id("customer", customer)},
+                                "auths"))
+
+    def auth(self, record: str) -> dict:
+        return self.post("auth/get", {"record": _id("record", record)})["auth"]
+
+    def accounts(self, record: str | None = None, *, customer: str | None = None) -> list[dict]:
+        body = _one_of(record=record, customer=customer)
+        return _flat(self.pages("accounts/get", body, "accounts"))
+
+    def balance(self, record: str | None = None, *, account: str | None = None) -> list[dict]:
+        body = _one_of(record=record, account=account)
+        return _flat(self.pages("balance/get", body, "balance"))
+
+    def transaction_pages(self, record: str | None = None, *, account: str | None = None,
+                          from_date: dt.date | str | None = None,
+                          to_date: dt.date | str | None = None) -> Iterator[list[dict]]:
+        """Pages of `/transactions/get` as the service sent them, lazily."""
+        body = _one_of(record=record, account=account)
+        if from_date is not None:
+            body["from"] = _date("from_date", from_date)
+        if to_date is not None:
+            body["to"] = _date("to_date", to_date)
+        if "from" in body and "to" in body and body["from"] > body["to"]:
+            raise ValueError(f"from_date {body['from']} is after to_date {body['to']}")
+        return self.pages("transactions/get", body, "transaction")
+
+    def transaction_batches(self, record: str | None = None, **kw: Any
+                            ) -> Iterator[pa.RecordBatch]:
+        """Each page as an Arrow batch of `columns.TRANSACTION_SCHEMA`, as it arrives."""
+        for rows in self.transaction_pages(record, **kw):
+            yield transactions_batch(rows)
+
+    def transactions(self, record: str | None = None, **kw: Any) -> pa.Table:
+        """All transactions of a record (or `account=`), optionally `from_date`/`to_date`."""
+        return pa.Table.from_batches(list(self.transaction_batches(record, **kw)),
+                                     schema=TRANSACTION_SCHEMA)
+
+    def income(self, record: str | None = None, *, customer: str | None = None) -> dict:
+        return self.post("income/get", _one_of(record=record, customer=customer))["income"]
+
+    def identity(self, record: str | None = None, *, customer: str | None = None) -> list[dict]:
+        body = _one_of(record=record, customer=customer)
+        return _flat(self.pages("identity/get", body, "identity"))
+
+    def record(self, record: str) -> dict:
+        return self.post("record/get", {"record": _id("record", record)})["record"]
+
+    def remove_record(self, record: str) -> dict:
+        """Remove the record; its access token dies. Not retried once it may have been sent."""
+        return self.post("record/remove", {"record": _id("record", record)}, idempotent=False)
+
+    def item(self, record: str | None = None, *, access_token: str | None = None) -> dict:
+        return self.post("item/get", _one_of(record=record, access_token=access_token))["item"]
+
+    def callback_status(self, record: str, method: str) -> dict:
+        """GET /callback: the product's data and process status for one record and method."""
+        if not isinstance(method, str) or not re.fullmatch(r"[A-Z_]{1,40}", method):
+            raise ValueError(f"method must be an upper-case product method such as "
+                             f"TRANSACTIONS, not {method!r}")
+        return self.get("callback", {"record": _id("record", record), "method": method})
+
+    def trigger_callbacks(self, records: Iterable[str], url: str | None = None) -> list[str]:
+        """Re-send the records' webhooks, 100 records per call; the service's message per call.
+
+        A resend may duplicate events, which receivers deduplicate, so each call is retried.
+        """
+        ids = [_id("records[]", r) for r in ([records] if isinstance(records, str) else records)]
+        if not ids:
+            raise ValueError("records must hold at least one record id")
+        extra = {"url": _url(url)} if url is not None else {}
+        said = []
+        for start in range(0, len(ids), TRIGGER_BATCH):
+            try:
+                envelope = self._request("POST", "callback/trigger", content=orjson.dumps(
+                    {"records": ids[start:start + TRIGGER_BATCH], **extra}), envelope=True)
+            except ServiceError as err:
+                raise err.after(err.attempts, f"{start} of {len(ids)} records were triggered "
+                                              f"before this call failed") from None
+            said.append(str(envelope.get("messgae") or envelope.get("message") or ""))
+        return said
+
+    def exchange_token(self, public_token: str) -> dict:
+        """Swap a public token for `{access_token, record}`; it works once, so never retried."""
+        return self.post("token/exchange", {"public_token": _id("public_token", public_token)},
+                         idempotent=False)
+
+    def set_webhook(self, url: str, token: str | None = None) -> dict:
+        body = {"url": _url(url)}
+        if token is not None:
+            body["token"] = token
+        return self.post("settings/webhook", body)
+
+    def banks(self) -> list[dict]:
+        return self.get("banks/list")["banks"]
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def _envelope(raw: bytes, status: int, request_id: str | None, method: str, path: str) -> dict:
+    body = _json_or_none(raw)
+    if (not isinstance(body, dict) or body.get("status") != "success"
+            or not isinstance(body.get("data"), dict)):
+        got = "a body that is not JSON" if body is None else "JSON without status and data"
+        raise MalformedResponse(f"a {status} answer with {got} ({len(raw)} bytes)",
+                                http_code=status, request_id=request_id, method=method,
+                                path=path)
+    return body
+
+
+def _json_or_none(raw: bytes) -> object:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """Seconds from a `Retry-After` of delta-seconds or an HTTP date; None if absent or bad."""
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())
+
+
+def _flat(pages: Iterator[list[dict]]) -> list[dict]:
+    return [item for page in pages for item in page]
+
+
+def _id(name: str, value: object) -> str:
+    if not isinstance(value, str) or not ID.fullmatch(value):
+        raise ValueError(f"{name} must match ^[A-Za-z0-9_-]{{1,64}}$, not {value!r:.80}")
+    return value
+
+
+def _one_of(**given: str | None) -> dict[str, str]:
+    """The body naming exactly one of the alternatives (record, customer, account...)."""
+    named = {k: _id(k, v) for k, v in given.items() if v is not None}
+    if len(named) != 1:
+        raise ValueError(f"give exactly one of {', '.join(given)}")
+    return named
+
+
+def _date(name: str, value: dt.date | str) -> str:
+    text = value.isoformat()[:10] if isinstance(value, dt.date) else value
+    try:
+        if not isinstance(text, str) or not DATE.fullmatch(text):
+            raise ValueError
+        dt.date.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a date or YYYY-MM-DD, not {value!r:.40}") from None
+    return text
+
+
+def _url(value: object) -> str:
+    if not isinstance(value, str) or not re.match(r"^https?://[^\s]+$", value):
+        raise ValueError(f"url must be an http(s) URL, not {value!r:.80}")
+    return value
