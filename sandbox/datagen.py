@@ -1,27 +1,63 @@
-"""Deterministic synthetic data: the same seed always yields the same banks, people and money."""
+"""Deterministic synthetic data: the same seed always yields the same banks, people and money.
+
+Bulk data is never stored. An account's history is made from its seed one calendar month at a
+time with numpy (month `m` of account `a` depends only on the seed, `a` and `m`), so a month
+that the sandbox clock reaches later is appended without changing what came before, and a
+record of 100,000 transactions takes milliseconds. Amounts are kobo as int64 until the JSON.
+"""
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import random
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from functools import lru_cache
+
+import numpy as np
+import orjson
 
 FIRST_NAMES = ["Adaeze", "Babatunde", "Chiamaka", "Damilola", "Emeka", "Folake", "Gbenga",
                "Halima", "Ifeanyi", "Jumoke", "Kelechi", "Lola", "Musa", "Ngozi", "Olumide",
-               "Funmilayo", "Tunde", "Uche", "Yetunde", "Zainab"]
+               "Funmilayo", "Tunde", "Uche", "Yetunde", "Zainab", "Aisha", "Chinedu", "Segun",
+               "Amaka", "Ibrahim", "Bisola", "Obinna", "Temitope", "Yusuf", "Nneka"]
 LAST_NAMES = ["Adeyemi", "Okafor", "Balogun", "Eze", "Ibrahim", "Nwosu", "Okonkwo", "Adebayo",
-              "Obi", "Bello", "Chukwu", "Afolabi", "Ogunleye", "Danjuma", "Nnamdi"]
-ACCOUNT_TYPES = ["Savings", "Current"]
+              "Obi", "Bello", "Chukwu", "Afolabi", "Ogunleye", "Danjuma", "Nnamdi", "Abubakar",
+              "Olawale", "Uzor", "Lawal", "Ekwueme"]
+EMPLOYERS = ["DANGOTE CEMENT PLC", "MTN NIGERIA COMMUNICATIONS", "ANDELA NIGERIA LTD",
+             "NIGERIAN BREWERIES PLC", "FLUTTERWAVE TECHNOLOGY", "SEPLAT ENERGY PLC",
+             "LAGOS STATE GOVERNMENT", "FEDERAL MINISTRY OF HEALTH", "PAYSTACK PAYMENTS LTD",
+             "NESTLE NIGERIA PLC", "UNILEVER NIGERIA PLC", "JUMIA NIGERIA"]
+CLIENTS = ["CHOPLIFE FOODS LTD", "KONGA ONLINE SHOPPING", "ALAT LOGISTICS", "BUYPOWER NG",
+           "OBIOMA VENTURES", "HOPE HOSPITALS LTD", "GREENFIELD SCHOOLS", "ZAZOO STORES"]
+PLACES = ["IKEJA LA", "LEKKI LA", "VICTORIA ISLAND LA", "WUSE ABUJA", "GARKI ABUJA",
+          "GRA PORT HARCOURT", "BODIJA IBADAN", "NEW HAVEN ENUGU", "SURULERE LA", "YABA LA"]
+SHOPS = ["SHOPRITE", "SPAR", "JUSTRITE", "CHICKEN REPUBLIC", "THE PLACE", "DOMINOS PIZZA",
+         "TOTAL ENERGIES", "MRS FILLING STN", "MEDPLUS PHARMACY", "PRINCE EBEANO", "COLDSTONE"]
+NETWORKS = ["MTN", "AIRTEL", "GLO", "9MOBILE"]
+STATES = ["Lagos", "Oyo", "Ogun", "Anambra", "Enugu", "Rivers", "Kano", "Kaduna", "FCT", "Edo",
+          "Delta", "Imo", "Abia", "Kwara", "Osun"]
+LGAS = ["Ikeja", "Eti-Osa", "Surulere", "Ibadan North", "Abeokuta South", "Onitsha North",
+        "Enugu East", "Port Harcourt", "Nassarawa", "Kaduna North", "Oredo", "Owerri Municipal"]
+STREETS = ["Adeola Odeku Street", "Allen Avenue", "Awolowo Road", "Herbert Macaulay Way",
+           "Ogui Road", "Aba Road", "Ahmadu Bello Way", "Ring Road", "Opebi Road"]
+ACCOUNT_TYPES = {"personal": ["Savings", "Current"], "business": ["Current", "Domiciliary"]}
 
 BANKS = [
-    {"name": "Guaranty Trust Bank", "slug": "gtbank", "primary": "#dd4f05"},
-    {"name": "Access Bank", "slug": "access-bank", "primary": "#f47920"},
-    {"name": "First Bank of Nigeria", "slug": "firstbank", "primary": "#003b65"},
-    {"name": "Zenith Bank", "slug": "zenith-bank", "primary": "#e30613"},
-    {"name": "United Bank for Africa", "slug": "uba", "primary": "#d42e12"},
-    {"name": "Kuda Microfinance Bank", "slug": "kuda", "primary": "#40196d"},
+    {"name": "Guaranty Trust Bank", "slug": "gtbank", "code": "058", "primary": "#dd4f05"},
+    {"name": "Access Bank", "slug": "access-bank", "code": "044", "primary": "#f47920"},
+    {"name": "First Bank of Nigeria", "slug": "firstbank", "code": "011", "primary": "#003b65"},
+    {"name": "Zenith Bank", "slug": "zenith-bank", "code": "057", "primary": "#e30613"},
+    {"name": "United Bank for Africa", "slug": "uba", "code": "033", "primary": "#d42e12"},
+    {"name": "Kuda Microfinance Bank", "slug": "kuda", "code": "50211", "primary": "#40196d"},
+    {"name": "Stanbic IBTC Bank", "slug": "stanbic-ibtc", "code": "221", "primary": "#0033a1"},
+    {"name": "Wema Bank", "slug": "wema-bank", "code": "035", "primary": "#7a0a5e"},
 ]
 LOGIN_TYPES = ["bank", "mobile", "bvn", "account_number"]
 PRODUCTS = ["auth", "identity", "accounts", "balance", "transactions", "income", "payment"]
+
+DAY = 86400
 
 
 def object_id(*parts: object) -> str:
@@ -29,40 +65,440 @@ def object_id(*parts: object) -> str:
     return hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=12).hexdigest()
 
 
+def _int(*parts: object) -> int:
+    return int.from_bytes(hashlib.blake2b(":".join(map(str, parts)).encode(),
+                                          digest_size=8).digest(), "big")
+
+
+def iso(ts: float) -> str:
+    dt = datetime.fromtimestamp(ts, tz=UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
 def bank_objects(seed: int) -> list[dict]:
     out = []
     for b in BANKS:
         bid = object_id(seed, "bank", b["slug"])
+        assets = f"https://assets.sandbox.invalid/banks/{b['slug']}"
         out.append({
-            "_id": bid,
-            "id": bid,
-            "name": b["name"],
-            "slug": b["slug"],
+            "_id": bid, "id": bid, "name": b["name"], "slug": b["slug"], "code": b["code"],
             "colors": {"primary": b["primary"], "accent": "#ffffff", "bg": "#f5f5f5",
                        "button": b["primary"]},
-            "logo": f"https://assets.sandbox.invalid/banks/{b['slug']}/logo.png",
-            "icon": f"https://assets.sandbox.invalid/banks/{b['slug']}/icon.png",
-            "v2_logo": f"https://assets.sandbox.invalid/banks/{b['slug']}/v2_logo.png",
-            "v2_icon": f"https://assets.sandbox.invalid/banks/{b['slug']}/v2_icon.png",
-            "status": "healthy",
-            "login_types": LOGIN_TYPES,
-            "products": PRODUCTS,
+            "logo": f"{assets}/logo.png", "icon": f"{assets}/icon.png",
+            "v2_logo": f"{assets}/v2_logo.png", "v2_icon": f"{assets}/v2_icon.png",
+            "status": "healthy", "country": "NG", "type": "ind",
+            "login_types": LOGIN_TYPES, "products": PRODUCTS,
         })
     return out
 
 
 def person(seed: int, customer_id: str) -> dict:
     rng = random.Random(object_id(seed, "person", customer_id))
-    first, last = rng.choice(FIRST_NAMES), rng.choice(LAST_NAMES)
-    return {"firstname": first, "lastname": last, "name": f"{first} {last}"}
+    first, middle, last = rng.choice(FIRST_NAMES), rng.choice(FIRST_NAMES), rng.choice(LAST_NAMES)
+    return {"firstname": first, "middlename": middle, "lastname": last,
+            "name": f"{first} {last}"}
+
+
+def identity(seed: int, customer_id: str, name: str) -> dict:
+    """The identity a bank holds on a customer (BVN, NIN, contacts), fixed by the seed."""
+    rng = random.Random(object_id(seed, "identity", customer_id))
+    who = person(seed, customer_id)
+    first, *rest = name.split() or [who["firstname"]]
+    last = rest[-1] if rest else who["lastname"]
+    birth = date(rng.randint(1960, 2003), rng.randint(1, 12), rng.randint(1, 28))
+    phone = "+234" + rng.choice(["803", "806", "813", "703", "802", "808", "905", "816"]) + \
+        "".join(str(rng.randrange(10)) for _ in range(7))
+    state_o, state_r = rng.choice(STATES), rng.choice(STATES)
+    return {
+        "bvn": "22" + "".join(str(rng.randrange(10)) for _ in range(9)),
+        "nin": "".join(str(rng.randrange(10)) for _ in range(11)),
+        "firstname": first, "middlename": who["middlename"], "lastname": last,
+        "name": name, "fullname": f"{first} {who['middlename']} {last}",
+        "dob": birth.isoformat(), "gender": rng.choice(["Male", "Female"]),
+        "marital_status": rng.choice(["Single", "Married", "Married", "Divorced"]),
+        "phone": [phone],
+        "email": [f"{first}.{last}{rng.randint(1, 99)}@example.com".lower()],
+        "address": [f"{rng.randint(1, 120)} {rng.choice(STREETS)}, {rng.choice(LGAS)}, "
+                    f"{state_r}"],
+        "aliases": [f"{last} {first}".upper()], "photo_id": [],
+        "verification_country": "NG", "lga_of_origin": rng.choice(LGAS),
+        "lga_of_residence": rng.choice(LGAS), "nationality": "Nigerian",
+        "state_of_origin": state_o, "state_of_residence": state_r,
+    }
 
 
 def nuban(seed: int, account_id: str) -> str:
     rng = random.Random(object_id(seed, "nuban", account_id))
-    return "".join(str(rng.randrange(10)) for _ in range(10))
+    return rng.choice("0123") + "".join(str(rng.randrange(10)) for _ in range(9))
 
 
-def account_name_type(seed: int, account_id: str, owner: str) -> tuple[str, str]:
+def account_name_type(seed: int, account_id: str, owner: str,
+                      account_type: str = "personal") -> tuple[str, str]:
     rng = random.Random(object_id(seed, "account", account_id))
-    kind = rng.choice(ACCOUNT_TYPES)
-    return f"{owner} {kind}", kind
+    kind = rng.choice(ACCOUNT_TYPES.get(account_type, ACCOUNT_TYPES["personal"]))
+    if account_type == "business":
+        return f"{owner.upper()} ENTERPRISES", kind
+    return owner.upper(), kind
+
+
+def month_index(ts: float) -> int:
+    d = datetime.fromtimestamp(ts, tz=UTC)
+    return d.year * 12 + d.month - 1
+
+
+def month_start(m: int) -> int:
+    return calendar.timegm((m // 12, m % 12 + 1, 1, 0, 0, 0))
+
+
+def month_days(m: int) -> int:
+    return calendar.monthrange(m // 12, m % 12 + 1)[1]
+
+
+# -- transactions -----------------------------------------------------------------------------
+
+# category: (credit?, weight, median naira, sigma, code, topics, narration templates)
+PERSONAL = [
+    ("pos", False, 30, 4500, 0.8, "POS", ["shopping"],
+     ["POS PURCHASE {shop} {place} NG", "POS/WEB PURCHASE {shop} {place}"]),
+    ("transfer_out", False, 18, 9000, 1.0, "NIP", ["transfer"],
+     ["NIP/TRF TO {name}/{bank}", "USSD TRF TO {name}", "MOBILE TRF TO {name} {ref}"]),
+    ("airtime", False, 14, 1000, 0.6, "VTU", ["airtime", "telecoms"],
+     ["AIRTIME/{net}/{phone}", "MOBILE DATA/{net}/{phone}", "{net} VTU TOPUP {phone}"]),
+    ("bills", False, 6, 9000, 0.5, "BIL", ["bills", "utilities"],
+     ["IKEDC PREPAID TOKEN {num}", "DSTV SUBSCRIPTION {num}", "GOTV MAX RENEWAL {num}",
+      "EKEDC POSTPAID BILL {num}", "LAWMA WASTE BILL {num}"]),
+    ("transport", False, 8, 3500, 0.6, "WEB", ["transport"],
+     ["BOLT.EU/O/{num} LAGOS NG", "UBER *TRIP HELP.UBER.COM", "INDRIVE RIDE {num}"]),
+    ("online", False, 5, 12000, 0.9, "WEB", ["shopping", "online"],
+     ["PAYSTACK/NETFLIX.COM", "FLUTTERWAVE/SPOTIFY {num}", "JUMIA NIGERIA ORDER {num}",
+      "KONGA ONLINE PURCHASE {num}"]),
+    ("atm", False, 5, 20000, 0.5, "ATM", ["cash"], ["ATM WDL @ {bankshort} ATM {place}"]),
+    ("charge", False, 4, 50, 0.2, "CHG", ["charges"],
+     ["ELECTRONIC MONEY TRANSFER LEVY", "SMS ALERT CHARGES", "STAMP DUTY CHARGE",
+      "NIP TRANSFER FEE"]),
+    ("transfer_in", True, 10, 15000, 1.0, "NIP", ["transfer"],
+     ["NIP FRM {name}-TRANSFER", "TRF FROM {name} {ref}", "INWARD TRF FROM {name}/{bank}"]),
+]
+BUSINESS = [
+    ("pos_settlement", True, 30, 25000, 0.9, "POS", ["sales"],
+     ["POS SETTLEMENT TID {num}", "POS CR SETTLEMENT {place} TID {num}"]),
+    ("customer_in", True, 10, 60000, 1.0, "NIP", ["sales", "transfer"],
+     ["TRF FROM {name} INV-{num}", "NIP FRM {company}-PAYMENT {ref}"]),
+    ("supplier", False, 20, 80000, 1.0, "NIP", ["suppliers"],
+     ["SUPPLIER PAYMENT TO {company}", "NIP/TRF TO {company}/{bank}"]),
+    ("payroll", False, 6, 120000, 0.5, "NIP", ["payroll"],
+     ["PAYROLL BATCH {num}", "STAFF SALARY {name}"]),
+    ("tax", False, 3, 90000, 0.6, "BIL", ["tax"],
+     ["FIRS VAT REMITTANCE {num}", "LIRS PAYE {num}", "REMITA/FIRS WHT {num}"]),
+    ("ops", False, 20, 15000, 0.9, "POS", ["operations"],
+     ["POS PURCHASE {shop} {place} NG", "DIESEL PURCHASE {shop} {place}",
+      "IKEDC PREPAID TOKEN {num}"]),
+    ("charge", False, 11, 250, 0.5, "CHG", ["charges"],
+     ["COT CHARGES", "ACCOUNT MAINTENANCE FEE", "STAMP DUTY CHARGE",
+      "ELECTRONIC MONEY TRANSFER LEVY"]),
+]
+POOL = 32  # narrations per category and account
+
+
+@dataclass(frozen=True)
+class AccountSpec:
+    """Everything an account's history depends on; hashable, so it keys the cache."""
+    seed: int
+    account_id: str
+    bank_short: str
+    business: bool
+    income: bool       # has an income stream at all
+    primary: bool      # the salary goes to the record's first account
+    volume: int        # transactions per day, on average
+    first_month: int   # month index where the history starts
+    created_month: int  # the opening balance is fixed from the months up to this one
+
+
+def _render(rng: random.Random, template: str, bank_short: str) -> str:
+    return template.format(
+        shop=rng.choice(SHOPS), place=rng.choice(PLACES),
+        name=f"{rng.choice(FIRST_NAMES)} {rng.choice(LAST_NAMES)}".upper(),
+        company=rng.choice(CLIENTS + EMPLOYERS), bank=rng.choice(BANKS)["slug"].upper(),
+        bankshort=bank_short, net=rng.choice(NETWORKS),
+        phone="080" + "".join(str(rng.randrange(10)) for _ in range(8)),
+        num=str(rng.randint(10_000_000, 99_999_999)),
+        ref=f"REF{rng.randint(100000, 999999)}")
+
+
+@lru_cache(maxsize=4096)
+def _profile(spec: AccountSpec) -> dict:
+    """Per-account constants: narration pools, income streams, spending level."""
+    rng = random.Random(object_id(spec.seed, "profile", spec.account_id))
+    cats = BUSINESS if spec.business else PERSONAL
+    pools = [[_render(rng, rng.choice(c[7]), spec.bank_short) for _ in range(POOL)]
+             for c in cats]
+    streams = []
+    if spec.income and spec.primary:
+        if spec.business:
+            streams.append({"type": "Recurrent Credit", "name": rng.choice(CLIENTS),
+                            "source_type": "Business", "day": rng.randint(1, 7),
+                            "amount": rng.randint(30, 400) * 10_000 * 100,
+                            "desc": "RETAINER FEE {mon} {src}"})
+        else:
+            streams.append({"type": "Salary", "name": rng.choice(EMPLOYERS),
+                            "source_type": "Employer", "day": rng.randint(23, 28),
+                            "amount": int(min(5e6, max(6e4, rng.lognormvariate(12.7, 0.6)))
+                                          // 1000 * 1000 * 100),
+                            "desc": "SALARY {mon} {src}"})
+        if rng.random() < 0.35:
+            streams.append({"type": "Recurrent Credit",
+                            "name": f"{rng.choice(FIRST_NAMES)} {rng.choice(LAST_NAMES)}".upper(),
+                            "source_type": "Individual", "day": rng.randint(1, 6),
+                            "amount": rng.randint(2, 15) * 10_000 * 100,
+                            "desc": "MONTHLY ALLOWANCE {mon} FRM {src}"})
+    inflow = sum(s["amount"] for s in streams) or rng.randint(10, 60) * 10_000 * 100
+    return {"cats": cats, "pools": pools, "streams": streams, "inflow": inflow,
+            "opening_base": rng.randint(5, 200) * 1000 * 100,
+            "spend_ratio": rng.uniform(0.82, 0.97)}
+
+
+def _month(spec: AccountSpec, m: int) -> dict:
+    """One calendar month of an account: arrays sorted by time."""
+    prof = _profile(spec)
+    rng = np.random.default_rng([spec.seed & 0xFFFFFFFF, _int(spec.account_id) & 0xFFFFFFFF, m])
+    days, start = month_days(m), month_start(m)
+    per_day = rng.poisson(spec.volume, days)
+    n = int(per_day.sum())
+    day = np.repeat(np.arange(days, dtype=np.int64), per_day)
+    ts = start + day * DAY + rng.integers(6 * 3600, 22 * 3600, n)
+    cats = prof["cats"]
+    weights = np.array([c[2] for c in cats], dtype=float)
+    cat = rng.choice(len(cats), n, p=weights / weights.sum())
+    median = np.array([c[3] for c in cats], dtype=float)[cat]
+    sigma = np.array([c[4] for c in cats], dtype=float)[cat]
+    amount = np.maximum(100, np.round(median * np.exp(rng.standard_normal(n) * sigma)) * 100)
+    credit = np.array([c[1] for c in cats])[cat]
+    # scale the free-form flows so that a month spends about what comes in: balances drift
+    # gently instead of running away or below zero
+    stream_total = sum(s["amount"] for s in prof["streams"])
+    free_in = prof["inflow"] * (0.4 if stream_total else 1.0)
+    total_in = amount[credit].sum()
+    if total_in > 0:
+        amount[credit] *= free_in / total_in
+    total_out = amount[~credit].sum()
+    if total_out > 0:
+        amount[~credit] *= (stream_total + free_in) * prof["spend_ratio"] / total_out
+    amount = np.maximum(100, np.round(amount)).astype(np.int64)
+    pool = rng.integers(0, POOL, n)
+    stream = np.full(n, -1, dtype=np.int8)
+    label = datetime.fromtimestamp(start, tz=UTC).strftime("%b %Y").upper()
+    extra_desc = []
+    for k, s in enumerate(prof["streams"]):
+        ts = np.append(ts, start + (min(s["day"], days) - 1) * DAY + 8 * 3600 + k * 60)
+        amount = np.append(amount, s["amount"])
+        credit = np.append(credit, True)
+        cat = np.append(cat, -1 - k)
+        pool = np.append(pool, 0)
+        stream = np.append(stream, k)
+        extra_desc.append(s["desc"].format(mon=label, src=s["name"]))
+    order = np.argsort(ts, kind="stable")
+    signed = np.where(credit, amount, -amount)
+    return {"ts": ts[order], "signed": signed[order], "cat": cat[order], "pool": pool[order],
+            "stream": stream[order], "extra": extra_desc, "month": m}
+
+
+@lru_cache(maxsize=64)
+def _opening(spec: AccountSpec) -> int:
+    """Opening balance (kobo): enough that the history up to the connection never dips below."""
+    low = 0
+    running = 0
+    for m in range(spec.first_month, spec.created_month + 1):
+        signed = _month(spec, m)["signed"]
+        if len(signed):
+            low = min(low, running + int(np.cumsum(signed).min()))
+            running += int(signed.sum())
+    return _profile(spec)["opening_base"] - low
+
+
+@dataclass
+class History:
+    """An account's transactions up to the end of a month, as columns."""
+    spec: AccountSpec
+    ts: np.ndarray        # int64 seconds, ascending
+    signed: np.ndarray    # int64 kobo, credit > 0
+    balance: np.ndarray   # int64 kobo, running balance after the line
+    cat: np.ndarray       # category index; negative: income stream -1 - k
+    pool: np.ndarray
+    stream: np.ndarray    # income stream index or -1
+    seq: np.ndarray       # stable per-account sequence (month << 20 | i)
+    descs: list           # narration per line
+    opening: int
+    _rows: list | None = None
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def visible(self, now: float) -> int:
+        """How many lines have happened by `now`."""
+        return int(np.searchsorted(self.ts, now, side="right"))
+
+
+@lru_cache(maxsize=256)
+def history(spec: AccountSpec, last_month: int) -> History:
+    months = [_month(spec, m) for m in range(spec.first_month, last_month + 1)]
+    prof = _profile(spec)
+    ts = np.concatenate([mo["ts"] for mo in months]) if months else np.zeros(0, np.int64)
+    signed = np.concatenate([mo["signed"] for mo in months]) if months else np.zeros(0, np.int64)
+    cat = np.concatenate([mo["cat"] for mo in months]) if months else np.zeros(0, np.int64)
+    pool = np.concatenate([mo["pool"] for mo in months]) if months else np.zeros(0, np.int64)
+    stream = np.concatenate([mo["stream"] for mo in months]) if months else np.zeros(0, np.int8)
+    seq = np.concatenate([(np.int64(mo["month"]) << 20) + np.arange(len(mo["ts"]))
+                          for mo in months]) if months else np.zeros(0, np.int64)
+    opening = _opening(spec)
+    balance = opening + np.cumsum(signed)
+    pools = prof["pools"]
+    descs: list = []
+    for mo in months:
+        extra = mo["extra"]
+        descs.extend(extra[-1 - c] if c < 0 else pools[c][p]
+                     for c, p in zip(mo["cat"].tolist(), mo["pool"].tolist(), strict=True))
+    return History(spec, ts, signed, balance, cat, pool, stream, seq, descs, opening)
+
+
+def topics_of(h: History, i: int) -> list[str]:
+    c = int(h.cat[i])
+    if c < 0:
+        s = _profile(h.spec)["streams"][-1 - c]
+        return ["income", "salary" if s["type"] == "Salary" else "recurrent"]
+    return list(_profile(h.spec)["cats"][c][6])
+
+
+def code_of(h: History, i: int) -> str:
+    c = int(h.cat[i])
+    return "SAL" if c < 0 else _profile(h.spec)["cats"][c][5]
+
+
+def rows(h: History, ctx: dict) -> list[bytes]:
+    """Every line as pre-serialised JSON (orjson bytes), built once per history and cached.
+
+    `ctx` holds the ids every line carries (account, record, customer, bank, env).
+    """
+    if h._rows is not None:
+        return h._rows
+    prof = _profile(h.spec)
+    cats = prof["cats"]
+    cat_topics = [list(c[6]) for c in cats]
+    cat_codes = [c[5] for c in cats]
+    stream_topics = [["income", "salary" if s["type"] == "Salary" else "recurrent"]
+                     for s in prof["streams"]]
+    prefix = h.spec.account_id[:12]
+    branch = f"{h.spec.bank_short} {PLACES[_int(h.spec.account_id) % len(PLACES)]}"
+    # one template per account: every value put in below is either ours and JSON-safe
+    # (ids, digits, ISO stamps) or passed through orjson (narrations, topics)
+    head = (b'{"_id":"%s","id":"%s","account":' + orjson.dumps(ctx["account"])
+            + b',"record":' + orjson.dumps(ctx["record"]) + b',"customer":'
+            + orjson.dumps(ctx["customer"]) + b',"bank":' + orjson.dumps(ctx["bank"])
+            + b',"currency":"NGN","branch":' + orjson.dumps(branch)
+            + b',"benefactor":null,"env":' + orjson.dumps(ctx["env"])).decode()
+    head = head.replace("{", "{{").replace("}", "}}").replace("%s", "{0}")
+    template = (head + ',"trans_date":"{1}","cleared_date":"{1}","debit":{2},"credit":{3},'
+                '"balance":{4},"notes":{{"desc":{5},"topics":{6}}},"ref":"{7}","code":"{8}",'
+                '"created_at":"{1}","last_updated":"{1}"}}')
+    cat_json = [orjson.dumps(t).decode() for t in cat_topics]
+    stream_json = [orjson.dumps(t).decode() for t in stream_topics]
+    stamps = np.char.add(np.datetime_as_string(h.ts.astype("datetime64[s]")), ".000Z").tolist()
+    short = h.spec.bank_short
+    fmt = template.format
+    out = []
+    for stamp, amt, bal, c, q, desc in zip(stamps, h.signed.tolist(), h.balance.tolist(),
+                                           h.cat.tolist(), h.seq.tolist(), h.descs, strict=True):
+        if amt > 0:
+            debit, credit = "null", repr(amt / 100)
+        else:
+            debit, credit = repr(-amt / 100), "null"
+        out.append(fmt(f"{prefix}{q:012x}", stamp, debit, credit, repr(bal / 100),
+                       orjson.dumps(desc).decode(),
+                       stream_json[-1 - c] if c < 0 else cat_json[c],
+                       f"{short}{q:014d}", "SAL" if c < 0 else cat_codes[c]).encode())
+    h._rows = out
+    return out
+
+
+def streams_of(spec: AccountSpec) -> list[dict]:
+    return _profile(spec)["streams"]
+
+
+def periodic(h: History, upto: int) -> dict:
+    """End-of-day balances from the first day of the history to the day of line `upto`."""
+    if upto == 0:
+        return {"available_balance": [], "ledger_balance": []}
+    ts = h.ts[:upto]
+    first_day = int(month_start(h.spec.first_month)) // DAY
+    last_day = int(ts[-1]) // DAY
+    days = np.arange(first_day, last_day + 1, dtype=np.int64)
+    idx = np.searchsorted(ts, (days + 1) * DAY, side="left") - 1
+    bal = np.where(idx >= 0, h.balance[:upto][np.maximum(idx, 0)], h.opening) / 100
+    dates = [date.fromordinal(d + 719163).isoformat() for d in days.tolist()]
+    series = [{"amount": a, "date": d} for a, d in zip(bal.tolist(), dates, strict=True)]
+    return {"available_balance": series, "ledger_balance": [dict(s) for s in series]}
+
+
+def _window(monthly: dict[int, int], months: list[int], count: dict[int, int]) -> dict:
+    values = [monthly.get(m, 0) for m in months]
+    return {"average_per_month": round(sum(values) / len(values) / 100, 2) if values else 0.0,
+            "max_per_month": max(values) / 100 if values else 0.0,
+            "min_per_month": min(values) / 100 if values else 0.0,
+            "occurrence": sum(count.get(m, 0) for m in months),
+            "total": sum(values) / 100}
+
+
+def income(parts: list[tuple[str, History, int]], now: float) -> dict | None:
+    """Income derived from the income-stream credits among the visible transactions.
+
+    `parts` holds (account id, history, visible lines) per account. None when no stream has
+    a credit yet (the INCOME product then fails). Every figure is a sum or count over lines
+    whose notes.topics hold "income", so it agrees with /transactions/get.
+    """
+    streams, monthly, count = [], {}, {}
+    first_month = None
+    for account_id, h, upto in parts:
+        if h.spec.first_month is not None:
+            first_month = h.spec.first_month if first_month is None else min(first_month,
+                                                                             h.spec.first_month)
+        for k, s in enumerate(streams_of(h.spec)):
+            mask = h.stream[:upto] == k
+            if not mask.any():
+                continue
+            ts, amt = h.ts[:upto][mask], h.signed[:upto][mask]
+            months = [month_index(t) for t in ts.tolist()]
+            for m, a in zip(months, amt.tolist(), strict=True):
+                monthly[m] = monthly.get(m, 0) + a
+                count[m] = count.get(m, 0) + 1
+            streams.append({
+                "stream_id": object_id(h.spec.seed, "stream", account_id, k),
+                "account": [account_id], "type": s["type"],
+                "monthly_amount": round(int(amt.sum()) / len(set(months)) / 100, 2),
+                "number_of_transactions": int(mask.sum()),
+                "source": {"name": s["name"], "type": s["source_type"]},
+                "occurrence": {"first_date": iso(int(ts[0])), "last_date": iso(int(ts[-1])),
+                               "total_count": int(mask.sum())},
+                "primary_stream": False,
+            })
+    if not streams:
+        return None
+    max(streams, key=lambda s: s["monthly_amount"])["primary_stream"] = True
+    current = month_index(now)
+    past = {n: list(range(current - n, current)) for n in (3, 6, 12)}
+    complete = list(range(first_month, current)) or [current]
+    total_tx = sum(s["number_of_transactions"] for s in streams)
+    observed = sum(1 for m in complete if monthly.get(m))
+    return {
+        "confidence": round(min(99.0, 40.0 + 60.0 * observed / max(1, len(complete))), 1),
+        "number_of_transactions": total_tx,
+        "summary": {
+            "average_monthly_income": round(sum(monthly.get(m, 0) for m in complete)
+                                            / len(complete) / 100, 2),
+            "last_year_income": sum(monthly.get(m, 0) for m in past[12]) / 100,
+            "account_age_months": current - first_month,
+            "number_of_streams": len(streams),
+            "past_three_months": _window(monthly, past[3], count),
+            "past_six_months": _window(monthly, past[6], count),
+            "past_twelve_months": _window(monthly, past[12], count),
+        },
+        "streams": streams,
+    }

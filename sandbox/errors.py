@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+RECORD_ERRORS = (
+    "INVALID_CREDENTIALS", "INVALID_MFA", "INVALID_SEND_METHOD", "INVALID_UPDATED_USERNAME",
+    "RECORD_LOCKED", "RECORD_LOGIN_REQUIRED", "RECORD_NO_ERROR", "RECORD_NOT_SUPPORTED",
+    "RECORD_NO_VERIFICATION", "INCORRECT_DEPOSIT_AMOUNTS", "TOO_MANY_VERIFICATION_ATTEMPTS",
+    "USER_SETUP_REQUIRED", "MFA_NOT_SUPPORTED", "NO_ACCOUNTS", "NO_AUTH_ACCOUNTS",
+    "NO_INVESTMENT_ACCOUNTS", "NO_LIABILITY_ACCOUNTS", "PRODUCT_NOT_READY",
+    "PRODUCTS_NOT_SUPPORTED",
+)
+BANK_ERRORS = ("BANK_DOWN", "BANK_NOT_RESPONDING", "BANK_NOT_AVAILABLE",
+               "BANK_NO_LONGER_SUPPORTED")
+RATE_LIMITS = ("ACCOUNTS_LIMIT", "ADDITION_LIMIT", "AUTH_LIMIT", "IDENTITY_LIMIT",
+               "INCOME_LIMIT", "RECORD_GET_LIMIT", "RATE_LIMIT", "TRANSACTIONS_LIMIT")
+
 # error_code -> (error_type, http_code)
 CODES: dict[str, tuple[str, int]] = {
     "MISSING_FIELDS": ("INVALID_REQUEST", 400),
@@ -20,6 +33,25 @@ CODES: dict[str, tuple[str, int]] = {
     "INVALID_BANK": ("INVALID_INPUT", 400),
     "INTERNAL_SERVER_ERROR": ("API_ERROR", 500),
     "PLANNED_MAINTENANCE": ("API_ERROR", 500),
+    "VERIFICATION_EXPIRED": ("AUTH_ERROR", 400),
+    **{code: ("RECORD_ERROR", 400) for code in RECORD_ERRORS},
+    **{code: ("BANK_ERROR", 400) for code in BANK_ERRORS},
+    **{code: ("RATE_LIMIT_EXCEEDED", 429) for code in RATE_LIMITS},
+}
+
+# what a user can do about it; null for errors unrelated to user action, as the spec says
+DISPLAY = {
+    "INVALID_CREDENTIALS": "The credentials you entered were incorrect. Please try again.",
+    "INVALID_MFA": "The answer you entered was incorrect. Please try again.",
+    "RECORD_LOCKED": "Your account is locked. Please contact your bank.",
+    "RECORD_LOGIN_REQUIRED": "Your login details changed. Please log in again.",
+    "USER_SETUP_REQUIRED": "Please log in to your bank and complete its setup first.",
+    "TOO_MANY_VERIFICATION_ATTEMPTS": "Too many attempts. Please use another bank.",
+    "INCORRECT_DEPOSIT_AMOUNTS": "The amounts you entered do not match. Please try again.",
+    "BANK_DOWN": "Your bank is unavailable right now. Please try again later.",
+    "BANK_NOT_RESPONDING": "Your bank is not responding. Please try again.",
+    "BANK_NOT_AVAILABLE": "Your bank is not available right now.",
+    "BANK_NO_LONGER_SUPPORTED": "Your bank is no longer supported.",
 }
 
 
@@ -35,6 +67,7 @@ class ServiceError(Exception):
         http_code: int | None = None,
         display_message: str | None = None,
         extra: dict | None = None,
+        headers: dict | None = None,
     ) -> None:
         super().__init__(message)
         known_type, known_http = CODES.get(code, (None, None))
@@ -42,8 +75,11 @@ class ServiceError(Exception):
         self.message = message
         self.error_type = error_type or known_type or "API_ERROR"
         self.http_code = http_code or known_http or 500
-        self.display_message = display_message
+        self.display_message = display_message if display_message else DISPLAY.get(code)
+        if self.error_type in ("INVALID_REQUEST", "INVALID_INPUT"):
+            self.display_message = None  # the spec: null for these families
         self.extra = extra or {}
+        self.headers = headers or {}
 
     def body(self, request_id: str) -> dict:
         return {

@@ -6,8 +6,10 @@ Documents are stored as JSON beside the columns that look them up. Bulk data
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -22,20 +24,11 @@ create index if not exists records_customer on records (customer);
 create table if not exists accounts (
     id text primary key, env text not null, record text not null, doc blob not null);
 create index if not exists accounts_record on accounts (record);
-create table if not exists deliveries (
-    id integer primary key autoincrement,
-    env text not null,
-    record text,
-    method text,
-    url text not null,
-    token text,
-    payload blob not null,
-    first_attempt real,
-    next_attempt real not null,
-    attempts blob not null default '[]',
-    state text not null default 'pending'
-);
-create index if not exists deliveries_due on deliveries (state, next_attempt);
+create table if not exists payments (
+    id text primary key, env text not null, record text not null, doc blob not null);
+create index if not exists payments_record on payments (record);
+create table if not exists tokens (
+    id text primary key, env text not null, record text not null, doc blob not null);
 """
 
 
@@ -52,6 +45,23 @@ class Store:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Many writes in one commit: all of them land, or none."""
+        with self._lock:
+            self._db.execute("begin")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("rollback")
+                raise
+            self._db.execute("commit")
+
+    def all(self, table: str) -> list[dict]:
+        with self._lock:
+            rows = self._db.execute(f"select doc from {table} order by rowid").fetchall()
+        return [orjson.loads(r[0]) for r in rows]
 
     # -- meta -----------------------------------------------------------------
     def get_meta(self, key: str, default=None):
@@ -92,55 +102,3 @@ class Store:
                 (value, env),
             ).fetchall()
         return [orjson.loads(r[0]) for r in rows]
-
-    # -- webhook deliveries ---------------------------------------------------
-    def add_delivery(self, env: str, record: str | None, method: str | None, url: str,
-                     token: str | None, payload: dict, due: float) -> int:
-        with self._lock:
-            cur = self._db.execute(
-                "insert into deliveries (env, record, method, url, token, payload, next_attempt)"
-                " values (?, ?, ?, ?, ?, ?, ?)",
-                (env, record, method, url, token, orjson.dumps(payload), due),
-            )
-            return cur.lastrowid
-
-    def due_deliveries(self, now: float, limit: int = 100) -> list[dict]:
-        with self._lock:
-            rows = self._db.execute(
-                "select id, env, record, method, url, token, payload, first_attempt, attempts "
-                "from deliveries where state = 'pending' and next_attempt <= ? "
-                "order by next_attempt, id limit ?",
-                (now, limit),
-            ).fetchall()
-        keys = ("id", "env", "record", "method", "url", "token", "payload", "first_attempt",
-                "attempts")
-        out = []
-        for row in rows:
-            d = dict(zip(keys, row, strict=True))
-            d["payload"] = orjson.loads(d["payload"])
-            d["attempts"] = orjson.loads(d["attempts"])
-            out.append(d)
-        return out
-
-    def finish_attempt(self, delivery_id: int, *, first_attempt: float, attempts: list,
-                       state: str, next_attempt: float) -> None:
-        with self._lock:
-            self._db.execute(
-                "update deliveries set first_attempt = ?, attempts = ?, state = ?, "
-                "next_attempt = ? where id = ?",
-                (first_attempt, orjson.dumps(attempts), state, next_attempt, delivery_id),
-            )
-
-    def deliveries_for(self, env: str, record: str, method: str | None = None) -> list[dict]:
-        sql = "select id, method, payload, attempts, state from deliveries where env = ? and record = ?"
-        args: list = [env, record]
-        if method:
-            sql += " and method = ?"
-            args.append(method)
-        with self._lock:
-            rows = self._db.execute(sql + " order by id", args).fetchall()
-        return [
-            {"id": r[0], "method": r[1], "payload": orjson.loads(r[2]),
-             "attempts": orjson.loads(r[3]), "state": r[4]}
-            for r in rows
-        ]

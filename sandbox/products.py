@@ -1,0 +1,726 @@
+"""Records and their products: connecting customers, the data endpoints, the record's state.
+
+`Products` is mixed into app.py's `Service`, which owns the store, clock, keys and dispatcher;
+this module owns what a record is, which errors its state answers with, the data each
+product serves and the callbacks that follow each action.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from datetime import UTC, datetime
+
+import numpy as np
+import orjson
+
+from . import callbacks, datagen
+from .auth import SANDBOX
+from .clock import iso
+from .errors import BANK_ERRORS, RECORD_ERRORS, ServiceError
+from .ratelimit import RateLimiter
+
+log = logging.getLogger("sandbox.products")
+
+DAY = 86400
+VERIFY_WINDOW = 7 * DAY
+MICRO_DEPOSITS = (0.01, 0.02)  # naira, as Plaid's sandbox: the amounts records/verify expects
+MAX_VERIFY_FAILURES = 3
+BANK_STATUS = {"healthy": None, "down": "BANK_DOWN", "not_responding": "BANK_NOT_RESPONDING",
+               "unavailable": "BANK_NOT_AVAILABLE", "unsupported": "BANK_NO_LONGER_SUPPORTED"}
+PASSWORD_ERRORS = set(RECORD_ERRORS) | set(BANK_ERRORS) | {"INTERNAL_SERVER_ERROR"}
+CUSTOMER_FIELDS = {"name", "bank", "login_type", "account_type", "accounts", "months",
+                   "volume", "seed", "products", "password", "income"}
+INTERNAL = "_sandbox"  # record members the API never shows
+
+
+def _int_in(where: str, value, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ServiceError("INVALID_FIELD", f"{where} must be an integer from {lo} to {hi}")
+    return value
+
+
+def _date(name: str, value) -> float:
+    if not isinstance(value, str):
+        raise ServiceError("INVALID_FIELD", f"{name} must be a date YYYY-MM-DD")
+    try:
+        d = datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise ServiceError("INVALID_FIELD", f"{name} must be a date YYYY-MM-DD") from None
+    return d.timestamp()
+
+
+def public(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if k != INTERNAL}
+
+
+class Products:
+    def _init_products(self, rate_limit: float, addition_limit: int) -> None:
+        self.limiter = RateLimiter(rate_limit)
+        self.addition_limit = addition_limit
+        self.bank_by_id = {b["_id"]: b for b in self.banks}
+        self.records = {(r["env"], r["_id"]): r for r in self.store.all("records")}
+        self.tokens = {t["_id"]: t for t in self.store.all("tokens")}
+        self._views: dict = {}
+        if self.store.get_meta("periodic_day") is None:
+            self.store.set_meta("periodic_day", int(self.clock.now() // DAY))
+
+    # -- look-ups ----------------------------------------------------------------------------
+    def bank_status(self, env: str) -> dict:
+        return self.store.get_meta(f"bank_status:{env}", {})
+
+    def banks_of(self, env: str) -> list[dict]:
+        status = self.bank_status(env)
+        return [{**b, "status": status.get(b["_id"], "healthy")} for b in self.banks]
+
+    def _record(self, env: str, record_id: str) -> dict:
+        rec = self.records.get((env, record_id))
+        if rec is None or rec[INTERNAL]["state"] == "removed":
+            raise ServiceError("INVALID_FIELD", "record does not exist")
+        return rec
+
+    def _save(self, rec: dict) -> None:
+        self.store.put("records", rec, customer=rec["customer"])
+        self.records[(rec["env"], rec["_id"])] = rec
+
+    def _by_token(self, env: str, token: str) -> dict:
+        doc = self.tokens.get(token)
+        if doc is None or doc["kind"] != "access" or doc["env"] != env or doc.get("dead"):
+            raise ServiceError("INVALID_TOKEN",
+                               "access_token is invalid, of another environment or removed")
+        return self.records[(env, doc["record"])]
+
+    def _target(self, env: str, body: dict) -> dict:
+        """The record a data call names, by `record` or `access_token`."""
+        if "access_token" in body:
+            return self._by_token(env, body["access_token"])
+        return self._record(env, body["record"])
+
+    def _check(self, rec: dict, product: str, *, auth_call: bool = False) -> None:
+        """Raise what the record's state answers for `product`, if anything."""
+        st = rec[INTERNAL]
+        code = BANK_STATUS.get(self.bank_status(rec["env"]).get(rec["bank"], "healthy"))
+        if code:
+            raise ServiceError(code, f"the bank of this record reports {code}")
+        err = st.get("error")
+        if err == "INTERNAL_SERVER_ERROR":
+            raise ServiceError(err, "unsupported bank response")
+        if err:
+            raise ServiceError(err, f"the connection failed: {err}")
+        if st["state"] == "locked":
+            raise ServiceError("TOO_MANY_VERIFICATION_ATTEMPTS",
+                               "the record is permanently locked after failed verifications")
+        if st["state"] == "login_required":
+            raise ServiceError("RECORD_LOGIN_REQUIRED", "the user must log in again")
+        account_id = st["accounts"][0] if st["accounts"] else ""
+        if st["state"] == "expired":
+            raise ServiceError("VERIFICATION_EXPIRED", "the record was not verified in 7 days",
+                               extra={"account_id": account_id})
+        if product not in rec["products"]:
+            raise ServiceError("PRODUCTS_NOT_SUPPORTED",
+                               f"{product} is not enabled for this record")
+        if not rec["verified"] and auth_call:
+            raise ServiceError("PRODUCT_NOT_READY", "the record is not verified yet",
+                               error_type="AUTH_ERROR", extra={"account_id": account_id})
+        status = rec["status"].get(product)
+        if status == "failed":
+            raise ServiceError("PRODUCT_NOT_READY",
+                               f"{product} could not be processed for this record")
+        if status != "ready":
+            raise ServiceError("PRODUCT_NOT_READY", f"{product} is not ready yet")
+
+    # -- bulk data views -----------------------------------------------------------------------
+    def _spec(self, rec: dict, k: int, account_id: str) -> datagen.AccountSpec:
+        g = rec[INTERNAL]["gen"]
+        bank = self.bank_by_id[rec["bank"]]
+        return datagen.AccountSpec(
+            seed=g["seed"], account_id=account_id, bank_short=bank["slug"][:3].upper(),
+            business=rec["account_type"] == "business", income=g["income"], primary=k == 0,
+            volume=g["volume"], first_month=g["first_month"], created_month=g["created_month"])
+
+    def _histories(self, rec: dict, now: float) -> list[tuple[str, datagen.History, int]]:
+        last = max(datagen.month_index(now), rec[INTERNAL]["gen"]["created_month"])
+        out = []
+        for k, account_id in enumerate(rec[INTERNAL]["accounts"]):
+            h = datagen.history(self._spec(rec, k, account_id), last)
+            out.append((account_id, h, h.visible(now)))
+        return out
+
+    def _rows(self, rec: dict, account_id: str, h: datagen.History) -> list[bytes]:
+        return datagen.rows(h, {"account": account_id, "record": rec["_id"],
+                                "customer": rec["customer"], "bank": rec["bank"],
+                                "env": rec["env"]})
+
+    def _record_view(self, rec: dict, now: float) -> tuple[np.ndarray, list[bytes]]:
+        """All of a record's lines in the API's order (date, then _id), with their JSON."""
+        parts = self._histories(rec, now)
+        key = (rec["env"], rec["_id"], tuple(id(h) for _, h, _ in parts))
+        view = self._views.get(key)
+        if view is None:
+            if len(parts) == 1:
+                account_id, h, _ = parts[0]
+                view = (h.ts, self._rows(rec, account_id, h))
+            else:
+                ts = np.concatenate([h.ts for _, h, _ in parts])
+                rank = np.concatenate([np.full(len(h), r) for r, (_, h, _) in enumerate(
+                    sorted(parts, key=lambda p: p[0]))])
+                seq = np.concatenate([h.seq for _, h, _ in parts])
+                order = np.lexsort((seq, rank, ts))
+                rows = [r for a, h, _ in parts for r in self._rows(rec, a, h)]
+                view = (ts[order], [rows[i] for i in order.tolist()])
+            if len(self._views) > 64:
+                self._views.clear()
+            self._views[key] = view
+        return view
+
+    def _balance_doc(self, rec: dict, account: dict, h: datagen.History, upto: int,
+                     with_periodic: bool = True) -> dict:
+        amount = (int(h.balance[upto - 1]) if upto else h.opening) / 100
+        stamp = iso(int(h.ts[upto - 1])) if upto else rec["created_at"]
+        doc = {"_id": account["balance"], "account": account["_id"],
+               "available_balance": amount, "ledger_balance": amount, "currency": "NGN",
+               "customer": rec["customer"], "record": rec["_id"], "env": rec["env"],
+               "created_at": rec["created_at"], "last_updated": stamp}
+        if with_periodic:
+            doc["periodic"] = datagen.periodic(h, upto)
+        return doc
+
+    # -- data endpoints --------------------------------------------------------------------
+    async def accounts_get(self, env: str, body: dict) -> dict:
+        if "record" in body:
+            rec = self._record(env, body["record"])
+            self._check(rec, "accounts")
+            recs = [rec]
+        else:
+            recs = self._customer_records(env, body["customer"])
+            for rec in recs:
+                self._check(rec, "accounts")
+        accounts = [self.store.get("accounts", env, a) for r in recs
+                    for a in r[INTERNAL]["accounts"]]
+        items, pagination = self.paginate(accounts, body.get("page", 1), body.get("limit", 20))
+        return {"pagination": pagination, "accounts": items}
+
+    def _customer_records(self, env: str, customer: str) -> list[dict]:
+        if self.store.get("customers", env, customer) is None:
+            raise ServiceError("INVALID_FIELD", "customer does not exist")
+        return [r for r in self.store.find("records", env, "customer", customer)
+                if r[INTERNAL]["state"] != "removed"]
+
+    def _account(self, env: str, account_id: str) -> tuple[dict, int]:
+        acct = self.store.get("accounts", env, account_id)
+        rec = acct and self.records.get((env, acct["record"]))
+        if acct is None or rec is None or rec[INTERNAL]["state"] == "removed":
+            raise ServiceError("INVALID_ACCOUNT_ID", "account does not exist")
+        return rec, rec[INTERNAL]["accounts"].index(account_id)
+
+    async def balance_get(self, env: str, body: dict) -> dict:
+        if "account" in body:
+            rec, k = self._account(env, body["account"])
+        else:
+            rec, k = self._target(env, body), None
+        self._check(rec, "balance")
+        docs = []
+        for i, (account_id, h, upto) in enumerate(self._histories(rec, self.clock.now())):
+            if k is None or i == k:
+                docs.append(self._balance_doc(rec, self.store.get("accounts", env, account_id),
+                                              h, upto))
+        items, pagination = self.paginate(docs, body.get("page", 1), body.get("limit", 20))
+        return {"pagination": pagination, "balance": items}
+
+    async def transactions_get(self, env: str, body: dict) -> dict:
+        now = self.clock.now()
+        if "account" in body:
+            rec, k = self._account(env, body["account"])
+            self._check(rec, "transactions")
+            account_id, h, _ = self._histories(rec, now)[k]
+            ts, rows = h.ts, self._rows(rec, account_id, h)
+        else:
+            rec = self._target(env, body)
+            self._check(rec, "transactions")
+            ts, rows = self._record_view(rec, now)
+        lo, hi = 0, int(np.searchsorted(ts, now, side="right"))
+        if "from" in body:
+            lo = int(np.searchsorted(ts, _date("from", body["from"]), side="left"))
+        if "to" in body:
+            hi = min(hi, int(np.searchsorted(ts, _date("to", body["to"]) + DAY, side="left")))
+        hi = max(lo, hi)
+        page, limit = body.get("page", 1), body.get("limit", 20)
+        pagination = self.pages(hi - lo, page, limit)
+        start = lo + (page - 1) * limit
+        chunk = rows[start:min(hi, start + limit)] if start < hi else []
+        return {"pagination": pagination,
+                "transaction": orjson.Fragment(b"[" + b",".join(chunk) + b"]")}
+
+    async def income_get(self, env: str, body: dict) -> dict:
+        if "customer" in body and "record" not in body:
+            recs = self._customer_records(env, body["customer"])
+            if not recs:
+                raise ServiceError("NO_ACCOUNTS", "the customer has no connected record")
+            rec = recs[-1]
+        else:
+            rec = self._record(env, body["record"])
+        self._check(rec, "income")
+        value = datagen.income(self._histories(rec, self.clock.now()), self.clock.now())
+        if value is None:
+            raise ServiceError("PRODUCT_NOT_READY", "no income stream in the transactions")
+        return {"income": {"_id": datagen.object_id("income", rec["_id"]),
+                           "customer": rec["customer"], "record": rec["_id"], **value,
+                           "env": env, "created_at": rec["created_at"]}}
+
+    def _identity(self, rec: dict) -> dict:
+        cust = self.store.get("customers", rec["env"], rec["customer"])
+        return callbacks.identity_member(
+            cust["identity"], customer=rec["customer"], bank=rec["bank"], env=rec["env"],
+            details=self._callback_url(rec, "IDENTITY"),
+            ident_id=datagen.object_id("identity", rec["_id"]))
+
+    async def identity_get(self, env: str, body: dict) -> dict:
+        recs = ([self._record(env, body["record"])] if "record" in body
+                else self._customer_records(env, body["customer"]))
+        for rec in recs:
+            self._check(rec, "identity")
+        items, pagination = self.paginate([self._identity(r) for r in recs], 1, 100)
+        return {"pagination": pagination, "identity": items}
+
+    def _auth_doc(self, rec: dict) -> dict:
+        cust = self.store.get("customers", rec["env"], rec["customer"])
+        return {"_id": rec[INTERNAL]["auth"], "id": rec[INTERNAL]["auth"], "__v": 0,
+                "record": rec["_id"], "bank": self.banks_of(rec["env"])[
+                    self.banks.index(self.bank_by_id[rec["bank"]])],
+                "created_at": rec["created_at"], "last_updated": rec["last_updated"],
+                "customer": {"_id": cust["_id"], "name": cust["name"]}, "env": rec["env"],
+                "owner": callbacks.OWNER, "validated": rec["verified"],
+                "current_project": callbacks.PROJECT, "projects": [callbacks.PROJECT]}
+
+    async def auth_get_by_customer(self, env: str, body: dict) -> dict:
+        recs = self._customer_records(env, body["customer"])
+        items, pagination = self.paginate([self._auth_doc(r) for r in recs],
+                                          body.get("page", 1), body.get("limit", 20))
+        return {"pagination": pagination, "auths": items}
+
+    async def auth_get(self, env: str, body: dict) -> dict:
+        rec = self._record(env, body["record"])
+        self._check(rec, "auth", auth_call=True)
+        accounts = [self.store.get("accounts", env, a) for a in rec[INTERNAL]["accounts"]]
+        return {"auth": {**self._auth_doc(rec), "accounts": [
+            {"account_id": a["_id"], "nuban": a["nuban"], "name": a["name"], "type": a["type"],
+             "bank_code": self.bank_by_id[rec["bank"]]["code"]} for a in accounts]}}
+
+    async def record_get(self, env: str, body: dict) -> dict:
+        return {"record": public(self._record(env, body["record"]))}
+
+    async def record_remove(self, env: str, body: dict) -> dict:
+        rec = self._record(env, body["record"])
+        st = rec[INTERNAL]
+        st["state"] = "removed"
+        rec["last_updated"] = iso(self.clock.now())
+        with self.store.transaction():
+            self._save(rec)
+            for tok in [t for t in self.tokens.values() if t["record"] == rec["_id"]
+                        and t["env"] == env]:
+                tok["dead"] = True
+                self.store.put("tokens", tok, record=tok["record"])
+        self.webhooks.enqueue(env, callbacks.user_disconnect(
+            rec=rec, accounts=st["accounts"], now=self.clock.now()),
+            record=rec["_id"], method="USER_DISCONNECT")
+        return {}
+
+    async def item_get(self, env: str, body: dict) -> dict:
+        rec = self._target(env, body)
+        bank = self.bank_by_id[rec["bank"]]
+        last = self.webhooks.last_webhook(env, rec["_id"])
+        return {"item": {
+            "_id": rec["_id"], "record": rec["_id"], "bank": bank["_id"],
+            "institution": {"name": bank["name"], "slug": bank["slug"]},
+            "products_supported": bank["products"], "products_enabled": rec["products"],
+            "status": rec["status"], "state": rec[INTERNAL]["state"],
+            "error": rec[INTERNAL].get("error"), "verified": rec["verified"],
+            "last_webhook": {"code": last["code"], "sent_at": last["sent_at"]} if last else None,
+            "env": env, "created_at": rec["created_at"]}}
+
+    async def token_exchange(self, env: str, body: dict) -> dict:
+        doc = self.tokens.get(body["public_token"])
+        if doc is None or doc["kind"] != "public" or doc["env"] != env or doc.get("dead"):
+            raise ServiceError("INVALID_PUBLIC_TOKEN",
+                               "public_token is invalid, of another environment or spent")
+        rec = self._record(env, doc["record"])
+        access = f"access-{self.short(env)}-{secrets.token_hex(12)}"
+        doc["dead"] = True
+        tok = {"_id": access, "env": env, "kind": "access", "record": rec["_id"]}
+        with self.store.transaction():
+            self.store.put("tokens", doc, record=doc["record"])
+            self.store.put("tokens", tok, record=rec["_id"])
+        self.tokens[access] = tok
+        return {"access_token": access, "record": rec["_id"]}
+
+    # -- sandbox controls ------------------------------------------------------------------
+    async def customers_create(self, env: str, body: dict) -> dict:
+        specs = body["customers"]
+        if not 1 <= len(specs) <= 100:
+            raise ServiceError("INVALID_FIELD", "customers must hold 1 to 100 objects")
+        specs = [self._customer_spec(env, i, s) for i, s in enumerate(specs)]
+        live = sum(1 for (e, _), r in self.records.items() if e == env)
+        if live + len(specs) > self.addition_limit:
+            raise ServiceError("ADDITION_LIMIT", f"this environment holds at most "
+                               f"{self.addition_limit} records (--addition-limit)")
+        with self.store.transaction():
+            created = [self._create_customer(env, s) for s in specs]
+        loop = asyncio.get_running_loop()
+        for c in created:
+            loop.call_soon(self._complete_connection, env, c["record"])
+        return {"customers": created}
+
+    def _customer_spec(self, env: str, i: int, spec) -> dict:
+        where = f"customers[{i}]"
+        if not isinstance(spec, dict):
+            raise ServiceError("INVALID_FIELD", f"{where} must be an object")
+        unknown = sorted(set(spec) - CUSTOMER_FIELDS)
+        if unknown:
+            raise ServiceError("UNKNOWN_FIELDS", "unknown fields: "
+                               + ", ".join(f"{where}.{u}" for u in unknown))
+        out = {"accounts": 1, "months": 6, "volume": 4, "login_type": "bank",
+               "account_type": "personal", "products": list(datagen.PRODUCTS),
+               "income": True, "name": None, "password": None, "seed": None, "bank": None}
+        for key, value in spec.items():
+            if value is None:
+                continue
+            f = f"{where}.{key}"
+            if key == "accounts":
+                out[key] = _int_in(f, value, 1, 5)
+            elif key == "months":
+                out[key] = _int_in(f, value, 1, 60)
+            elif key == "volume":
+                out[key] = _int_in(f, value, 1, 200)
+            elif key == "seed":
+                out[key] = _int_in(f, value, 0, 2**32 - 1)
+            elif key in ("name", "password", "bank"):
+                if not isinstance(value, str) or not 0 < len(value) <= 200:
+                    raise ServiceError("INVALID_FIELD", f"{f} must be a non-empty string")
+                out[key] = value
+            elif key == "login_type":
+                if value not in datagen.LOGIN_TYPES:
+                    raise ServiceError("INVALID_FIELD",
+                                       f"{f} must be one of {', '.join(datagen.LOGIN_TYPES)}")
+                out[key] = value
+            elif key == "account_type":
+                if value not in ("personal", "business"):
+                    raise ServiceError("INVALID_FIELD", f"{f} must be personal or business")
+                out[key] = value
+            elif key == "income":
+                if not isinstance(value, bool):
+                    raise ServiceError("INVALID_FIELD", f"{f} must be a boolean")
+                out[key] = value
+            elif key == "products":
+                if (not isinstance(value, list) or not value
+                        or not all(isinstance(p, str) for p in value)):
+                    raise ServiceError("INVALID_FIELD", f"{f} must be a non-empty array of "
+                                                        "product names")
+                bad = [p for p in value if p not in datagen.PRODUCTS]
+                if bad:
+                    raise ServiceError("INVALID_PRODUCT", f"no access to product(s) "
+                                       f"{', '.join(bad)}; products are "
+                                       f"{', '.join(datagen.PRODUCTS)}")
+                out[key] = list(dict.fromkeys(value))
+        if out["bank"] is not None:
+            if out["bank"] not in self.bank_by_id:
+                raise ServiceError("INVALID_BANK", f"{where}.bank does not exist")
+            code = BANK_STATUS[self.bank_status(env).get(out["bank"], "healthy")]
+            if code:
+                raise ServiceError(code, f"the bank reports {code}")
+        pw = out["password"]
+        if pw and pw.startswith("error_") and pw[6:] not in PASSWORD_ERRORS:
+            raise ServiceError("INVALID_FIELD", f"{where}.password error_<CODE> needs a "
+                               "RECORD_ERROR or BANK_ERROR code")
+        return out
+
+    def _create_customer(self, env: str, spec: dict) -> dict:
+        n = self.store.get_meta(f"counter:{env}", 0) + 1
+        self.store.set_meta(f"counter:{env}", n)
+        now = self.clock.now()
+        stamp = iso(now)
+        seed = spec["seed"] if spec["seed"] is not None else self.seed
+        customer_id = datagen.object_id(seed, env, "customer", n)
+        name = spec["name"] or datagen.person(seed, customer_id)["name"]
+        if spec["bank"] is None:  # round robin over the banks that are up
+            status = self.bank_status(env)
+            up = [b for b in self.banks if status.get(b["_id"], "healthy") == "healthy"]
+            bank = (up or self.banks)[n % len(up or self.banks)]
+        else:
+            bank = self.bank_by_id[spec["bank"]]
+        self.store.put("customers", {"_id": customer_id, "id": customer_id, "name": name,
+                                     "env": env, "created_at": stamp,
+                                     "identity": datagen.identity(seed, customer_id, name)})
+        record_id = datagen.object_id(seed, env, "record", n)
+        account_ids = []
+        for k in range(spec["accounts"]):
+            account_id = datagen.object_id(seed, env, "account", n, k)
+            acct_name, acct_type = datagen.account_name_type(seed, account_id, name,
+                                                             spec["account_type"])
+            self.store.put("accounts", {
+                "_id": account_id, "id": account_id, "nuban": datagen.nuban(seed, account_id),
+                "name": acct_name, "type": acct_type, "currency": "NGN", "bank": bank["_id"],
+                "customer": {"_id": customer_id, "name": name}, "record": record_id,
+                "balance": datagen.object_id(seed, "balance", account_id), "env": env,
+                "created_at": stamp, "last_updated": stamp,
+            }, record=record_id)
+            account_ids.append(account_id)
+        pw = spec["password"] or ""
+        error = pw[6:] if pw.startswith("error_") else None
+        verified = spec["login_type"] != "account_number"  # manual: micro-deposits first
+        created_month = datagen.month_index(now)
+        rec = {
+            "_id": record_id, "id": record_id, "customer": customer_id, "bank": bank["_id"],
+            "env": env, "login_type": spec["login_type"], "account_type": spec["account_type"],
+            "products": spec["products"],
+            "status": {p: "pending" for p in spec["products"]}, "verified": verified,
+            "created_at": stamp, "last_updated": stamp,
+            INTERNAL: {"state": "active" if verified else "unverified", "error": error,
+                       "accounts": account_ids, "created_ts": now, "verify_failures": 0,
+                       "auth": datagen.object_id(seed, env, "auth", n),
+                       "gen": {"seed": seed, "months": spec["months"], "volume": spec["volume"],
+                               "income": spec["income"], "created_month": created_month,
+                               "first_month": created_month - spec["months"]}},
+        }
+        self._save(rec)
+        public_token = f"public-{self.short(env)}-{secrets.token_hex(12)}"
+        tok = {"_id": public_token, "env": env, "kind": "public", "record": record_id}
+        self.store.put("tokens", tok, record=record_id)
+        self.tokens[public_token] = tok
+        return {"customer": customer_id, "record": record_id, "public_token": public_token,
+                "accounts": account_ids}
+
+    async def reset_login(self, env: str, body: dict) -> dict:
+        rec = self._record(env, body["record"])
+        rec[INTERNAL]["state"] = "login_required"
+        rec["last_updated"] = iso(self.clock.now())
+        self._save(rec)
+        self.webhooks.enqueue(env, callbacks.user_reauth(rec=rec, now=self.clock.now()),
+                              record=rec["_id"], method="USER_REAUTH")
+        return {}
+
+    async def verify(self, env: str, body: dict) -> dict:
+        rec = self._record(env, body["record"])
+        amounts = body["amounts"]
+        if (len(amounts) != 2 or not all(isinstance(a, int | float) and not isinstance(a, bool)
+                                         for a in amounts)):
+            raise ServiceError("INVALID_FIELD", "amounts must be the two micro-deposits, "
+                                                "as numbers")
+        st = rec[INTERNAL]
+        if st["state"] == "locked" or st["verify_failures"] >= MAX_VERIFY_FAILURES:
+            st["state"] = "locked"
+            self._save(rec)
+            raise ServiceError("TOO_MANY_VERIFICATION_ATTEMPTS",
+                               "the record is permanently locked; use another bank")
+        if st["state"] == "expired":
+            raise ServiceError("VERIFICATION_EXPIRED", "the record was not verified in 7 days",
+                               extra={"account_id": st["accounts"][0]})
+        if rec["verified"]:
+            return {"verified": True}
+        if sorted(round(a, 2) for a in amounts) != sorted(MICRO_DEPOSITS):
+            st["verify_failures"] += 1
+            self._save(rec)
+            raise ServiceError("INCORRECT_DEPOSIT_AMOUNTS",
+                               f"the amounts do not match ({st['verify_failures']} of "
+                               f"{MAX_VERIFY_FAILURES} failed attempts)")
+        rec["verified"] = True
+        st["state"] = "active"
+        self._save(rec)
+        asyncio.get_running_loop().call_soon(self._complete_connection, env, rec["_id"])
+        return {"verified": True}
+
+    async def banks_status(self, env: str, body: dict) -> dict:
+        if body["bank"] not in self.bank_by_id:
+            raise ServiceError("INVALID_BANK", "bank does not exist")
+        if body["status"] not in BANK_STATUS:
+            raise ServiceError("INVALID_FIELD", "status must be one of "
+                               + ", ".join(BANK_STATUS))
+        status = self.bank_status(env)
+        status[body["bank"]] = body["status"]
+        self.store.set_meta(f"bank_status:{env}", status)
+        return {"bank": next(b for b in self.banks_of(env) if b["_id"] == body["bank"])}
+
+    async def maintenance(self, env: str, body: dict) -> dict:
+        if not isinstance(body["on"], bool):
+            raise ServiceError("INVALID_FIELD", "on must be a boolean")
+        self.store.set_meta("maintenance", body["on"])
+        return {"maintenance": body["on"]}
+
+    async def payments_initiate(self, env: str, body: dict) -> dict:
+        rec = self._record(env, body["record"])
+        amount = _int_in("amount", body["amount"], 1, 10**12)
+        recurring = body.get("recurring")
+        schedule = None
+        if recurring is not None:
+            if not isinstance(recurring, dict) or set(recurring) - {"interval", "start_date",
+                                                                    "end_date"}:
+                raise ServiceError("INVALID_FIELD", "recurring must be an object of interval, "
+                                                    "start_date and end_date")
+            if recurring.get("interval") not in ("daily", "weekly", "monthly"):
+                raise ServiceError("INVALID_FIELD", "recurring.interval must be daily, weekly "
+                                                    "or monthly")
+            _date("recurring.start_date", recurring.get("start_date"))
+            if recurring.get("end_date") is not None:
+                _date("recurring.end_date", recurring["end_date"])
+        self._check(rec, "payment")
+        now = self.clock.now()
+        n = self.store.get_meta(f"payments:{env}", 0) + 1
+        self.store.set_meta(f"payments:{env}", n)
+        pid = datagen.object_id(self.seed, env, "payment", n)
+        account_id, h, upto = self._histories(rec, now)[0]
+        available = (int(h.balance[upto - 1]) if upto else h.opening) / 100
+        ok = amount / 100 <= available
+        if recurring is not None:
+            schedule = {"interval": recurring["interval"], "startDate": recurring["start_date"],
+                        "endDate": recurring.get("end_date"), "history": [pid],
+                        "current_amount": amount, "paymentId": pid}
+        bank = self.bank_by_id[rec["bank"]]
+        account = self.store.get("accounts", env, account_id)
+        payment = callbacks.payment_object(
+            pid=pid, rec=rec, bank=bank, amount=amount, ok=ok, debit_account=account,
+            available=available, now=now, env=env, ref=f"PAY{n:010d}", schedule=schedule,
+            dest_name="SANDBOX MERCHANT")
+        self.store.put("payments", {**payment, "env": env}, record=rec["_id"])
+        code = "PAYMENT_SUCCESS" if ok else "PAYMENT_FAILED"
+        status = "is_success" if ok else "is_failed"
+        members = {"paymentId": pid, "link": None,
+                   "garnishment": {"amount_collected": amount if ok else 0},
+                   "schedule": {"current_amount": amount, "paymentId": pid}, "payment": payment}
+        self.webhooks.enqueue(env, self.callback(env, rec, "PAYMENT", code, status=status,
+                                                 message="Payment processed", **members),
+                              record=rec["_id"], method="PAYMENT")
+        if schedule is not None:
+            self.webhooks.enqueue(env, self.callback(
+                env, rec, "PAYMENT_RECURRING", code, callback_type="PAYMENT_RECURRING",
+                status=status, message="Recurring payment scheduled", schedule=schedule),
+                record=rec["_id"], method="PAYMENT_RECURRING")
+        return {"payment": payment}
+
+    # -- callbacks that follow -----------------------------------------------------------
+    def _callback_url(self, rec: dict, method: str) -> str:
+        return (f"{self.public_base}{self._base(rec['env'])}callback"
+                f"?record={rec['_id']}&method={method}")
+
+    def callback(self, env: str, rec: dict, method: str, code: str, *, callback_type=None,
+                 message: str = "", status: str = "is_success", **members) -> dict:
+        """A product callback payload: the spec's common members, then the product's."""
+        conf = self.webhooks.settings(env) or {}
+        cust = self.store.get("customers", env, rec["customer"])
+        return {**callbacks.common(
+            env=env, rec=rec, bank=self.bank_by_id[rec["bank"]], method=method, code=code,
+            now=self.clock.now(), callback_url=self._callback_url(rec, method),
+            webhook_url=conf.get("url"), customer=cust, callback_type=callback_type,
+            status=status, message=message), **members}
+
+    def _complete_connection(self, env: str, record_id: str) -> None:
+        """The bank answered: each enabled product gets ready and its callback goes out."""
+        rec = self.records.get((env, record_id))
+        if rec is None or rec[INTERNAL]["state"] != "active" or not rec["verified"]:
+            return
+        if rec[INTERNAL].get("error"):
+            rec["status"] = {p: "failed" for p in rec["products"]}
+            self._save(rec)
+            return
+        try:
+            self._send_product_callbacks(env, rec)
+        except Exception:  # a failed callback must not leave the record half-ready
+            log.exception("connection of %s failed", record_id)
+
+    def _send_product_callbacks(self, env: str, rec: dict) -> None:
+        now = self.clock.now()
+        parts = self._histories(rec, now)
+        accounts = [self.store.get("accounts", env, a) for a, _, _ in parts]
+        value = datagen.income(parts, now) if "income" in rec["products"] else None
+        rec["status"] = {p: "ready" for p in rec["products"]}
+        if "income" in rec["products"] and value is None:
+            rec["status"]["income"] = "failed"
+        rec["last_updated"] = iso(now)
+        self._save(rec)
+        out: list[tuple[str, dict]] = []
+        products = rec["products"]
+        if "auth" in products:
+            out.append(("AUTH", self.callback(env, rec, "AUTH", "AUTH_SUCCESS",
+                                              message="Authentication successful")))
+        if "identity" in products:
+            out.append(("IDENTITY", self.callback(env, rec, "IDENTITY", "PRODUCT_IS_READY",
+                                                  message="Identity ready",
+                                                  identity=self._identity(rec))))
+        if "accounts" in products:
+            out.append(("ACCOUNTS", self.callback(
+                env, rec, "ACCOUNTS", "ACCOUNTS_SUCCESS", message="Accounts ready",
+                account=callbacks.account_member(accounts[0]))))
+        if "balance" in products:
+            for acct, (_, h, upto) in zip(accounts, parts, strict=True):
+                bal = self._balance_doc(rec, acct, h, upto, with_periodic=False)
+                out.append(("BALANCE", self.callback(
+                    env, rec, "BALANCE", "BALANCE_SUCCESS", message="Balance ready",
+                    accountId=acct["_id"], nuban=acct["nuban"],
+                    balance=callbacks.balance_member(bal))))
+        if "transactions" in products:
+            out.append(("TRANSACTIONS", self.callback(
+                env, rec, "TRANSACTIONS", "PRODUCT_IS_READY", message="Transactions ready",
+                newTransactions=sum(upto for _, _, upto in parts))))
+        if "income" in products:
+            if value is None:
+                out.append(("INCOME", self.callback(env, rec, "INCOME", "INCOME_FAILED",
+                                                    status="is_failed",
+                                                    message="No income stream found")))
+            else:
+                out.append(("INCOME", self.callback(env, rec, "INCOME", "PRODUCT_IS_READY",
+                                                    message="Income ready")))
+        for method, payload in out:
+            self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
+
+    def daily(self, now: float) -> None:
+        """What the calendar does: periodic products once a day, the 7-day verification window.
+
+        Called when the clock moves and now and then; each sandbox day is handled once.
+        """
+        today = int(now // DAY)
+        last = self.store.get_meta("periodic_day", today)
+        for (env, _), rec in list(self.records.items()):
+            st = rec[INTERNAL]
+            if st["state"] == "unverified" and now >= st["created_ts"] + VERIFY_WINDOW:
+                st["state"] = "expired"
+                self._save(rec)
+                payload = self.callback(env, rec, "AUTH", "VERIFICATION_EXPIRED",
+                                        status="is_failed",
+                                        message="The record was not verified within 7 days")
+                payload["error"] = {"error_type": "AUTH_ERROR",
+                                    "error_code": "VERIFICATION_EXPIRED",
+                                    "error_message": "record not verified after 7 days",
+                                    "display_message": None, "account_id": st["accounts"][0]}
+                self.webhooks.enqueue(env, payload, record=rec["_id"], method="AUTH")
+        if today <= last:
+            return
+        self.store.set_meta("periodic_day", today)
+        for day in range(max(last + 1, today - 30), today + 1):
+            end = day * DAY  # the day that just closed is [end - DAY, end)
+            for (env, _), rec in list(self.records.items()):
+                if (rec[INTERNAL]["state"] != "active" or rec[INTERNAL].get("error")
+                        or rec["status"].get("transactions", rec["status"].get("balance"))
+                        != "ready"):
+                    continue
+                self._periodic(env, rec, end)
+
+    def _periodic(self, env: str, rec: dict, end: float) -> None:
+        parts = self._histories(rec, end)
+        if "balance" in rec["products"]:
+            for account_id, h, upto in parts:
+                acct = self.store.get("accounts", env, account_id)
+                bal = self._balance_doc(rec, acct, h, upto, with_periodic=False)
+                self.webhooks.enqueue(env, self.callback(
+                    env, rec, "PERIODIC_BALANCE", "BALANCE_SUCCESS", callback_type="BALANCE",
+                    message="Periodic balance ready", accountId=acct["_id"],
+                    nuban=acct["nuban"], balance=callbacks.balance_member(bal)),
+                    record=rec["_id"], method="PERIODIC_BALANCE")
+        if "transactions" in rec["products"]:
+            new = sum(upto - h.visible(end - DAY) for _, h, upto in parts)
+            self.webhooks.enqueue(env, self.callback(
+                env, rec, "PERIODIC_TRANSACTIONS", "PRODUCT_IS_READY",
+                callback_type="TRANSACTIONS", message="Periodic transactions ready",
+                newTransactions=new), record=rec["_id"], method="PERIODIC_TRANSACTIONS")
+
+    @staticmethod
+    def short(env: str) -> str:
+        return "sandbox" if env == SANDBOX else "production"
