@@ -1,11 +1,24 @@
 """The warehouse: a DuckDB file of views over the lake, rebuilt aside and published atomically.
 
-Analysts open the published file read-only; a refresh builds a new file next to it and
-renames it into place, so they never see a half-built one and never block a refresh.
+Each view is one file in `sql/`, named after the view. In the SQL, `{lake:TABLE}` stands for
+the lake table (read_parquet over absolute paths, `record_id` from the hive folder name,
+`union_by_name` so partitions written before a column was added still read), and
+`{lake:TABLE?}` for one that may be missing: an empty relation with the table's columns
+stands in. A `-- needs: view, ...` line names views the file reads. A view is created only
+when its lake tables exist (at least one, if all are optional) and the views it needs were
+created; the rest wait for a later refresh.
+
+Analysts open the published file read-only. A refresh builds a new file next to it and
+renames it into place, so readers never see a half-built one, and since the build never
+opens the published file, a reader holding it open never blocks a refresh (on POSIX the
+reader keeps the old file until it reconnects).
 """
 
-
+# no `from __future__ import annotations`: Dagster reads the context's type hint at runtime
 import os
+import re
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -17,37 +30,177 @@ from .accounts import accounts
 
 SQL_DIR = Path(__file__).parent / "sql"
 
+# tables kept as one file, `<lake>/<table>/part-0.parquet`, not one per record (docs/lake.md)
+UNPARTITIONED = {"records"}
+
+# Columns of the lake tables a view reads with `{lake:TABLE?}` (docs/lake.md): the stand-in
+# when the table is not there yet, so the view binds and types the same as when it is.
+STAND_INS = {
+    "transactions": {
+        "record_id": "varchar", "transaction_id": "varchar", "account_id": "varchar",
+        "customer_id": "varchar", "trans_date": "timestamptz", "cleared_date": "timestamptz",
+        "debit": "double", "credit": "double", "amount": "double", "balance": "double",
+        "currency": "varchar", "narration": "varchar", "topics": "varchar[]",
+        "ref": "varchar", "branch": "varchar", "code": "varchar", "env": "varchar",
+        "created_at": "timestamptz",
+    },
+    "balance_periodic": {
+        "record_id": "varchar", "account_id": "varchar", "date": "date",
+        "available_balance": "double", "ledger_balance": "double",
+    },
+}
+
+_LAKE_REF = re.compile(r"\{lake:([a-z][a-z0-9_]*)(\??)\}")
+_NEEDS = re.compile(r"^--\s*needs:\s*(.+)$", re.MULTILINE)
+
 
 class Warehouse(ConfigurableResource):
+    """Where the published DuckDB file lives."""
+
     path: str
 
 
-def build(lake_root: Path, target: Path) -> list[str]:
-    """Write a DuckDB file at `target` with a view per lake table present; return the views."""
+@dataclass(frozen=True)
+class View:
+    name: str
+    sql: str
+    tables: frozenset[str]      # lake tables it must have
+    optional: frozenset[str]    # lake tables it reads if present
+    needs: tuple[str, ...]      # views it reads
+
+    @classmethod
+    def load(cls, path: Path) -> "View":
+        sql = path.read_text()
+        refs = _LAKE_REF.findall(sql)
+        needs = tuple(v.strip() for m in _NEEDS.findall(sql) for v in m.split(",") if v.strip())
+        return cls(path.stem, sql, frozenset(t for t, q in refs if not q),
+                   frozenset(t for t, q in refs if q), needs)
+
+
+def load_views(sql_dir: Path | None = None) -> list[View]:
+    """The views in dependency order (each after the views it needs)."""
+    views = {p.stem: View.load(p) for p in sorted((sql_dir or SQL_DIR).glob("*.sql"))}
+    ordered: list[View] = []
+    state: dict[str, str] = {}
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if state.get(name) == "done":
+            return
+        if name not in views:
+            raise ValueError(f"view {chain[-1]!r} needs {name!r}, which has no {name}.sql")
+        if state.get(name) == "visiting":
+            raise ValueError(f"views need each other in a cycle: {' -> '.join(chain + (name,))}")
+        state[name] = "visiting"
+        for dep in views[name].needs:
+            visit(dep, chain + (name,))
+        state[name] = "done"
+        ordered.append(views[name])
+
+    for name in views:
+        visit(name, ())
+    return ordered
+
+
+def _quote(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def table_present(lake_root: Path, table: str) -> bool:
+    if table in UNPARTITIONED:
+        return (lake_root / table / "part-0.parquet").is_file()
+    return any((lake_root / table).glob("record_id=*/*.parquet"))
+
+
+def lake_source(lake_root: Path, table: str) -> str:
+    """The read_parquet call a view reads a lake table through."""
+    if table in UNPARTITIONED:
+        return f"read_parquet({_quote(lake_root / table / 'part-0.parquet')})"
+    glob = _quote(lake_root / table / "record_id=*" / "*.parquet")
+    # record ids are strings even when one happens to be all digits
+    return (f"read_parquet({glob}, hive_partitioning = true, "
+            "hive_types = {'record_id': varchar}, union_by_name = true)")
+
+
+def stand_in(table: str) -> str:
+    if table not in STAND_INS:
+        raise ValueError(f"no stand-in columns for optional lake table {table!r}")
+    cols = ", ".join(f"null::{t} as {c}" for c, t in STAND_INS[table].items())
+    return f"(select {cols} limit 0)"
+
+
+def render(view: View, lake_root: Path, present: set[str]) -> str:
+    def sub(m: re.Match) -> str:
+        table = m.group(1)
+        return lake_source(lake_root, table) if table in present else stand_in(table)
+
+    return _LAKE_REF.sub(sub, view.sql)
+
+
+def buildable(view: View, present: set[str], created: set[str]) -> bool:
+    if not view.tables <= present or not set(view.needs) <= created:
+        return False
+    if not view.tables and view.optional and not view.optional & present:
+        return False
+    return True
+
+
+def build(lake_root: Path | str, target: Path | str) -> list[str]:
+    """Publish at `target` a DuckDB file with every view the lake can serve; return their names.
+
+    The file is built under a temporary name in the same folder and renamed over `target`
+    only once complete; on any error the published file is left as it was.
+    """
+    lake_root = Path(lake_root).resolve()
+    target = Path(target).resolve()
+    views = load_views()
+    tables = {t for v in views for t in v.tables | v.optional}
+    present = {t for t in tables if table_present(lake_root, t)}
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    created = []
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    created: list[str] = []
     try:
         with duckdb.connect(str(tmp)) as con:
-            for sql_file in sorted(SQL_DIR.glob("*.sql")):
-                table = sql_file.stem
-                if not any((lake_root / table).glob("*/*.parquet")):
+            for view in views:
+                if not buildable(view, present, set(created)):
                     continue
-                con.execute(sql_file.read_text().replace("{lake}", str(lake_root)))
-                created.append(table)
+                try:
+                    con.execute(render(view, lake_root, present))
+                except duckdb.Error as exc:
+                    raise RuntimeError(f"view {view.name} ({SQL_DIR / view.name}.sql) "
+                                       f"does not build over {lake_root}: {exc}") from exc
+                created.append(view.name)
+            con.execute("checkpoint")
+        _fsync(tmp)
         os.replace(tmp, target)
+        _fsync(target.parent)
     finally:
         tmp.unlink(missing_ok=True)
+        tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
     return created
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @asset(deps=[accounts], pool="duckdb", group_name="warehouse", kinds={"duckdb"})
 def warehouse(context: AssetExecutionContext, lake: Lake,
               warehouse_db: Warehouse) -> MaterializeResult:
     """DuckDB views over the lake, for analysts (`ledgerlake sql`)."""
+    if "://" in lake.root:
+        raise ValueError(f"the warehouse reads a local lake; {lake.root} needs DuckDB's httpfs "
+                         "extension, which this build does not load")
     lake_root = Path(lake.root).resolve()
     target = Path(warehouse_db.path).resolve()
     views = build(lake_root, target)
+    waiting = sorted({v.name for v in load_views()} - set(views))
     context.log.info("published %s with views %s", target, views)
-    return MaterializeResult(metadata={"path": str(target), "views": ", ".join(views)})
+    return MaterializeResult(metadata={
+        "path": str(target),
+        "views": ", ".join(views),
+        "waiting_for_lake_tables": ", ".join(waiting),
+    })

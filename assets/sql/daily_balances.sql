@@ -1,0 +1,79 @@
+-- daily_balances: one row per account per day (UTC), from the account's first known day to
+-- its last, each day holding the balance at the end of that day.
+--
+-- Where the figure comes from, best first:
+--   1. `transactions`: on a day with lines, the running balance of the day's last line
+--      (by trans_date, then transaction_id). Lines are the ground truth and the freshest:
+--      the service's periodic history is cut once a day and its last day may be partial.
+--   2. `balance_periodic`: the service's own end-of-day history, for days without lines.
+--      It alone knows the balance before an account's first line, and it carries the
+--      available balance, which lines do not.
+--   3. carried forward: a day with neither takes the last known balance before it.
+-- Either lake table may be missing (a record fetched only one of them); the view is built
+-- when at least one exists.
+create or replace view daily_balances as
+with lines as (
+    select
+        record_id,
+        account_id,
+        timezone('UTC', trans_date)::date as date,
+        trans_date,
+        transaction_id,
+        balance
+    from {lake:transactions?}
+),
+
+from_lines as (
+    select
+        record_id,
+        account_id,
+        date,
+        arg_max(balance, (trans_date, transaction_id)) as balance
+    from lines
+    group by all
+),
+
+from_periodic as (
+    select record_id, account_id, date, ledger_balance as balance, available_balance
+    from {lake:balance_periodic?}
+),
+
+known as (
+    select
+        record_id,
+        account_id,
+        date,
+        coalesce(l.balance, p.balance)                               as balance,
+        p.available_balance,
+        if(l.balance is not null, 'transactions', 'periodic')        as source
+    from from_lines as l
+    full outer join from_periodic as p using (record_id, account_id, date)
+),
+
+spans as (
+    select record_id, account_id, min(date) as first_day, max(date) as last_day
+    from known
+    group by all
+),
+
+days as (
+    select
+        record_id,
+        account_id,
+        unnest(generate_series(first_day, last_day, interval 1 day))::date as date
+    from spans
+)
+
+select
+    d.record_id,
+    d.account_id,
+    d.date,
+    k.balance,
+    k.available_balance,
+    k.source,
+    k.date < d.date as carried_forward
+from days as d
+asof left join known as k
+    on d.record_id = k.record_id
+   and d.account_id = k.account_id
+   and d.date >= k.date;
