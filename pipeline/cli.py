@@ -74,6 +74,10 @@ def cmd_receiver(args: argparse.Namespace) -> int:
     from .receiver import create_app
 
     token = args.token or os.environ.get("LEDGERLAKE_RECEIVER_TOKEN")
+    if not token:
+        print("ledgerlake: the receiver needs --token or LEDGERLAKE_RECEIVER_TOKEN "
+              "(the webhook token the service sends)", file=sys.stderr)
+        return 2
     app = create_app(args.inbox, token, path=args.path, auth_header=args.auth_header)
     _serve(app, args.host, args.port,
            f"receiver ready: POST {{url}}{args.path}  inbox {Path(args.inbox).resolve()}")

@@ -1,7 +1,11 @@
 """The inbox: every callback the receiver accepted, durable before it is acknowledged.
 
-SQLite in WAL mode. Each event is stored once under its identity (the fields that name it,
-INTERFACE.md), so a redelivery is a no-op; ids grow monotonically for sensor cursors.
+SQLite in WAL mode, `synchronous=full`, so a committed event survives a killed process or a
+lost machine power. Each event is stored once under its identity (the fields that name it,
+INTERFACE.md), so a redelivery is a no-op for as long as the row lives (events are never
+pruned here, which covers the service's 72-hour redelivery window). Ids grow monotonically
+for sensor cursors. The same transaction that stores an event keeps the `records` table, the
+status of each connection record, so nothing reads a status that disagrees with the events.
 """
 
 from __future__ import annotations
@@ -11,12 +15,21 @@ import re
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 
 RECORD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # methods, codes, statuses, event names
+
+CONNECTED, DISCONNECTED, REAUTH_REQUIRED = "connected", "disconnected", "reauth_required"
+# connection events that move a record's status, and the data member that dates them
+STATUS_EVENTS = {"USER_DISCONNECT": (DISCONNECTED, "disconnected_at"),
+                 "USER_REAUTH": (REAUTH_REQUIRED, "deauthorized_at")}
+RECONNECT = ("AUTH", "AUTH_SUCCESS")  # a newer successful login makes the record usable again
 
 SCHEMA = """
 create table if not exists events (
@@ -29,14 +42,39 @@ create table if not exists events (
     status text,
     record text,
     account text,
+    customer text,
+    occurred_at text,
+    affects text,
     body blob not null
 );
 create index if not exists events_record on events (record);
+create index if not exists events_account on events (account);
 create table if not exists dead_letters (
     id integer primary key autoincrement,
     received_at real not null,
     reason text not null,
     body blob not null
+);
+create table if not exists records (
+    record text primary key,
+    customer text,
+    status text not null,
+    status_at text not null,
+    status_event integer not null,
+    first_seen real not null,
+    last_seen real not null,
+    replayed_at real
+);
+create index if not exists records_customer on records (customer);
+create table if not exists record_products (
+    record text not null,
+    method text not null,
+    code text not null,
+    status text,
+    event integer not null,
+    occurred_at text not null,
+    received_at real not null,
+    primary key (record, method)
 );
 """
 
@@ -49,53 +87,138 @@ class InvalidEvent(ValueError):
 class Event:
     id: int
     kind: str  # "callback" or "connection"
-    method: str | None
+    method: str | None  # a callback's method, or a connection event's `event`
     code: str | None
     status: str | None
     record: str | None
     account: str | None
     body: dict
+    received_at: float = 0.0
+    affects: tuple[str, ...] = ()  # the records a connection event applies to
+
+    @property
+    def records(self) -> tuple[str, ...]:
+        return (self.record,) if self.record else self.affects
+
+
+@dataclass(frozen=True)
+class Product:
+    code: str
+    status: str | None
+    event: int
+    occurred_at: str
+    received_at: float
+
+
+@dataclass(frozen=True)
+class RecordState:
+    record: str
+    customer: str | None
+    status: str  # connected, disconnected or reauth_required
+    status_at: str
+    first_seen: float
+    last_seen: float
+    replayed_at: float | None
+    products: dict[str, Product] = field(default_factory=dict)  # by method
+
+    @property
+    def active(self) -> bool:
+        """Whether schedules and replay should still touch this record."""
+        return self.status == CONNECTED
+
+
+def _name(value, what: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise InvalidEvent(f"{what} is missing or not of the form ^[A-Za-z0-9_.-]{{1,64}}$")
+    return value
+
+
+def _record_id(value, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not RECORD_ID.fullmatch(value):
+        raise InvalidEvent(f"{what} is not of the form ^[A-Za-z0-9_-]{{1,64}}$")
+    return value
+
+
+def _stamp(value, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 64:
+        raise InvalidEvent(f"{what} must be a timestamp string or null")
+    return value
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def describe(payload: object) -> dict:
-    """The fields that name an event; raises InvalidEvent for anything else."""
+    """The fields that name an event; raises InvalidEvent, naming the fault, for anything else."""
     if not isinstance(payload, dict):
         raise InvalidEvent("body is not a JSON object")
-    if payload.get("type") == "CALLBACK" or "callback_code" in payload:
-        method, code = payload.get("method"), payload.get("callback_code") or payload.get("code")
-        if not isinstance(method, str) or not isinstance(code, str):
-            raise InvalidEvent("callback without method and callback_code")
-        record = payload.get("record") or payload.get("recordId")
-        if not isinstance(record, str) or not RECORD_ID.fullmatch(record):
-            raise InvalidEvent("callback record id is missing or not of the form "
-                               "^[A-Za-z0-9_-]{1,64}$")
-        account = payload.get("accountId")
-        fields = [method, code, record, account, payload.get("started_at"),
-                  payload.get("ended_at")]
+    if payload.get("type") == "CALLBACK" or "callback_code" in payload or "method" in payload:
+        method = _name(payload.get("method"), "callback method")
+        code = _name(payload.get("callback_code", payload.get("code")), "callback_code")
+        record = _record_id(payload.get("record"), "callback record")
+        record_alt = _record_id(payload.get("recordId"), "callback recordId")
+        if record and record_alt and record != record_alt:
+            raise InvalidEvent("callback record and recordId disagree")
+        record = record or record_alt
+        account = _record_id(payload.get("accountId"), "callback accountId")
+        started = _stamp(payload.get("started_at"), "callback started_at")
+        ended = _stamp(payload.get("ended_at"), "callback ended_at")
+        customer = payload.get("customerId")
+        # serverResponse and the rest may differ between deliveries of one event
         return {"kind": "callback", "method": method, "code": code,
-                "status": payload.get("status"), "record": record,
-                "account": account if isinstance(account, str) else None,
-                "identity": fields}
+                "status": _name(payload.get("status"), "callback status", optional=True),
+                "record": record, "account": account,
+                "customer": customer if isinstance(customer, str) else None,
+                "occurred_at": ended or started,
+                "identity": ["callback", method, code, record, account, started, ended]}
     event = payload.get("event")
-    if isinstance(event, str) and isinstance(payload.get("data"), dict):
-        data = payload["data"]
-        record = payload.get("record") or data.get("record")
-        if record is not None and (not isinstance(record, str) or not RECORD_ID.fullmatch(record)):
-            raise InvalidEvent("event record id is not of the form ^[A-Za-z0-9_-]{1,64}$")
-        stamp = data.get("disconnected_at") or data.get("deauthorized_at")
+    data = payload.get("data")
+    if event is not None or data is not None:
+        event = _name(event, "connection event")
+        if not isinstance(data, dict):
+            raise InvalidEvent("connection event without a data object")
+        customer = data.get("customer")
+        if customer is not None and not isinstance(customer, str):
+            raise InvalidEvent("connection event customer must be a string")
+        record = _record_id(payload.get("record", data.get("record")), "connection event record")
+        accounts = data.get("accounts") or []
+        if not isinstance(accounts, list):
+            raise InvalidEvent("connection event accounts must be a list of account ids")
+        accounts = [_record_id(a, "connection event account") for a in accounts]
+        stamp_key = STATUS_EVENTS.get(event, (None, None))[1]
+        stamp = data.get(stamp_key) if stamp_key else next(
+            (v for k, v in sorted(data.items()) if k.endswith("_at")), None)
+        stamp = _stamp(stamp, f"connection event {stamp_key or 'timestamp'}")
+        if customer is None and record is None and not accounts:
+            raise InvalidEvent("connection event names no customer, record or accounts")
+        # an event we do not know and cannot date is named by all of its data
+        extra = None if stamp else hashlib.sha256(
+            orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
         return {"kind": "connection", "method": event, "code": event, "status": None,
-                "record": record, "account": None,
-                "identity": [event, data.get("customer"), record, stamp]}
+                "record": record, "account": None, "customer": customer,
+                "accounts": accounts, "occurred_at": stamp,
+                "identity": ["connection", event, customer, stamp, extra]}
     raise InvalidEvent("body has neither a callback's method and callback_code "
                        "nor a connection event's event and data")
 
 
 class Inbox:
+    """One SQLite connection, used from any thread (serialised by a lock)."""
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        # a reader or a second writer waits for the lock instead of failing
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                                   timeout=30.0)
         self._db.execute("pragma journal_mode=wal")
         self._db.execute("pragma synchronous=full")  # committed means on disk
         self._db.executescript(SCHEMA)
@@ -104,37 +227,168 @@ class Inbox:
         with self._lock:
             self._db.close()
 
-    def add(self, payload: dict) -> tuple[int, bool]:
+    def __enter__(self) -> Inbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- writes ---------------------------------------------------------------------------
+    def add(self, payload: dict, raw: bytes | None = None) -> tuple[int, bool]:
         """Store the event once; return (its id, whether it was new)."""
         info = describe(payload)
-        identity = hashlib.sha256(orjson.dumps(info["identity"])).hexdigest()
+        return self.add_described([(info, raw if raw is not None else orjson.dumps(payload))])[0]
+
+    def add_described(self, items: Sequence[tuple[dict, bytes]]) -> list[tuple[int, bool]]:
+        """Store described events in one transaction (one disk sync for all of them)."""
+        now = time.time()
+        out: list[tuple[int, bool]] = []
         with self._lock:
-            cur = self._db.execute(
-                "insert into events (identity, received_at, kind, method, code, status, record,"
-                " account, body) values (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " on conflict (identity) do nothing returning id",
-                (identity, time.time(), info["kind"], info["method"], info["code"],
-                 info["status"], info["record"], info["account"], orjson.dumps(payload)),
-            )
-            row = cur.fetchone()
-            if row:
-                return row[0], True
-            (existing,) = self._db.execute(
-                "select id from events where identity = ?", (identity,)).fetchone()
-            return existing, False
+            self._db.execute("begin immediate")
+            try:
+                for info, raw in items:
+                    out.append(self._insert(info, raw, now))
+                self._db.execute("commit")
+            except BaseException:
+                self._db.execute("rollback")
+                raise
+        return out
+
+    def _insert(self, info: dict, raw: bytes, now: float) -> tuple[int, bool]:
+        identity = hashlib.sha256(orjson.dumps(info["identity"])).hexdigest()
+        row = self._db.execute("select id from events where identity = ?", (identity,)).fetchone()
+        if row:
+            return row[0], False
+        occurred = info["occurred_at"] or _iso(now)
+        affects = self._affected(info) if info["kind"] == "connection" else []
+        (event_id,) = self._db.execute(
+            "insert into events (identity, received_at, kind, method, code, status, record,"
+            " account, customer, occurred_at, affects, body)"
+            " values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning id",
+            (identity, now, info["kind"], info["method"], info["code"], info["status"],
+             info["record"], info["account"], info["customer"], occurred,
+             orjson.dumps(affects).decode() if affects else None, raw),
+        ).fetchone()
+        if info["kind"] == "callback" and info["record"]:
+            self._on_callback(info, event_id, occurred, now)
+        elif info["kind"] == "connection":
+            new_status = STATUS_EVENTS.get(info["method"], (None,))[0]
+            for record in affects:
+                self._touch(record, info["customer"], event_id, occurred, now)
+                if new_status:
+                    self._set_status(record, new_status, occurred, event_id)
+        return event_id, True
+
+    def _affected(self, info: dict) -> list[str]:
+        """The records a connection event applies to: named, by account, else by customer."""
+        if info["record"]:
+            return [info["record"]]
+        if info["accounts"]:
+            marks = ",".join("?" * len(info["accounts"]))
+            rows = self._db.execute(
+                f"select distinct record from events where account in ({marks})"
+                " and record is not null order by record", info["accounts"]).fetchall()
+            if rows:
+                return [r[0] for r in rows]
+        if info["customer"]:
+            rows = self._db.execute("select record from records where customer = ?"
+                                    " order by record", (info["customer"],)).fetchall()
+            return [r[0] for r in rows]
+        return []
+
+    def _touch(self, record: str, customer: str | None, event_id: int, occurred: str,
+               now: float) -> None:
+        self._db.execute(
+            "insert into records (record, customer, status, status_at, status_event, first_seen,"
+            " last_seen) values (?, ?, ?, ?, ?, ?, ?) on conflict (record) do update set"
+            " last_seen = excluded.last_seen, customer = coalesce(records.customer,"
+            " excluded.customer)",
+            (record, customer, CONNECTED, "", event_id, now, now))
+
+    def _set_status(self, record: str, status: str, occurred: str, event_id: int) -> None:
+        # out-of-order delivery: only a newer event moves the status
+        self._db.execute(
+            "update records set status = ?, status_at = ?, status_event = ?"
+            " where record = ? and status_at <= ?", (status, occurred, event_id, record, occurred))
+
+    def _on_callback(self, info: dict, event_id: int, occurred: str, now: float) -> None:
+        record = info["record"]
+        self._touch(record, info["customer"], event_id, occurred, now)
+        if (info["method"], info["code"]) == RECONNECT and info["status"] != "is_failed":
+            self._set_status(record, CONNECTED, occurred, event_id)
+        self._db.execute(
+            "insert into record_products (record, method, code, status, event, occurred_at,"
+            " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict (record, method) do update"
+            " set code = excluded.code, status = excluded.status, event = excluded.event,"
+            " occurred_at = excluded.occurred_at, received_at = excluded.received_at"
+            " where excluded.occurred_at >= record_products.occurred_at",
+            (record, info["method"], info["code"], info["status"], event_id, occurred, now))
 
     def dead_letter(self, reason: str, body: bytes) -> None:
         with self._lock:
             self._db.execute("insert into dead_letters (received_at, reason, body) values (?,?,?)",
                              (time.time(), reason, body))
 
+    def mark_replayed(self, records: Iterable[str], at: float | None = None) -> None:
+        at = time.time() if at is None else at
+        with self._lock:
+            self._db.executemany("update records set replayed_at = ? where record = ?",
+                                 [(at, r) for r in records])
+
+    # -- reads ----------------------------------------------------------------------------
     def after(self, cursor: int, limit: int = 500) -> list[Event]:
+        """Events with an id above `cursor`, oldest first, at most `limit` of them."""
         with self._lock:
             rows = self._db.execute(
-                "select id, kind, method, code, status, record, account, body from events"
-                " where id > ? order by id limit ?", (cursor, limit)).fetchall()
-        return [Event(*r[:7], body=orjson.loads(r[7])) for r in rows]
+                "select id, kind, method, code, status, record, account, body, received_at,"
+                " affects from events where id > ? order by id limit ?",
+                (cursor, limit)).fetchall()
+        return [Event(*r[:7], body=orjson.loads(r[7]), received_at=r[8],
+                      affects=tuple(orjson.loads(r[9])) if r[9] else ()) for r in rows]
 
     def count(self) -> int:
         with self._lock:
             return self._db.execute("select count(*) from events").fetchone()[0]
+
+    def identities(self) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._db.execute("select identity from events order by id")]
+
+    def dead_letters(self) -> list[tuple[str, bytes]]:
+        with self._lock:
+            return [(r[0], bytes(r[1])) for r in self._db.execute(
+                "select reason, body from dead_letters order by id")]
+
+    def records(self, ids: Iterable[str] | None = None,
+                status: str | None = None) -> dict[str, RecordState]:
+        """The status of records (all, or those named), each with its last callback per method."""
+        where, params = [], []
+        if ids is not None:
+            ids = list(ids)
+            if not ids:
+                return {}
+            where.append(f"record in ({','.join('?' * len(ids))})")
+            params += ids
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        clause = (" where " + " and ".join(where)) if where else ""
+        with self._lock:
+            rows = self._db.execute(
+                "select record, customer, status, status_at, first_seen, last_seen, replayed_at"
+                f" from records{clause} order by record", params).fetchall()
+            products = self._db.execute(
+                "select record, method, code, status, event, occurred_at, received_at"
+                f" from record_products where record in (select record from records{clause})",
+                params).fetchall()
+        out = {r[0]: RecordState(*r) for r in rows}
+        for rec, method, *rest in products:
+            out[rec].products[method] = Product(*rest)
+        return out
+
+    def status(self, record: str) -> str | None:
+        """connected, disconnected, reauth_required, or None for a record never heard of."""
+        with self._lock:
+            row = self._db.execute("select status from records where record = ?",
+                                   (record,)).fetchone()
+        return row[0] if row else None

@@ -1,72 +1,167 @@
 """The receiver: an ASGI app that takes the service's callbacks into the inbox.
 
 It answers 200 only once the event is committed, so an acknowledged callback is never lost;
-anything it cannot store it refuses, and the service will deliver it again.
+anything it cannot store it refuses, and the service will deliver it again. Concurrent
+callbacks share one transaction (group commit): one disk sync acknowledges all of them.
+
+Answers: 200 stored (or already stored), 400 not an event (kept as a dead letter), 401 wrong
+or missing token, 413 body too large, 503 only when the inbox itself cannot write.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import hmac
 import logging
 
 import anyio
 import orjson
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .inbox import Inbox, InvalidEvent
+from .inbox import Inbox, InvalidEvent, describe
 
 log = logging.getLogger("ledgerlake.receiver")
 
 MAX_BODY = 1 << 20  # 1 MiB: a callback is a few KiB
+MAX_BATCH = 256
 
 
-def create_app(inbox_path: str, token: str | None, *, path: str = "/callbacks/",
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).digest()
+
+
+class GroupWriter:
+    """One task writes the inbox; callbacks that arrive while it syncs go in the next batch."""
+
+    def __init__(self, inbox: Inbox) -> None:
+        self.inbox = inbox
+        self._pending: list[tuple[dict, bytes, asyncio.Future]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._closing = False
+
+    async def add(self, info: dict, raw: bytes) -> tuple[int, bool]:
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append((info, raw, fut))
+        self._wake.set()
+        # shielded: a sender that hangs up does not cancel a write others share
+        return await asyncio.shield(fut)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._task:
+            await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+                await self._commit(batch)
+            if self._closing:
+                return
+
+    async def _commit(self, batch: list) -> None:
+        try:
+            results = await anyio.to_thread.run_sync(
+                self.inbox.add_described, [(info, raw) for info, raw, _ in batch])
+        except Exception as exc:
+            if len(batch) > 1:  # keep one bad write from failing its neighbours
+                for item in batch:
+                    await self._commit([item])
+                return
+            log.error("inbox write failed: %s", exc)
+            results = [exc]
+        for (_, _, fut), res in zip(batch, results, strict=True):
+            if fut.done():
+                continue
+            if isinstance(res, Exception):
+                fut.set_exception(res)
+            else:
+                fut.set_result(res)
+
+
+def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
                auth_header: str | None = None, max_body: int = MAX_BODY) -> Starlette:
+    if not token:
+        raise ValueError("the receiver needs a token: callbacks without one are refused")
     inbox = Inbox(inbox_path)
-    expected = token.encode() if token else None
+    writer = GroupWriter(inbox)
+    expected = _digest(token)
+    header = auth_header.strip().lower() if auth_header else None
 
     def authorized(request: Request) -> bool:
-        if expected is None:
-            return True
         supplied = []
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer":
             supplied.append(value.strip())
-        if auth_header and auth_header in request.headers:
-            supplied.append(request.headers[auth_header].strip())
-        # compare every candidate, in constant time each
-        return any([hmac.compare_digest(s.encode(), expected) for s in supplied])
+        if header and header in request.headers:
+            supplied.append(request.headers[header].strip())
+        # every candidate compared, each as a fixed-length digest: no early exit, no length leak
+        matches = [hmac.compare_digest(_digest(s), expected) for s in supplied]
+        return any(matches)
 
-    async def receive(request: Request) -> JSONResponse:
-        if not authorized(request):
-            return JSONResponse({"error": "unauthorized"}, status_code=401)
+    def refuse(status: int, reason: str) -> JSONResponse:
+        return JSONResponse({"status": "error", "error": reason}, status_code=status)
+
+    async def read_body(request: Request) -> bytes | None:
+        """The body, or None once it grows past the cap."""
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body:
+            return None
         body = bytearray()
         async for chunk in request.stream():
             body += chunk
             if len(body) > max_body:
-                return JSONResponse({"error": f"body larger than {max_body} bytes"},
-                                    status_code=413)
-        raw = bytes(body)
+                return None
+        return bytes(body)
+
+    async def receive(request: Request) -> JSONResponse:
+        if not authorized(request):
+            return refuse(401, "missing or wrong token")
         try:
-            payload = orjson.loads(raw)
-            event_id, new = await anyio.to_thread.run_sync(inbox.add, payload)
+            raw = await read_body(request)
+        except ClientDisconnect:
+            return refuse(400, "the sender hung up before the body ended")
+        if raw is None:
+            return refuse(413, f"body larger than {max_body} bytes")
+        try:
+            info = describe(orjson.loads(raw))
         except (orjson.JSONDecodeError, InvalidEvent) as exc:
-            reason = "body is not JSON" if isinstance(exc, orjson.JSONDecodeError) else str(exc)
-            await anyio.to_thread.run_sync(inbox.dead_letter, reason, raw)
-            return JSONResponse({"error": reason}, status_code=400)
-        log.info("event %d %s (%s)", event_id, "stored" if new else "duplicate",
-                 payload.get("method") or payload.get("event"))
+            reason = (f"body is not JSON: {exc}" if isinstance(exc, orjson.JSONDecodeError)
+                      else str(exc))
+            try:
+                await anyio.to_thread.run_sync(inbox.dead_letter, reason, raw)
+            except Exception as db_exc:  # the answer is still 400: the body is bad
+                log.error("dead letter not kept: %s", db_exc)
+            return refuse(400, reason)
+        try:
+            event_id, new = await writer.add(info, raw)
+        except Exception as exc:  # the disk, not the sender: ask for a redelivery
+            log.error("callback not stored: %s", exc)
+            return JSONResponse({"status": "error", "error": "inbox unavailable"},
+                                status_code=503, headers={"Retry-After": "60"})
+        log.info("event %d %s %s %s", event_id, "stored" if new else "duplicate",
+                 info["method"], info["record"] or "-")
         return JSONResponse({"status": "ok", "event": event_id, "duplicate": not new})
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        writer.start()
         try:
             yield
         finally:
+            await writer.stop()
             inbox.close()
 
     base = "/" + path.strip("/")

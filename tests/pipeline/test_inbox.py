@@ -1,0 +1,149 @@
+"""The inbox on a real SQLite file: identity, refusals, record status, out-of-order events."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from pipeline.inbox import Inbox, InvalidEvent, describe
+
+
+@pytest.fixture
+def inbox(tmp_path):
+    with Inbox(tmp_path / "inbox.sqlite3") as ib:
+        yield ib
+
+
+def test_wal_and_full_sync(inbox, tmp_path):
+    con = sqlite3.connect(tmp_path / "inbox.sqlite3")
+    assert con.execute("pragma journal_mode").fetchone()[0] == "wal"
+    con.close()
+
+
+def test_redelivery_with_changed_server_response_is_one_event(inbox, make):
+    rec = make.record_id()
+    first = make.callback(rec, ended_at="2026-01-01T01:00:00.000Z")
+    again = {**first, "serverResponse": {"status": 500, "message": "Internal Server Error"},
+             "message": "retried"}
+    id1, new1 = inbox.add(first)
+    id2, new2 = inbox.add(again)
+    assert (new1, new2) == (True, False)
+    assert id1 == id2
+    assert inbox.count() == 1
+    # a later refresh of the same product is a new event
+    id3, new3 = inbox.add(make.callback(rec, ended_at="2026-01-02T01:00:00.000Z"))
+    assert new3 and id3 > id1
+
+
+def test_identity_fields_each_make_a_new_event(inbox, make):
+    rec = make.record_id()
+    base = make.callback(rec, "BALANCE", "BALANCE_SUCCESS", account="acct1",
+                         ended_at="2026-01-01T01:00:00.000Z")
+    variants = [base, {**base, "accountId": "acct2"}, {**base, "method": "PERIODIC_BALANCE"},
+                {**base, "started_at": "2026-01-01T00:30:00.000Z"},
+                {**base, "record": "other", "recordId": "other"}]
+    assert [inbox.add(v)[1] for v in variants] == [True] * len(variants)
+    assert inbox.count() == len(variants)
+
+
+def test_raw_body_is_kept_byte_for_byte(inbox, make):
+    raw = b'{"method":"AUTH","callback_code":"AUTH_SUCCESS","record":"r1", "x": 1.50}'
+    import orjson
+
+    event_id, _ = inbox.add(orjson.loads(raw), raw)
+    stored = inbox._db.execute("select body from events where id = ?", (event_id,)).fetchone()
+    assert bytes(stored[0]) == raw
+
+
+@pytest.mark.parametrize("record", ["../../etc/passwd", "a/b", "..", "", "x" * 65, "a b",
+                                    "a\x00b", "réc", 12, ["r"], {"r": 1}])
+def test_record_ids_outside_the_pattern_are_refused(inbox, make, record):
+    body = make.callback("placeholder")
+    body["record"] = body["recordId"] = record
+    with pytest.raises(InvalidEvent, match="record"):
+        inbox.add(body)
+    assert inbox.count() == 0
+
+
+def test_account_ids_and_disagreeing_record_fields_are_refused(inbox, make):
+    with pytest.raises(InvalidEvent, match="accountId"):
+        inbox.add(make.callback("r1", account="../x"))
+    with pytest.raises(InvalidEvent, match="disagree"):
+        inbox.add({**make.callback("r1"), "recordId": "r2"})
+    assert inbox.count() == 0
+
+
+@pytest.mark.parametrize("body", [[], "x", 1, None, {}, {"hello": "world"},
+                                  {"method": "AUTH"}, {"event": "USER_DISCONNECT"},
+                                  {"event": "USER_DISCONNECT", "data": {}},
+                                  {"event": "../x", "data": {"customer": "c"}},
+                                  {"method": "AUTH", "callback_code": "AUTH_SUCCESS",
+                                   "record": "r", "ended_at": {"$gt": 1}}])
+def test_unrecognisable_shapes_are_refused(body):
+    with pytest.raises(InvalidEvent):
+        describe(body)
+
+
+def test_unknown_connection_events_are_kept(inbox):
+    body = {"event": "USER_UPGRADED", "message": "", "data": {"customer": "c1",
+                                                              "upgraded_at": "2026-01-01"}}
+    assert inbox.add(body)[1] is True
+    assert inbox.add(body)[1] is False
+
+
+def test_disconnect_and_reauth_set_record_status(inbox, make):
+    a, b = make.record_id(), make.record_id()
+    inbox.add(make.callback(a, "AUTH", "AUTH_SUCCESS", customer="c1",
+                            ended_at="2026-01-01T00:00:00.000Z"))
+    inbox.add(make.callback(a, "ACCOUNTS", "ACCOUNTS_SUCCESS", customer="c1", account="acc-a",
+                            ended_at="2026-01-01T00:01:00.000Z"))
+    inbox.add(make.callback(b, "AUTH", "AUTH_SUCCESS", customer="c2",
+                            ended_at="2026-01-01T00:00:00.000Z"))
+    assert inbox.status(a) == inbox.status(b) == "connected"
+    assert inbox.status("never-seen") is None
+
+    # USER_DISCONNECT names accounts and a customer, not a record
+    inbox.add(make.disconnect("c1", "2026-01-02T00:00:00.000Z", accounts=["acc-a"]))
+    inbox.add(make.reauth("c2", "2026-01-02T00:00:00.000Z"))
+    states = inbox.records()
+    assert states[a].status == "disconnected" and not states[a].active
+    assert states[b].status == "reauth_required"
+    assert set(states[a].products) == {"AUTH", "ACCOUNTS"}  # its history stays
+    assert inbox.records(status="disconnected").keys() == {a}
+
+    # a late redelivery of an older login does not undo the disconnect ...
+    inbox.add(make.callback(a, "AUTH", "AUTH_SUCCESS", customer="c1",
+                            ended_at="2026-01-01T12:00:00.000Z"))
+    assert inbox.status(a) == "disconnected"
+    # ... a newer login does
+    inbox.add(make.callback(b, "AUTH", "AUTH_SUCCESS", customer="c2",
+                            ended_at="2026-01-03T00:00:00.000Z"))
+    assert inbox.status(b) == "connected"
+
+
+def test_out_of_order_callbacks_keep_the_newest_per_product(inbox, make):
+    rec = make.record_id()
+    inbox.add(make.callback(rec, "INCOME", "PRODUCT_IS_READY", ended_at="2026-01-03T00:00:00Z"))
+    inbox.add(make.callback(rec, "INCOME", "INCOME_FAILED", status="is_failed",
+                            ended_at="2026-01-01T00:00:00Z"))
+    product = inbox.records([rec])[rec].products["INCOME"]
+    assert (product.code, product.status) == ("PRODUCT_IS_READY", "is_success")
+    assert inbox.count() == 2  # both events are kept; only the summary chooses
+
+
+def test_cursor_reads_in_bounded_batches(inbox, make):
+    for i in range(7):
+        inbox.add(make.callback(f"r{i}"))
+    first = inbox.after(0, 3)
+    assert [e.record for e in first] == ["r0", "r1", "r2"]
+    rest = inbox.after(first[-1].id, 100)
+    assert [e.record for e in rest] == [f"r{i}" for i in range(3, 7)]
+    assert inbox.after(rest[-1].id) == []
+
+
+def test_a_second_process_sees_committed_events(tmp_path, make):
+    path = tmp_path / "shared.sqlite3"
+    with Inbox(path) as writer, Inbox(path) as reader:
+        writer.add(make.callback("r1"))
+        assert reader.count() == 1

@@ -1,0 +1,255 @@
+"""The receiver as a real process on loopback, fed hostile and repeated callbacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.inbox import Inbox
+from pipeline.local import Server
+
+# one client for the module: making an httpx client costs tens of milliseconds (its SSL context)
+HTTP = httpx.Client(timeout=30)
+
+
+def post(receiver, body, *, token=None, raw: bytes | None = None, path="/callbacks/",
+         headers=None) -> httpx.Response:
+    hdrs = {"Content-Type": "application/json",
+            "Authorization": f"Bearer {receiver.token if token is None else token}"}
+    hdrs.update(headers or {})
+    content = raw if raw is not None else orjson.dumps(body)
+    return HTTP.post(receiver.url + path, content=content, headers=hdrs)
+
+
+def stored(receiver) -> tuple[int, list[tuple[str, bytes]]]:
+    with Inbox(receiver.inbox) as inbox:
+        return inbox.count(), inbox.dead_letters()
+
+
+def test_a_callback_is_stored_and_acknowledged(receiver, make):
+    resp = post(receiver, make.callback("rec1"))
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["duplicate"] is False
+    with Inbox(receiver.inbox) as inbox:
+        (event,) = inbox.after(0)
+    assert (event.id, event.record, event.method) == (resp.json()["event"], "rec1", "ACCOUNTS")
+
+
+def test_a_trailing_slash_is_tolerated(receiver, make):
+    assert post(receiver, make.callback("r1"), path="/callbacks").status_code == 200
+    assert post(receiver, make.callback("r2"), path="/callbacks/").status_code == 200
+    assert post(receiver, make.callback("r3"), path="/elsewhere/").status_code == 404
+    assert stored(receiver)[0] == 2
+
+
+WRONG_AUTH = [
+    {"Authorization": "Bearer wrong"},
+    {"Authorization": ""},
+    {},
+    {"Authorization": "Basic {token}"},
+    {"Authorization": "Bearer {token}x"},
+    {"Authorization": "Bearer {short}"},
+    {"Authorization": "Bearer", "Service-Auth": "{token}"},  # no such header configured here
+]
+
+
+def test_a_wrong_or_missing_token_is_401_and_stores_nothing(receiver, make):
+    for headers in WRONG_AUTH:
+        headers = {k: v.format(token=receiver.token, short=receiver.token[:-1])
+                   for k, v in headers.items()}
+        hdrs = {"Content-Type": "application/json", **headers}
+        resp = HTTP.post(receiver.callback_url, content=orjson.dumps(make.callback("r1")),
+                         headers=hdrs)
+        assert resp.status_code == 401, headers
+        assert receiver.token not in resp.text
+    assert stored(receiver) == (0, [])  # not even a dead letter: strangers write nothing
+
+
+def test_the_configured_auth_header_is_accepted(tmp_path, make):
+    token = secrets.token_hex(16)
+    inbox = tmp_path / "inbox.sqlite3"
+    with Server("receiver", "--inbox", str(inbox), "--token", token,
+                "--auth-header", "Service-Auth") as server:
+        url = server.url + "/callbacks/"
+        ok = HTTP.post(url, json=make.callback("r1"), headers={"service-auth": token})
+        bad = HTTP.post(url, json=make.callback("r2"), headers={"Service-Auth": "nope"})
+        other = HTTP.post(url, json=make.callback("r3"), headers={"Other-Auth": token})
+    assert (ok.status_code, bad.status_code, other.status_code) == (200, 401, 401)
+    with Inbox(inbox) as ib:
+        assert [e.record for e in ib.after(0)] == ["r1"]
+
+
+def test_the_receiver_will_not_start_without_a_token(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "LEDGERLAKE_RECEIVER_TOKEN"}
+    with pytest.raises(RuntimeError, match="exited with 2"):
+        Server("receiver", "--inbox", str(tmp_path / "i.sqlite3"), env=env).start()
+
+
+def test_a_huge_body_is_413(receiver, make):
+    body = make.callback("r1", extras={"pad": "x" * (2 << 20)})
+    assert post(receiver, body).status_code == 413
+
+    def chunks():  # no Content-Length: the cap holds on the stream itself
+        yield b'{"pad": "'
+        for _ in range(40):
+            yield b"x" * 65536
+        yield b'"}'
+
+    resp = HTTP.post(receiver.callback_url, content=chunks(),
+                     headers={"Authorization": f"Bearer {receiver.token}"})
+    assert resp.status_code == 413
+    assert stored(receiver)[0] == 0
+    # and the receiver still works afterwards
+    assert post(receiver, make.callback("r2")).status_code == 200
+
+
+NOT_EVENTS = [b"", b"{", b"not json", b"\xff\xfe", b'{"a": NaN}', b"[" * 5000, b'"\\ud800"',
+              b"[]", b"null", b'{"a": 1}']
+
+
+def test_bodies_that_are_not_events_are_400_and_dead_lettered(receiver):
+    for raw in NOT_EVENTS:
+        resp = post(receiver, None, raw=raw)
+        assert resp.status_code == 400, (raw, resp.text)
+        assert resp.json()["error"]
+    count, dead = stored(receiver)
+    assert count == 0
+    assert [body for _, body in dead] == NOT_EVENTS
+    assert all(reason for reason, _ in dead)
+
+
+TRAVERSALS = ["../../etc", "../../etc/passwd", "..", "a/b", "a\\b", "%2e%2e%2f", "x" * 65, "",
+              " r1", "r1\n"]
+
+
+def test_path_traversal_record_ids_are_refused(receiver, make):
+    for record in TRAVERSALS:
+        body = make.callback("placeholder")
+        body["record"] = body["recordId"] = record
+        resp = post(receiver, body)
+        assert resp.status_code == 400, record
+        assert "record" in resp.json()["error"]
+    count, dead = stored(receiver)
+    assert count == 0 and len(dead) == len(TRAVERSALS)
+
+
+def test_unknown_events(receiver, make):
+    # a callback method or connection event not known yet is kept (the set grows over time)
+    assert post(receiver, make.callback("r1", "CREDIT_SCORE", "PRODUCT_IS_READY")).status_code \
+        == 200
+    assert post(receiver, {"event": "USER_UPGRADED", "message": "",
+                           "data": {"customer": "c1", "at": "x"}}).status_code == 200
+    # a body with no event shape at all is not
+    assert post(receiver, {"type": "PING"}).status_code == 400
+    assert post(receiver, {"event": "X", "data": "not an object"}).status_code == 400
+    count, dead = stored(receiver)
+    assert (count, len(dead)) == (2, 2)
+
+
+def test_duplicates_are_stored_once(receiver, make):
+    body = make.callback("r1")
+    first = post(receiver, body)
+    again = post(receiver, {**body, "serverResponse": {"status": 503, "message": "busy"}})
+    assert first.json()["event"] == again.json()["event"]
+    assert again.json()["duplicate"] is True
+    assert stored(receiver)[0] == 1
+
+
+def test_out_of_order_delivery(receiver, make):
+    rec = "rec-ooo"
+    auth = make.callback(rec, "AUTH", "AUTH_SUCCESS", customer="cx",
+                         ended_at="2026-01-01T00:00:00.000Z")
+    gone = make.disconnect("cx", "2026-01-02T00:00:00.000Z")
+    tx = make.callback(rec, "TRANSACTIONS", "PRODUCT_IS_READY", customer="cx",
+                       ended_at="2026-01-01T00:05:00.000Z")
+    # the first delivery of AUTH fails upstream; the disconnect and then a redelivery overtake it
+    for body in (tx, auth, gone, auth, tx):
+        assert post(receiver, body).status_code == 200
+    with Inbox(receiver.inbox) as inbox:
+        assert inbox.count() == 3
+        assert inbox.status(rec) == "disconnected"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
+        st.sampled_from(["method", "callback_code", "code", "record", "recordId", "event",
+                         "data", "type", "accountId", "status", "started_at", "ended_at",
+                         "customer", "accounts", "x"]), kids, max_size=8),
+    max_leaves=20))
+def test_no_input_makes_it_answer_5xx(receiver, body):
+    resp = post(receiver, None, raw=json.dumps(body).encode())  # big ints too
+    assert resp.status_code in (200, 400), (resp.status_code, body)
+
+
+def test_killed_and_restarted_between_deliveries_loses_and_doubles_nothing(tmp_path, make):
+    """SIGKILL mid-stream; the sender redelivers everything it has no 2xx for, and more."""
+    token = secrets.token_hex(16)
+    inbox_path = tmp_path / "inbox.sqlite3"
+    bodies = [make.callback(f"rec{i:04d}", ended_at=f"2026-01-01T00:00:{i % 60:02d}.000Z")
+              for i in range(600)]
+    acked: set[int] = set()
+
+    def deliver(url: str, indices: list[int]) -> None:
+        def one(i: int) -> None:
+            try:
+                r = HTTP.post(url, content=orjson.dumps(bodies[i]),
+                              headers={"Authorization": f"Bearer {token}"})
+            except httpx.HTTPError:
+                return  # unacknowledged: delivered again later
+            if r.status_code == 200:
+                acked.add(i)
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(one, indices))
+
+    first = Server("receiver", "--inbox", str(inbox_path), "--token", token,
+                   log_path=tmp_path / "r1.log").start()
+    try:
+        url = first.url + "/callbacks/"
+        deliver(url, list(range(200)))
+        with ThreadPoolExecutor(1) as killer:
+            # kill while the next deliveries are in flight
+            def kill():
+                import time
+
+                while len(acked) < 300:
+                    time.sleep(0.005)
+                os.kill(first.proc.pid, signal.SIGKILL)
+            fut = killer.submit(kill)
+            deliver(url, list(range(200, 600)))
+            fut.result()
+    finally:
+        first.proc.wait()
+    acked_before_kill = set(acked)
+    assert 300 <= len(acked_before_kill) < 600
+
+    with Inbox(inbox_path) as inbox:  # every acknowledged event survived the kill
+        present = {e.record for e in inbox.after(0, 10_000)}
+    assert {f"rec{i:04d}" for i in acked_before_kill} <= present
+
+    with Server("receiver", "--inbox", str(inbox_path), "--token", token,
+                log_path=tmp_path / "r2.log") as second:
+        url = second.url + "/callbacks/"
+        unacked = [i for i in range(600) if i not in acked_before_kill]
+        # the hourly redelivery sends the unacknowledged ones; a flaky network repeats some
+        # acknowledged ones too, with a new serverResponse
+        deliver(url, unacked)
+        for i in sorted(acked_before_kill)[:50]:
+            bodies[i] = {**bodies[i], "serverResponse": {"success": False, "error": "timeout"}}
+        deliver(url, sorted(acked_before_kill)[:50])
+    assert len(acked) == 600
+    with Inbox(inbox_path) as inbox:
+        events = inbox.after(0, 10_000)
+        assert len(events) == inbox.count() == 600
+    assert sorted(e.record for e in events) == [f"rec{i:04d}" for i in range(600)]
+    assert [e.id for e in events] == sorted(e.id for e in events)
