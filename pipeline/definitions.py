@@ -5,19 +5,27 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.accounts import accounts
+from assets.balances import balances
+from assets.identity import identity
+from assets.income import income
+from assets.payments import payments
+from assets.record_status import record_status
+from assets.transactions import transactions
 from assets.warehouse import Warehouse, warehouse
+from resources.callbacks import CallbackLog
 from resources.client import ConnectionClient
 from resources.lake import Lake
 
 from .config import Settings
-from .jobs import accounts_job, warehouse_job
+from .jobs import PRODUCT_JOBS, refresh_job, warehouse_job
 from .sensors import inbox_sensor
 
 settings = Settings.from_env()
 
 defs = dg.Definitions(
-    assets=[accounts, warehouse],
-    jobs=[accounts_job, warehouse_job],
+    assets=[accounts, balances, transactions, income, identity, payments, record_status,
+            warehouse],
+    jobs=[*PRODUCT_JOBS, refresh_job, warehouse_job],
     sensors=[inbox_sensor],
     resources={
         "client": ConnectionClient(
@@ -26,6 +34,7 @@ defs = dg.Definitions(
             secret_key=dg.EnvVar("LEDGERLAKE_SECRET_KEY"),
         ),
         "lake": Lake(root=str(settings.lake)),
+        "callback_log": CallbackLog(inbox_path=str(settings.inbox)),
         "warehouse_db": Warehouse(path=str(settings.warehouse)),
     },
 )

@@ -1,6 +1,16 @@
-"""Jobs: one per product asset (partitioned by record) and the warehouse refresh."""
+"""Jobs: one per product asset (partitioned by record), the daily refresh, the warehouse."""
 
 from dagster import define_asset_job
 
 accounts_job = define_asset_job("accounts_job", selection=["accounts"])
-warehouse_job = define_asset_job("warehouse_job", selection=["warehouse"])
+balances_job = define_asset_job("balances_job", selection=["balances"])
+transactions_job = define_asset_job("transactions_job", selection=["transactions"])
+income_job = define_asset_job("income_job", selection=["income"])
+identity_job = define_asset_job("identity_job", selection=["identity"])
+payments_job = define_asset_job("payments_job", selection=["payments"])
+# the schedule's daily refresh: balances and transactions of every connected record
+refresh_job = define_asset_job("refresh_job", selection=["balances", "transactions"])
+warehouse_job = define_asset_job("warehouse_job", selection=["record_status", "warehouse"])
+
+PRODUCT_JOBS = [accounts_job, balances_job, transactions_job, income_job, identity_job,
+                payments_job]

@@ -221,8 +221,8 @@ class ConnectionClient(ConfigurableResource):
         return self.post("income/get", _one_of(record=record, customer=customer))["income"]
 
     def identity(self, record: str | None = None, *, customer: str | None = None) -> list[dict]:
-        body = _one_of(record=record, customer=customer)
-        return _flat(self.pages("identity/get", body, "identity"))
+        # INTERFACE.md: identity/get takes no page or limit; its one page holds them all
+        return self.post("identity/get", _one_of(record=record, customer=customer))["identity"]
 
     def record(self, record: str) -> dict:
         return self.post("record/get", {"record": _id("record", record)})["record"]

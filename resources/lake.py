@@ -1,47 +1,135 @@
-"""The Parquet lake: `<root>/<table>/record_id=<id>/part-0.parquet`, replaced atomically."""
+"""The Parquet lake: `<root>/<table>/record_id=<id>/part-0.parquet`, replaced atomically.
+
+The root is a local path or an `s3://bucket/prefix` URI. Locally a partition is written to a
+temporary file in its folder, synced, then renamed over the old one; on S3 a single PUT of
+the object is already all-or-nothing. Either way a reader sees the old file or the new one.
+"""
 
 from __future__ import annotations
 
 import os
 import re
-import tempfile
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from dagster import ConfigurableResource
+from pydantic import PrivateAttr
 
 RECORD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+TABLE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+PART = "part-0.parquet"
 
 
 def check_record_id(record_id: str) -> str:
+    """Record ids become folder names: refuse anything but ^[A-Za-z0-9_-]{1,64}$."""
     if not isinstance(record_id, str) or not RECORD_ID.fullmatch(record_id):
         raise ValueError(f"record id {record_id!r} is not of the form ^[A-Za-z0-9_-]{{1,64}}$")
     return record_id
 
 
+def _check_table(table: str) -> str:
+    if not TABLE.fullmatch(table):
+        raise ValueError(f"table name {table!r} is not of the form ^[a-z][a-z0-9_]*$")
+    return table
+
+
 class Lake(ConfigurableResource):
+    """Where the Parquet tables live: a local folder or `s3://bucket/prefix`."""
+
     root: str
 
-    def table_dir(self, table: str) -> Path:
-        return Path(self.root) / table
+    _fs: pafs.FileSystem | None = PrivateAttr(default=None)
+    _base: str = PrivateAttr(default="")
 
-    def partition_path(self, table: str, record_id: str) -> Path:
-        check_record_id(record_id)
-        return self.table_dir(table) / f"record_id={record_id}" / "part-0.parquet"
+    def _resolve(self) -> tuple[pafs.FileSystem, str]:
+        if self._fs is None:
+            if "://" in self.root:
+                self._fs, self._base = pafs.FileSystem.from_uri(self.root)
+                self._base = self._base.rstrip("/")
+            else:
+                self._fs, self._base = pafs.LocalFileSystem(), str(Path(self.root).resolve())
+        return self._fs, self._base
 
-    def write_partition(self, table: str, record_id: str, data: pa.Table) -> Path:
-        """Replace the record's partition of `table` whole: a reader sees old or new, never half."""
-        path = self.partition_path(table, record_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-", suffix=".parquet.tmp")
+    @property
+    def is_local(self) -> bool:
+        return "://" not in self.root
+
+    def uri(self, *parts: str) -> str:
+        """A path (local) or URI (s3) under the root, as readers like DuckDB want it."""
+        if self.is_local:
+            return str(Path(self._resolve()[1], *parts))
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    def _key(self, table: str, record_id: str | None) -> str:
+        _, base = self._resolve()
+        folder = [base, _check_table(table)]
+        if record_id is not None:
+            folder.append(f"record_id={check_record_id(record_id)}")
+        return "/".join([*folder, PART])
+
+    def partition_path(self, table: str, record_id: str | None) -> str:
+        """Where the record's partition of `table` lives (None: an unpartitioned table)."""
+        return self._key(table, record_id)
+
+    def read(self, table: str, record_id: str | None = None,
+             schema: pa.Schema | None = None) -> pa.Table | None:
+        """The partition as written, or None if it does not exist yet."""
+        fs, _ = self._resolve()
+        key = self._key(table, record_id)
+        if fs.get_file_info(key).type == pafs.FileType.NotFound:
+            return None
+        return pq.read_table(key, filesystem=fs, schema=schema, partitioning=None)
+
+    def write(self, table: str, record_id: str | None, data: pa.Table,
+              schema: pa.Schema | None = None) -> str:
+        """Replace the partition whole: a reader sees old or new, never half. Returns its path."""
+        if schema is not None:
+            data = data.select(schema.names).cast(schema)
+        fs, _ = self._resolve()
+        key = self._key(table, record_id)
+        parent = key.rsplit("/", 1)[0]
+        fs.create_dir(parent, recursive=True)
+        if not self.is_local:
+            pq.write_table(data, key, filesystem=fs, compression="zstd")
+            return key
+        tmp = f"{parent}/.{PART}.{uuid.uuid4().hex}.tmp"
         try:
-            with os.fdopen(fd, "wb") as fh:
+            with open(tmp, "wb") as fh:
                 pq.write_table(data, fh, compression="zstd")
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            os.replace(tmp, key)
+            _fsync_dir(parent)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return path
+        return key
+
+    # the first cut's name, kept for callers that write a record's partition
+    def write_partition(self, table: str, record_id: str, data: pa.Table) -> str:
+        return self.write(table, record_id, data)
+
+    def partitions(self, table: str) -> list[str]:
+        """Record ids that have a partition of `table`."""
+        fs, base = self._resolve()
+        folder = f"{base}/{_check_table(table)}"
+        if fs.get_file_info(folder).type == pafs.FileType.NotFound:
+            return []
+        out = []
+        for info in fs.get_file_info(pafs.FileSelector(folder)):
+            name = info.base_name
+            if info.type == pafs.FileType.Directory and name.startswith("record_id="):
+                out.append(name.split("=", 1)[1])
+        return sorted(out)
+
+
+def _fsync_dir(path: str) -> None:
+    """Make the rename itself durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

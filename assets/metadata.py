@@ -1,0 +1,36 @@
+"""What every materialization shows in the Dagster UI: rows, columns, a preview, the path."""
+
+import pyarrow as pa
+from dagster import MetadataValue, TableColumn, TableSchema
+
+PREVIEW_ROWS = 5
+
+
+def _cell(value) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")[:60]
+
+
+def preview(table: pa.Table, rows: int = PREVIEW_ROWS) -> str:
+    """A markdown table of the first rows (no extra dependency for formatting)."""
+    names = table.column_names
+    head = table.slice(0, rows).to_pylist()
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    lines += ["| " + " | ".join(_cell(r[n]) for n in names) + " |" for r in head]
+    return "\n".join(lines)
+
+
+def describe(table: pa.Table, paths: list[str]) -> dict:
+    """Metadata for a materialization that wrote `table` (possibly over several records)."""
+    meta = {
+        "dagster/row_count": table.num_rows,
+        "dagster/column_schema": TableSchema(columns=[
+            TableColumn(name=f.name, type=str(f.type)) for f in table.schema]),
+        "preview": MetadataValue.md(preview(table)),
+        "partitions_written": len(paths),
+    }
+    if len(paths) == 1:
+        meta["path"] = MetadataValue.path(paths[0])
+    elif paths:
+        meta["paths"] = MetadataValue.json(paths[:100])
+    return meta

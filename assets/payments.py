@@ -1,0 +1,106 @@
+"""Payments of each record, from the payment objects that PAYMENT callbacks carry.
+
+The service offers no payments list endpoint: the callbacks are the source. A payment seen
+in several callbacks (success after pending, a redelivery) is kept once, latest state wins.
+"""
+
+import pyarrow as pa
+from dagster import AssetExecutionContext, MaterializeResult, asset
+
+from resources.callbacks import PAYMENT_METHODS, CallbackLog
+from resources.lake import Lake
+
+from .metadata import describe
+from .partitions import batched, record_ids, records
+from .schemas import Payments, validate
+
+UTC_MS = pa.timestamp("ms", tz="UTC")
+SCHEMA = pa.schema([
+    ("payment_id", pa.string()),
+    ("callback_type", pa.string()),
+    ("status", pa.string()),
+    ("amount_kobo", pa.int64()),
+    ("fee", pa.float64()),
+    ("currency", pa.string()),
+    ("ref", pa.string()),
+    ("debit_account", pa.string()),
+    ("credit_account", pa.string()),
+    ("source", pa.string()),
+    ("interbank_response_code", pa.string()),
+    ("bank_response_code", pa.string()),
+    ("bank_response_message", pa.string()),
+    ("schedule_interval", pa.string()),
+    ("created_at", UTC_MS),
+    ("last_updated", UTC_MS),
+])
+
+
+def _text(value) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, dict):
+        value = value.get("_id") or value.get("nuban") or value.get("account")
+    return None if value is None else str(value)
+
+
+def _interbank_code(bank_response: dict) -> str | None:
+    for key, value in bank_response.items():
+        if key.endswith("RESPONSECODE") and key != "RESPONSECODE":
+            return _text(value)
+    return None
+
+
+def payment_row(callback: dict) -> dict | None:
+    payment = callback.get("payment")
+    if not isinstance(payment, dict):
+        return None
+    bank = payment.get("bank_response") if isinstance(payment.get("bank_response"), dict) else {}
+    schedule = callback.get("schedule") if isinstance(callback.get("schedule"), dict) else {}
+    return {
+        "payment_id": _text(payment.get("_id") or callback.get("paymentId")),
+        "callback_type": callback.get("callback_type"),
+        "status": _text(payment.get("status")) or (
+            "success" if callback.get("status") == "is_success" else "failed"),
+        "amount_kobo": payment.get("amount"),
+        "fee": payment.get("fee"),
+        "currency": _text(payment.get("currency")),
+        "ref": _text(payment.get("ref")),
+        "debit_account": _text(payment.get("debit_account")),
+        "credit_account": _text(payment.get("credit_account")),
+        "source": _text(payment.get("source")),
+        "interbank_response_code": _interbank_code(bank),
+        "bank_response_code": _text(bank.get("CODE")),
+        "bank_response_message": _text(bank.get("MESSAGE")),
+        "schedule_interval": _text(schedule.get("interval")),
+        "created_at": payment.get("created_at"),
+        "last_updated": payment.get("last_updated"),
+    }
+
+
+def to_table(callbacks: list[dict]) -> pa.Table:
+    latest: dict[str, dict] = {}
+    for cb in callbacks:  # oldest first: a later callback of the same payment wins
+        row = payment_row(cb)
+        if row is not None:
+            latest[row["payment_id"]] = row
+    rows = list(latest.values())
+    cols = {}
+    for field in SCHEMA:
+        values = [r[field.name] for r in rows]
+        cols[field.name] = (pa.array(values, pa.string()).cast(field.type)
+                            if field.type == UTC_MS else pa.array(values, field.type))
+    return pa.table(cols, schema=SCHEMA)
+
+
+@asset(partitions_def=records, backfill_policy=batched, group_name="products",
+       kinds={"parquet"})
+def payments(context: AssetExecutionContext, callback_log: CallbackLog, lake: Lake):
+    """Payments (one-off and recurring) made from the record's accounts."""
+    tables, paths = [], []
+    for record_id in record_ids(context):
+        table = to_table(callback_log.payloads(record_id, PAYMENT_METHODS))
+        validate(Payments, table, f"payments of record {record_id}")
+        paths.append(lake.write("payments", record_id, table, schema=SCHEMA))
+        tables.append(table)
+    total = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    return MaterializeResult(metadata=describe(total, paths))

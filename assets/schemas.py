@@ -1,0 +1,153 @@
+"""pandera models of the lake's tables (docs/lake.md), checked before anything is written.
+
+Arrow schemas already fix the types; these models check the values: NUBANs of 10 digits,
+currency codes, exactly one of debit and credit, ids unique in a partition, dates that
+parse. `validate` raises ValidationFailed naming the failing rows, and the caller writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pandera.pandas as pa
+import pyarrow as pa_arrow
+from pandera.errors import SchemaErrors
+from pandera.typing import Series
+
+CURRENCIES = ["NGN", "USD", "GBP", "EUR", "GHS", "KES", "ZAR"]
+EARLIEST = pd.Timestamp("1900-01-01", tz="UTC")
+TS = {"unit": "ms", "tz": "UTC"}
+
+
+class ValidationFailed(ValueError):
+    """A table broke its model; nothing was written. The message names the failing rows."""
+
+
+def _ts(**kw):
+    return pa.Field(dtype_kwargs=TS, ge=EARLIEST, **kw)
+
+
+class Accounts(pa.DataFrameModel):
+    account_id: Series[str] = pa.Field(unique=True, str_matches=r"^[A-Za-z0-9_-]{1,64}$")
+    nuban: Series[str] = pa.Field(str_matches=r"^\d{10}$")
+    name: Series[str] = pa.Field(nullable=True)
+    type: Series[str] = pa.Field(nullable=True)
+    currency: Series[str] = pa.Field(isin=CURRENCIES)
+    customer_id: Series[str]
+    created_at: Series[pd.DatetimeTZDtype] = _ts(nullable=True)
+
+    class Config:
+        strict = False
+
+
+class Transactions(pa.DataFrameModel):
+    transaction_id: Series[str] = pa.Field(unique=True)
+    account_id: Series[str]
+    trans_date: Series[pd.DatetimeTZDtype] = _ts()
+    debit: Series[float] = pa.Field(nullable=True, ge=0)
+    credit: Series[float] = pa.Field(nullable=True, ge=0)
+    amount: Series[float]
+    balance: Series[float] = pa.Field(nullable=True)
+    currency: Series[str] = pa.Field(isin=CURRENCIES)
+    narration: Series[str] = pa.Field(nullable=True)
+
+    class Config:
+        strict = False
+
+    @pa.dataframe_check(error="exactly one of debit and credit must be set")
+    def one_of_debit_credit(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["debit"].isna() != df["credit"].isna()
+
+    @pa.dataframe_check(error="amount must be credit minus debit")
+    def signed_amount(cls, df: pd.DataFrame) -> Series[bool]:
+        expected = df["credit"].fillna(0.0) - df["debit"].fillna(0.0)
+        return (df["amount"] - expected).abs() < 0.005
+
+
+class BalanceHistory(pa.DataFrameModel):
+    account_id: Series[str]
+    fetched_at: Series[pd.DatetimeTZDtype] = _ts()
+    available_balance: Series[float] = pa.Field(nullable=True)
+    ledger_balance: Series[float] = pa.Field(nullable=True)
+    currency: Series[str] = pa.Field(isin=CURRENCIES, nullable=True)
+    source: Series[str] = pa.Field(isin=["callback", "periodic", "schedule", "manual"])
+
+    class Config:
+        strict = False
+        unique = ["account_id", "fetched_at"]
+
+
+class BalancePeriodic(pa.DataFrameModel):
+    account_id: Series[str]
+    date: Series[pd.Timestamp]
+    available_balance: Series[float] = pa.Field(nullable=True)
+    ledger_balance: Series[float] = pa.Field(nullable=True)
+
+    class Config:
+        strict = False
+        unique = ["account_id", "date"]
+
+
+class Income(pa.DataFrameModel):
+    customer_id: Series[str] = pa.Field(unique=True)
+    confidence: Series[float] = pa.Field(nullable=True, ge=0, le=100)
+    number_of_transactions: Series[int] = pa.Field(ge=0)
+    average_monthly_income: Series[float] = pa.Field(nullable=True, ge=0)
+    number_of_streams: Series[int] = pa.Field(ge=0)
+
+    class Config:
+        strict = False
+
+
+class IncomeStreams(pa.DataFrameModel):
+    stream_id: Series[str] = pa.Field(unique=True)
+    monthly_amount: Series[float] = pa.Field(ge=0)
+    number_of_transactions: Series[int] = pa.Field(ge=0)
+    first_date: Series[pd.Timestamp] = pa.Field(nullable=True)
+    last_date: Series[pd.Timestamp] = pa.Field(nullable=True)
+
+    class Config:
+        strict = False
+
+    @pa.dataframe_check(error="a stream's first date must not follow its last date")
+    def ordered_dates(cls, df: pd.DataFrame) -> Series[bool]:
+        return df["first_date"].isna() | df["last_date"].isna() | (
+            df["first_date"] <= df["last_date"])
+
+
+class Identity(pa.DataFrameModel):
+    customer_id: Series[str] = pa.Field(unique=True)
+    bvn: Series[str] = pa.Field(nullable=True, str_matches=r"^\d{11}$")
+    fullname: Series[str] = pa.Field(nullable=True)
+    dob: Series[pd.Timestamp] = pa.Field(nullable=True, ge=pd.Timestamp("1900-01-01"))
+
+    class Config:
+        strict = False
+
+
+class Payments(pa.DataFrameModel):
+    payment_id: Series[str] = pa.Field(unique=True)
+    callback_type: Series[str] = pa.Field(isin=["PAYMENT", "PAYMENT_RECURRING"])
+    status: Series[str]
+    amount_kobo: Series[int] = pa.Field(ge=0)
+    currency: Series[str] = pa.Field(isin=CURRENCIES, nullable=True)
+
+    class Config:
+        strict = False
+
+
+def validate(model: type[pa.DataFrameModel], table: pa_arrow.Table, what: str) -> pd.DataFrame:
+    """Validate `table` against `model`; raise ValidationFailed naming the failing rows."""
+    df = table.to_pandas(date_as_object=False)
+    try:
+        return model.validate(df, lazy=True)
+    except SchemaErrors as err:
+        cases = err.failure_cases
+        rows = sorted({int(i) for i in cases["index"].dropna()}) if "index" in cases else []
+        checks = sorted({f"{col}: {check}" if ctx == "Column" else str(check)
+                         for ctx, col, check in zip(cases["schema_context"], cases["column"],
+                                                    cases["check"], strict=True)})
+        shown = ", ".join(map(str, rows[:20])) + (" ..." if len(rows) > 20 else "")
+        raise ValidationFailed(
+            f"{what}: {len(rows)} row(s) fail validation [{'; '.join(checks)}]; "
+            f"rows {shown or '(table-wide)'}; nothing was written") from None
