@@ -42,6 +42,16 @@ def _port(value: str) -> int:
     return port
 
 
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
+
+
 def _loopback(value: str) -> str:
     if value not in ("127.0.0.1", "localhost", "::1") and not value.startswith("127."):
         raise argparse.ArgumentTypeError(
@@ -85,23 +95,29 @@ def cmd_receiver(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    import duckdb
-
+    from . import sql
     from .config import Settings
 
     path = Path(args.warehouse) if args.warehouse else Settings.from_env().warehouse
-    if not path.exists():
-        print(f"ledgerlake: no warehouse at {path} (run `make demo`, or materialize "
-              "the warehouse asset)", file=sys.stderr)
+    try:
+        fmt = sql.format_of(args.format, Path(args.output) if args.output else None)
+        con = sql.open_warehouse(path.resolve())
+    except (sql.QueryError, FileNotFoundError) as exc:
+        print(f"ledgerlake: {exc}", file=sys.stderr)
         return 2
-    with duckdb.connect(str(path), read_only=True) as con:
+    with con:
+        if args.query is None:
+            return sql.interactive(con, args.max_rows)
         try:
-            rel = con.sql(args.query)
-        except duckdb.Error as exc:
+            rel = sql.run(con, args.query)
+            if fmt == "table":
+                sql.show(rel, args.max_rows, sys.stdout)
+            else:
+                rows = sql.write(con, rel, fmt, Path(args.output))
+                print(f"wrote {rows} rows to {Path(args.output).resolve()}", file=sys.stderr)
+        except sql.QueryError as exc:
             print(f"ledgerlake: {exc}", file=sys.stderr)
             return 1
-        if rel is not None:
-            rel.show(max_rows=args.max_rows, max_width=200)
     return 0
 
 
@@ -144,10 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
                                          "e.g. Service-Auth")
     p.set_defaults(func=cmd_receiver)
 
-    p = sub.add_parser("sql", help="query the warehouse (read-only)")
-    p.add_argument("query")
+    p = sub.add_parser("sql", help="query the warehouse (read-only)",
+                       description="Query the warehouse read-only. Without QUERY, read "
+                                   "statements ending with `;` from stdin (`.quit` ends).")
+    p.add_argument("query", nargs="?", help="SQL; omit for the interactive prompt")
     p.add_argument("--warehouse", help="DuckDB file (default $LEDGERLAKE_HOME/warehouse.duckdb)")
-    p.add_argument("--max-rows", type=int, default=40)
+    p.add_argument("--max-rows", type=_positive, default=40, help="rows a table shows")
+    p.add_argument("--format", help="table (default), csv, json or parquet")
+    p.add_argument("--output", metavar="FILE", help="write the result here (atomically)")
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("demo", help="run the pipeline end to end on a fresh sandbox")

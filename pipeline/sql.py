@@ -1,0 +1,149 @@
+"""`ledgerlake sql`: queries against the published warehouse, read-only.
+
+One query prints a table or writes a file (csv, json, parquet; written aside and renamed, so
+a reader of the file never sees half of it). Without a query, statements are read from
+stdin, each ending with `;`, and each result printed; `.quit` or end of input stops.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+from typing import TextIO
+
+import duckdb
+
+FORMATS = ("table", "csv", "json", "parquet")
+COPY_OPTIONS = {"csv": "format csv, header true", "json": "format json, array true",
+                "parquet": "format parquet, compression zstd"}
+PROMPT, MORE = "ledgerlake> ", "       ...> "
+
+
+class QueryError(Exception):
+    """A query the warehouse refused; the message says why."""
+
+
+def open_warehouse(path: Path) -> duckdb.DuckDBPyConnection:
+    if not path.is_file():
+        raise FileNotFoundError(f"no warehouse at {path} (run `make demo`, or materialize the "
+                                "warehouse asset)")
+    return duckdb.connect(str(path), read_only=True)
+
+
+def run(con: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyRelation | None:
+    try:
+        return con.sql(query)
+    except duckdb.Error as exc:
+        if "read-only" in str(exc):
+            raise QueryError(f"the warehouse is read-only; it holds views over the lake and "
+                             f"is rebuilt by the warehouse asset ({exc})") from None
+        raise QueryError(str(exc)) from None
+
+
+def show(rel: duckdb.DuckDBPyRelation | None, max_rows: int, out: TextIO) -> None:
+    if rel is None:  # a statement without a result (SET, PRAGMA ...)
+        return
+    width = shutil.get_terminal_size((200, 40)).columns
+    try:
+        text = _render(rel, max_rows, width)
+    except duckdb.Error as exc:
+        raise QueryError(str(exc)) from None
+    out.write(text if text.endswith("\n") else text + "\n")
+    out.flush()
+
+
+def _render(rel: duckdb.DuckDBPyRelation, max_rows: int, width: int) -> str:
+    import io
+    from contextlib import redirect_stdout
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rel.show(max_rows=max_rows, max_width=max(width, 80))
+    return buf.getvalue()
+
+
+def write(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None, fmt: str,
+          output: Path) -> int:
+    """Write the result to `output` atomically; return the number of rows."""
+    if rel is None:
+        raise QueryError("the statement returned no result to write")
+    try:
+        result = rel.fetch_arrow_table()  # noqa: F841 (read by name in the COPY below)
+    except duckdb.Error as exc:
+        raise QueryError(str(exc)) from None
+    output = output.resolve()
+    if not output.parent.is_dir():
+        raise QueryError(f"cannot write {output}: no folder {output.parent}")
+    tmp = output.with_name(f".{output.name}.{uuid.uuid4().hex}.tmp")
+    quoted = "'" + str(tmp).replace("'", "''") + "'"
+    try:
+        con.execute(f"copy (select * from result) to {quoted} ({COPY_OPTIONS[fmt]})")
+        os.replace(tmp, output)
+    except duckdb.Error as exc:
+        raise QueryError(f"cannot write {output}: {exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return result.num_rows
+
+
+def format_of(fmt: str | None, output: Path | None) -> str:
+    """The output format: as given, else from the output's suffix, else a table."""
+    if fmt is None:
+        if output is None:
+            return "table"
+        fmt = output.suffix.lstrip(".").lower()
+        if fmt not in FORMATS[1:]:
+            raise QueryError(f"cannot tell the format of {output} from its suffix; pass "
+                             f"--format {'|'.join(FORMATS[1:])}")
+    if fmt not in FORMATS:
+        raise QueryError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt != "table" and output is None:
+        raise QueryError(f"--format {fmt} writes a file: pass --output FILE")
+    if fmt == "table" and output is not None:
+        raise QueryError("--output needs --format csv, json or parquet")
+    return fmt
+
+
+def statements(lines: TextIO, prompt: bool, out: TextIO):
+    """Statements from `lines`, each ending with `;` at the end of a line; `.quit` stops."""
+    buf: list[str] = []
+    while True:
+        if prompt:
+            out.write(MORE if buf else PROMPT)
+            out.flush()
+        line = lines.readline()
+        if not line:
+            break
+        text = line.strip()
+        if not buf and text in (".quit", ".exit", "\\q"):
+            break
+        if not buf and not text:
+            continue
+        buf.append(line.rstrip("\n"))
+        if text.endswith(";"):
+            yield "\n".join(buf)
+            buf = []
+    if "".join(buf).strip():
+        yield "\n".join(buf)  # the last statement may omit its `;`
+
+
+def interactive(con: duckdb.DuckDBPyConnection, max_rows: int, lines: TextIO = sys.stdin,
+                out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Run each statement read from `lines`; return 1 if any failed, else 0."""
+    prompt = lines.isatty()
+    if prompt:
+        out.write("ledgerlake sql: end each statement with `;`, `.quit` to leave.\n")
+    failed = False
+    for stmt in statements(lines, prompt, out):
+        try:
+            show(run(con, stmt), max_rows, out)
+        except QueryError as exc:
+            failed = True
+            err.write(f"ledgerlake: {exc}\n")
+            err.flush()
+    if prompt:
+        out.write("\n")
+    return 1 if failed else 0

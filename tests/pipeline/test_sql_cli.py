@@ -1,0 +1,158 @@
+"""`ledgerlake sql`, run as analysts run it: a real process over a published warehouse."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from assets.warehouse import build
+from resources.lake import Lake
+
+TS = pa.timestamp("ms", tz="UTC")
+
+
+def lines(account: str, n: int, start: float) -> pa.Table:
+    """n lines a day apart, alternating credit 100 and debit 40, from a balance of `start`."""
+    credit = [100.0 if i % 2 == 0 else None for i in range(n)]
+    debit = [None if i % 2 == 0 else 40.0 for i in range(n)]
+    amount = [c if c is not None else -d for c, d in zip(credit, debit, strict=True)]
+    balance = list(pd.Series(amount).cumsum() + start)
+    when = [dt.datetime(2025, 1, 30, 12, tzinfo=dt.UTC) + dt.timedelta(days=i) for i in range(n)]
+    return pa.table({
+        "transaction_id": [f"{account}-{i:04d}" for i in range(n)],
+        "account_id": [account] * n,
+        "trans_date": pa.array(when, TS),
+        "debit": pa.array(debit, pa.float64()), "credit": pa.array(credit, pa.float64()),
+        "amount": amount, "balance": balance, "currency": ["NGN"] * n,
+        "topics": pa.array([["shopping", "pos"]] * n, pa.list_(pa.string())),
+    })
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("home")
+    lake = Lake(root=str(home / "lake"))
+    lake.write_partition("accounts", "rec1", pa.table({
+        "account_id": ["acc1", "acc2"], "nuban": ["0123456789", "9876543210"],
+        "name": ["ADA OBI", "ADA OBI ENTERPRISES"]}))
+    lake.write_partition("transactions", "rec1", pa.concat_tables(
+        [lines("acc1", 6, 1000.0), lines("acc2", 3, 50.0)]))
+    target = home / "warehouse.duckdb"
+    build(lake.root, target)
+    return target
+
+
+def sql(*args: str, stdin: str | None = None, env: dict | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", *args],
+                          input=stdin, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+def test_prints_a_readable_table(warehouse):
+    out = sql("select account_id, count(*) as n from transactions group by 1 order by 1",
+              "--warehouse", str(warehouse))
+    assert out.returncode == 0, out.stderr
+    rows = [[cell.strip() for cell in ln.split("│")[1:3]]
+            for ln in out.stdout.splitlines() if ln.startswith("│ acc") and "_id" not in ln]
+    assert rows == [["acc1", "6"], ["acc2", "3"]]
+    assert "account_id" in out.stdout and "int64" in out.stdout
+
+
+def test_the_default_warehouse_comes_from_the_settings(warehouse, tmp_path):
+    out = sql("select count(*) as n from accounts", env={"LEDGERLAKE_HOME": str(warehouse.parent)},
+              cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "│     2 │" in out.stdout
+
+
+def test_writes_csv_json_and_parquet(warehouse, tmp_path):
+    q = ("select account_id, month, transactions, inflow, outflow, net from monthly_cashflow "
+         "order by account_id, month")
+    want = pd.DataFrame({
+        "account_id": ["acc1", "acc1", "acc2", "acc2"],
+        "transactions": [2, 4, 2, 1],
+        "inflow": [100.0, 200.0, 100.0, 100.0],
+        "outflow": [40.0, 80.0, 40.0, 0.0],
+    })
+    want["net"] = want["inflow"] - want["outflow"]
+    for fmt in ("csv", "json", "parquet"):
+        path = tmp_path / f"cashflow.{fmt}"
+        out = sql(q, "--warehouse", str(warehouse), "--format", fmt, "--output", str(path))
+        assert out.returncode == 0, out.stderr
+        assert "wrote 4 rows" in out.stderr
+        got = {"csv": pd.read_csv, "parquet": pd.read_parquet,
+               "json": lambda p: pd.DataFrame(json.loads(Path(p).read_text()))}[fmt](path)
+        pd.testing.assert_frame_equal(got[want.columns.tolist()], want, check_dtype=False)
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    # the format follows the output's suffix when not given
+    out = sql("select * from transactions", "--warehouse", str(warehouse),
+              "--output", str(tmp_path / "all.parquet"))
+    assert out.returncode == 0, out.stderr
+    table = pq.read_table(tmp_path / "all.parquet")
+    assert table.num_rows == 9
+    assert table.column("topics").to_pylist()[0] == ["shopping", "pos"]
+
+
+def test_a_failed_query_leaves_an_existing_output_alone(warehouse, tmp_path):
+    path = tmp_path / "keep.csv"
+    path.write_text("precious\n")
+    out = sql("select nope from accounts", "--warehouse", str(warehouse), "--output", str(path))
+    assert out.returncode == 1
+    assert "nope" in out.stderr
+    assert path.read_text() == "precious\n"
+
+
+def test_interactive_prompt_reads_statements_from_stdin(warehouse):
+    script = ("select count(*) as accounts_n from accounts;\n"
+              "select sum(net) as total_net\n"
+              "  from monthly_cashflow;\n"
+              "select broken syntax here;\n"
+              "select 41 + 1 as answer;\n"
+              ".quit\n"
+              "select 'after quit' as never;\n")
+    out = sql("--warehouse", str(warehouse), stdin=script)
+    assert "accounts_n" in out.stdout and "total_net" in out.stdout
+    assert "│          2 │" in out.stdout
+    assert "340.0" in out.stdout      # acc1 3*100 - 3*40, acc2 2*100 - 40
+    assert "│     42 │" in out.stdout  # statements after a failed one still run
+    assert "never" not in out.stdout  # .quit ends the session
+    assert "syntax error" in out.stderr
+    assert out.returncode == 1        # a statement failed
+
+
+def test_interactive_ends_at_end_of_input(warehouse):
+    out = sql("--warehouse", str(warehouse), stdin="select 7 as seven;\nselect 8 as eight")
+    assert out.returncode == 0, out.stderr
+    assert "seven" in out.stdout and "eight" in out.stdout  # the last `;` may be left off
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["select 1", "--warehouse", "{missing}"], 2, "no warehouse at"),
+    (["selec 1", "--warehouse", "{w}"], 1, "syntax error"),
+    (["select 1", "--warehouse", "{w}", "--format", "xml", "--output", "x.xml"], 2,
+     "unknown format 'xml'"),
+    (["select 1", "--warehouse", "{w}", "--format", "csv"], 2, "pass --output FILE"),
+    (["select 1", "--warehouse", "{w}", "--output", "out.txt"], 2, "cannot tell the format"),
+    (["select 1", "--warehouse", "{w}", "--max-rows", "0"], 2, "at least 1"),
+    (["create table stolen as select 1", "--warehouse", "{w}"], 1, "read-only"),
+    (["drop view accounts", "--warehouse", "{w}"], 1, "read-only"),
+])
+def test_clear_errors(warehouse, tmp_path, args, code, message):
+    before = warehouse.read_bytes()
+    args = [a.format(w=warehouse, missing=tmp_path / "none.duckdb") for a in args]
+    out = sql(*args, cwd=tmp_path)
+    assert out.returncode == code, out.stdout + out.stderr
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+    assert warehouse.read_bytes() == before
+    assert not (tmp_path / "x.xml").exists()
