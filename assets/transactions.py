@@ -71,12 +71,13 @@ def pull_from(existing: pa.Table | None) -> dt.date | None:
 )
 def transactions(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
     """Every transaction of the record, signed amount and narration included."""
-    written, paths, fresh_rows = [], [], 0
+    written, paths, fresh_rows, pulls = [], [], 0, {}
     for record_id in record_ids(context):
         existing = lake.read("transactions", record_id, schema=SCHEMA)
         start = pull_from(existing)
         fresh = client.transactions(record_id, from_date=start).select(SCHEMA.names)
         fresh_rows += fresh.num_rows
+        pulls[record_id] = start.isoformat() if start else "full history"
         table = merge(existing, fresh)
         validate(Transactions, table, f"transactions of record {record_id}")
         paths.append(lake.write("transactions", record_id, table, schema=SCHEMA))
@@ -87,7 +88,8 @@ def transactions(context: AssetExecutionContext, client: ConnectionClient, lake:
     total = pa.concat_tables(written) if written else SCHEMA.empty_table()
     problems = [p for rid, t in zip(record_ids(context), written, strict=True)
                 for p in reconcile_running_balances(client, rid, t)]
-    yield MaterializeResult(metadata={**describe(total, paths), "fetched_rows": fresh_rows})
+    yield MaterializeResult(metadata={**describe(total, paths), "fetched_rows": fresh_rows,
+                                      "pulled_from": dict(list(pulls.items())[:100])})
     yield AssetCheckResult(
         check_name="running_balance_reconciles", passed=not problems,
         severity=AssetCheckSeverity.ERROR,

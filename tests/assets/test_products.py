@@ -194,3 +194,107 @@ def test_dedupe_keeps_the_last_copy_in_order():
     out = dedupe(t)
     assert out["transaction_id"].to_pylist() == ["a", "c", "b"]
     assert out["v"].to_pylist() == [3, 4, 5]
+
+
+def total_transactions(box, record: str) -> int:
+    with box.api() as api:
+        resp = api.post("transactions/get", json={"record": record, "limit": 1})
+        return resp.json()["data"]["pagination"]["totalDocs"]
+
+
+def test_incremental_pull_after_new_days(sandbox, tmp_path):
+    """After the sandbox clock moves, only the tail is fetched and merged without doubles."""
+    made = create(sandbox, accounts=2, months=2, volume=20)
+    res = resources(sandbox, tmp_path)
+    time.sleep(0.5)
+    with dg.DagsterInstance.ephemeral() as instance:
+        first = run([transactions], made["record"], res, instance)
+        assert first.success, failure_text(first)
+        before = total_transactions(sandbox, made["record"])
+        with sandbox.api() as api:
+            moved = api.post("sandbox/clock/advance", json={"seconds": 3 * 86400})
+            assert moved.status_code == 200, moved.text
+        after_total = total_transactions(sandbox, made["record"])
+        assert after_total > before  # three new days of transactions
+        second = run([transactions], made["record"], res, instance)
+        assert second.success, failure_text(second)
+    meta = second.asset_materializations_for_node("transactions")[0].metadata
+    pulled = meta["pulled_from"].value[made["record"]]
+    assert pulled != "full history"  # the second pull starts at the last date seen, less 3 days
+    assert meta["fetched_rows"].value < after_total
+    table = read(tmp_path, "transactions", made["record"])
+    assert table.num_rows == after_total
+    assert pc.count_distinct(table["transaction_id"]).as_py() == after_total
+    wire = raw_pages(sandbox, "transactions/get", {"record": made["record"]}, "transaction")
+    assert sorted(table["transaction_id"].to_pylist()) == sorted(t["_id"] for t in wire)
+
+
+class BadPages:
+    """A stand-in service answering one page whose second line breaks the rules.
+
+    The sandbox never serves bad data, so this fault needs a server of its own.
+    """
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        import orjson
+
+        good = {"_id": "t1", "account": "acc1", "record": "rec1", "customer": "c1",
+                "bank": "b1", "trans_date": "2026-11-01T10:00:00.000Z",
+                "cleared_date": "2026-11-01T10:00:00.000Z", "debit": 100.0, "credit": None,
+                "balance": 900.0, "currency": "NGN", "notes": {"desc": "POS", "topics": []},
+                "ref": "r1", "branch": "x", "code": "POS", "env": "production-sandbox",
+                "created_at": "2026-11-01T10:00:00.000Z",
+                "last_updated": "2026-11-01T10:00:00.000Z"}
+        bad = {**good, "_id": "t2", "credit": 50.0}  # both debit and credit set
+        body = orjson.dumps({"status": "success", "message": "ok", "data": {
+            "pagination": {"totalDocs": 2, "limit": 100, "page": 1, "totalPages": 1,
+                           "pagingCounter": 1, "hasPrevPage": False, "hasNextPage": False,
+                           "prevPage": None, "nextPage": None},
+            "transaction": [good, bad]}})
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_failed_validation_writes_nothing(tmp_path):
+    from assets.transactions import SCHEMA
+
+    lake = Lake(root=str(tmp_path))
+    lake.write("transactions", "rec1", SCHEMA.empty_table())
+    before = (tmp_path / "transactions" / "record_id=rec1" / "part-0.parquet").read_bytes()
+    bad = BadPages()
+    try:
+        res = {"client": ConnectionClient(base_url=bad.url, secret_key="sk_test_x",
+                                          environment="sandbox"),
+               "lake": lake}
+        result = run([transactions], "rec1", res)
+    finally:
+        bad.close()
+    assert not result.success
+    text = failure_text(result)
+    assert "ValidationFailed" in text and "exactly one of debit and credit" in text
+    assert "rows 1" in text and "nothing was written" in text
+    assert (tmp_path / "transactions" / "record_id=rec1" / "part-0.parquet").read_bytes() \
+        == before
+    assert [p.name for p in (tmp_path / "transactions" / "record_id=rec1").iterdir()] \
+        == ["part-0.parquet"]  # no temporary file left behind
