@@ -27,6 +27,12 @@ from dagster import AssetExecutionContext, ConfigurableResource, MaterializeResu
 from resources.lake import Lake
 
 from .accounts import accounts
+from .balances import balances
+from .identity import identity
+from .income import income
+from .payments import payments
+from .record_status import record_status
+from .transactions import transactions
 
 SQL_DIR = Path(__file__).parent / "sql"
 
@@ -42,7 +48,7 @@ STAND_INS = {
         "debit": "double", "credit": "double", "amount": "double", "balance": "double",
         "currency": "varchar", "narration": "varchar", "topics": "varchar[]",
         "ref": "varchar", "branch": "varchar", "code": "varchar", "env": "varchar",
-        "created_at": "timestamptz",
+        "created_at": "timestamptz", "bank_id": "varchar", "last_updated": "timestamptz",
     },
     "balance_periodic": {
         "record_id": "varchar", "account_id": "varchar", "date": "date",
@@ -187,7 +193,9 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-@asset(deps=[accounts], pool="duckdb", group_name="warehouse", kinds={"duckdb"})
+# the views read what these write; the warehouse is rebuilt after them, never during
+@asset(deps=[accounts, balances, transactions, income, identity, payments, record_status],
+       pool="duckdb", group_name="warehouse", kinds={"duckdb"})
 def warehouse(context: AssetExecutionContext, lake: Lake,
               warehouse_db: Warehouse) -> MaterializeResult:
     """DuckDB views over the lake, for analysts (`ledgerlake sql`)."""
