@@ -83,6 +83,16 @@ def to_table(callbacks: list[dict]) -> pa.Table:
         row = payment_row(cb)
         if row is not None:
             latest[row["payment_id"]] = row
+    # a PAYMENT_RECURRING callback carries only the schedule: it marks the payments it made
+    for cb in callbacks:
+        schedule = cb.get("schedule")
+        if cb.get("callback_type") != "PAYMENT_RECURRING" or not isinstance(schedule, dict):
+            continue
+        made = [*(schedule.get("history") or []), schedule.get("paymentId")]
+        for pid in filter(None, map(_text, made)):
+            if pid in latest:
+                latest[pid]["callback_type"] = "PAYMENT_RECURRING"
+                latest[pid]["schedule_interval"] = _text(schedule.get("interval"))
     rows = list(latest.values())
     cols = {}
     for field in SCHEMA:

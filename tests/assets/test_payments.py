@@ -1,0 +1,63 @@
+"""Payments land from the PAYMENT callbacks that really reached the receiver's inbox."""
+
+from __future__ import annotations
+
+import time
+
+import dagster as dg
+import pyarrow.parquet as pq
+
+from assets.payments import payments
+from pipeline.inbox import Inbox
+from resources.callbacks import CallbackLog
+from resources.lake import Lake
+
+
+def payment_events(inbox_path, record: str) -> list:
+    with Inbox(inbox_path) as inbox:
+        return [e for e in inbox.after(0, 10_000)
+                if e.record == record and e.method in ("PAYMENT", "PAYMENT_RECURRING")]
+
+
+def test_payments_from_callbacks(sandbox, receiver, tmp_path):
+    with sandbox.api() as api:
+        api.post("settings/webhook", json={"url": receiver.callback_url,
+                                           "token": receiver.token}).raise_for_status()
+        made = api.post("sandbox/customers/create",
+                        json={"customers": [{"accounts": 1, "months": 2}]}).json()
+        record = made["data"]["customers"][0]["record"]
+        small = api.post("sandbox/payments/initiate", json={"record": record, "amount": 50_000})
+        huge = api.post("sandbox/payments/initiate",
+                        json={"record": record, "amount": 10**12})
+        monthly = api.post("sandbox/payments/initiate", json={
+            "record": record, "amount": 20_000,
+            "recurring": {"interval": "monthly", "start_date": "2026-11-01"}})
+        for resp in (small, huge, monthly):
+            assert resp.status_code == 200, resp.text
+    ids = {r.json()["data"]["payment"]["_id"]: r.json()["data"]["payment"]
+           for r in (small, huge, monthly)}
+
+    deadline = time.monotonic() + 30
+    while len(payment_events(receiver.inbox, record)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(payment_events(receiver.inbox, record)) >= 3
+
+    res = {"callback_log": CallbackLog(inbox_path=str(receiver.inbox)),
+           "lake": Lake(root=str(tmp_path))}
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("records", [record])
+        for _ in range(2):  # a rerun replaces the partition: nothing doubles
+            out = dg.materialize([payments], partition_key=record, resources=res,
+                                 instance=instance)
+            assert out.success
+    table = pq.read_table(tmp_path / "payments" / f"record_id={record}" / "part-0.parquet")
+    rows = {r["payment_id"]: r for r in table.to_pylist()}
+    assert set(rows) == set(ids)
+    for pid, sent in ids.items():
+        assert rows[pid]["amount_kobo"] == sent["amount"]
+        assert rows[pid]["status"] == sent["status"]
+        assert rows[pid]["interbank_response_code"] == sent["bank_response"]["STATUSCODE"]
+    assert {r["status"] for r in rows.values()} == {"success", "failed"}
+    kinds = {rows[pid]["callback_type"] for pid in ids}
+    assert kinds == {"PAYMENT", "PAYMENT_RECURRING"}
+    assert rows[monthly.json()["data"]["payment"]["_id"]]["schedule_interval"] == "monthly"
