@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,7 @@ from .auth import PRODUCTION, SANDBOX, Keys
 from .clock import Clock, iso
 from .errors import ServiceError
 from .store import Store
-from .webhooks import Dispatcher
+from .webhooks import METHODS, PRODUCT_MEMBERS, Dispatcher
 
 log = logging.getLogger("sandbox")
 
@@ -74,6 +75,27 @@ def _url(name, value):
     return value
 
 
+def _callback_method(name, value):
+    if value not in METHODS:
+        raise ServiceError("INVALID_FIELD", f"{name} must be one of {', '.join(METHODS)}")
+    return value
+
+
+def _callback_code(name, value):
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", value):
+        raise ServiceError("INVALID_FIELD", f"{name} must be an upper-case code such as "
+                                            "PRODUCT_IS_READY")
+    return value
+
+
+def _seconds(name, value):
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not 0 <= value <= 366 * 86400):
+        raise ServiceError("INVALID_FIELD", f"{name} must be a number of seconds from 0 to "
+                                            f"{366 * 86400} (a year)")
+    return value
+
+
 @dataclass
 class Endpoint:
     path: str
@@ -83,6 +105,7 @@ class Endpoint:
     method: str = "POST"
     sandbox_only: bool = False
     summary: str = ""
+    message: tuple[str, str] = ("message", "Request was successful")  # key and text
 
 
 def validate_body(ep: Endpoint, body: dict) -> dict:
@@ -142,6 +165,20 @@ class Service:
             Endpoint("sandbox/customers/create", self.customers_create,
                      {"customers": _array}, [("customers",)], sandbox_only=True,
                      summary="Create customers whose connections then complete"),
+            Endpoint("callback", self.callback_get,
+                     {"record": _string, "method": _callback_method}, [("record",), ("method",)],
+                     method="GET", summary="Callback status of a record for one method"),
+            Endpoint("callback/trigger", self.callback_trigger,
+                     {"records": _array, "record": _string, "url": _url},
+                     [("records", "record")], message=("messgae", "Webhook trigger initiated"),
+                     summary="Re-send records' latest callbacks, to the saved URL or url"),
+            Endpoint("sandbox/records/fire_webhook", self.fire_webhook,
+                     {"record": _string, "method": _callback_method, "code": _callback_code},
+                     [("record",), ("method",)], sandbox_only=True,
+                     summary="Raise a product callback for a record now"),
+            Endpoint("sandbox/clock/advance", self.clock_advance, {"seconds": _seconds},
+                     [("seconds",)], sandbox_only=True,
+                     summary="Move the sandbox clock forward (redelivery, periodic products)"),
         ]
 
     # -- handlers: each takes (env, body) and returns `data` -------------------------------
@@ -180,6 +217,55 @@ class Service:
         for c in created:
             asyncio.get_running_loop().call_soon(self._complete_connection, env, c["record"])
         return {"customers": created}
+
+    # -- webhooks: the Dispatcher (webhooks.py) keeps every delivery and its attempts ----------
+    async def callback_get(self, env: str, body: dict) -> dict:
+        rec = self._record(env, body["record"])
+        product = METHODS[body["method"]][0]
+        st = self.webhooks.callback_status(env, rec["_id"], body["method"])
+        data = {"product": product, "record": rec["_id"]}
+        if st:
+            data.update({k: v for k, v in st["payload"].items() if k in PRODUCT_MEMBERS})
+        enabled = product in rec.get("products", [product])
+        data["status"] = {"process": {"running": st is None and enabled,
+                                      "completed": st is not None},
+                          "last_callback": st and st["sent_at"]}
+        data["callback"] = st and {k: st[k] for k in ("method", "code", "state", "raised_at",
+                                                      "sent_at", "next_attempt_at", "attempts")}
+        return data
+
+    async def callback_trigger(self, env: str, body: dict) -> dict:
+        records = body["records"] if "records" in body else [body["record"]]
+        if not 1 <= len(records) <= 100:
+            raise ServiceError("INVALID_FIELD", "records must hold 1 to 100 record ids")
+        for i, record in enumerate(records):
+            self._record(env, _string(f"records[{i}]", record))
+        try:
+            self.webhooks.trigger(env, records, body.get("url"))
+        except LookupError as exc:
+            raise ServiceError("INVALID_FIELD", f"url: {exc}") from None
+        return {}
+
+    async def fire_webhook(self, env: str, body: dict) -> dict:
+        rec = self._record(env, body["record"])
+        method = body["method"]
+        _, callback_type, default_code, _ = METHODS[method]
+        code = body.get("code", default_code)
+        status = "is_failed" if code.endswith("FAILED") else "is_success"
+        prior = self.webhooks.callback_status(env, rec["_id"], method)
+        if prior and prior["method"] == method:  # same product members, new outcome
+            payload = {**prior["payload"], "callback_code": code, "code": code,
+                       "status": status, "ended_at": iso(self.clock.now())}
+        else:
+            payload = self.callback(env, rec, method, code, status=status,
+                                    callback_type=callback_type)
+        self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
+        return {}
+
+    async def clock_advance(self, env: str, body: dict) -> dict:
+        now = self.clock.advance(body["seconds"])
+        self.store.set_meta("clock_offset", self.clock.offset_s)
+        return {"now": iso(now)}
 
     # -- state changes ---------------------------------------------------------------------
     def _record(self, env: str, record_id: str) -> dict:
@@ -304,7 +390,8 @@ class Service:
         else:
             body = dict(request.query_params)
         data = await ep.handler(env, validate_body(ep, body))
-        return 200, {"status": "success", "message": "Request was successful", "data": data}
+        key, text = ep.message
+        return 200, {"status": "success", key: text, "data": data}
 
 
 def create_app(data_dir: Path, keys: Keys, *, seed: int = 42,

@@ -7,12 +7,21 @@ this clock, so tests can cover days in milliseconds.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 
 class Clock:
     def __init__(self, offset_s: float = 0.0) -> None:
         self.offset_s = offset_s
+        self._listeners: list[Callable[[float], None]] = []
+
+    def on_advance(self, listener: Callable[[float], None]) -> None:
+        """Call `listener(now)` after every advance (webhook redelivery, periodic products).
+
+        Listeners run on the caller's thread and must be quick: schedule work, not do it.
+        """
+        self._listeners.append(listener)
 
     def now(self) -> float:
         return time.time() + self.offset_s
@@ -21,7 +30,10 @@ class Clock:
         if seconds < 0:
             raise ValueError("the sandbox clock only moves forward")
         self.offset_s += seconds
-        return self.now()
+        now = self.now()
+        for listener in list(self._listeners):
+            listener(now)
+        return now
 
 
 def iso(ts: float) -> str:

@@ -1,13 +1,46 @@
 """Webhook delivery: POST each event, keep every attempt, raise it again hourly for 72 hours.
 
-Deliveries live in the store, so a restart resumes the schedule. Each attempt runs in its
-own task, so a slow receiver never holds up another's callbacks or the API.
+The spec's state table: a 2xx answer acknowledges (its body is ignored); a non-2xx answer, or
+none within the delivery timeout, leaves the event queued, and it is raised again every hour
+of the sandbox clock until 72 hours after the first attempt (attempts at 0 h, 1 h, ... 72 h),
+then dropped. When the clock jumps, every hour step that became due is its own attempt.
+
+Public surface (app.py and the callbacks' authors use only this):
+
+    Dispatcher(store, clock, timeout_s=10.0)
+    settings(env) -> {"url", "token", ...} | None     the environment's /settings/webhook
+    enqueue(env, payload, *, record, method, url=None) -> delivery id
+        queue an event for the environment's URL (or `url`). With no URL anywhere it is
+        kept as "unsent", so GET /callback shows it and /callback/trigger can send it.
+    kick()                   look for due deliveries now (the clock calls it on advance)
+    trigger(env, records, url=None) -> count
+        re-send each record's latest event of every kind (method, account, payment) as new
+        deliveries, to `url` or the saved URL
+    callback_status(env, record, method) -> dict | None
+        latest event of that method's family (BALANCE covers PERIODIC_BALANCE, ...):
+        {"payload", "code", "state", "raised_at", "sent_at", "attempts": [...]}
+    last_webhook(env, record) -> {"code", "sent_at", "state", "serverResponse"} | None
+    await start() / await stop()               with the app's lifespan
+
+Deliveries live in their own SQLite file under the data dir (`webhooks.sqlite3`), so a
+restart resumes the schedule; an attempt cut short by a restart is simply made again.
+Each attempt runs in its own task, at most PER_TARGET at a time per receiver (scheme, host,
+port) and MAX_INFLIGHT in all, so a slow or dead receiver holds up only its own queue, never
+another receiver's callbacks nor the API. Attempts to one receiver start in due order.
+A redelivery carries the same payload; only `serverResponse` (the previous attempt's
+result) changes. Every delivery carries the environment's token as `Authorization: Bearer`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import sqlite3
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -19,93 +52,354 @@ log = logging.getLogger("sandbox.webhooks")
 
 HOUR = 3600.0
 WINDOW = 72 * HOUR
+PER_TARGET = 4
+MAX_INFLIGHT = 64
+IDLE_POLL_S = 30.0  # longest sleep; wall time also moves the sandbox clock
+
+# method -> (product, callback_type, default code, the methods GET /callback shows for it:
+# the query value shown for balance is BALANCE, which covers PERIODIC_BALANCE too)
+METHODS = {
+    "AUTH": ("auth", "AUTH", "AUTH_SUCCESS", ("AUTH",)),
+    "IDENTITY": ("identity", "IDENTITY", "PRODUCT_IS_READY", ("IDENTITY",)),
+    "ACCOUNTS": ("accounts", "ACCOUNTS", "ACCOUNTS_SUCCESS", ("ACCOUNTS",)),
+    "BALANCE": ("balance", "BALANCE", "BALANCE_SUCCESS", ("BALANCE", "PERIODIC_BALANCE")),
+    "PERIODIC_BALANCE": ("balance", "BALANCE", "BALANCE_SUCCESS", ("PERIODIC_BALANCE",)),
+    "TRANSACTIONS": ("transactions", "TRANSACTIONS", "PRODUCT_IS_READY",
+                     ("TRANSACTIONS", "PERIODIC_TRANSACTIONS")),
+    "PERIODIC_TRANSACTIONS": ("transactions", "TRANSACTIONS", "PRODUCT_IS_READY",
+                              ("PERIODIC_TRANSACTIONS",)),
+    "INCOME": ("income", "INCOME", "PRODUCT_IS_READY", ("INCOME",)),
+    "PAYMENT": ("payment", "PAYMENT", "PAYMENT_SUCCESS", ("PAYMENT", "PAYMENT_RECURRING")),
+    "PAYMENT_RECURRING": ("payment", "PAYMENT_RECURRING", "PAYMENT_SUCCESS",
+                          ("PAYMENT_RECURRING",)),
+}
+# payload members that are a product's data rather than the spec's common fields
+PRODUCT_MEMBERS = ("accountId", "nuban", "identity", "account", "balance", "newTransactions",
+                   "income", "paymentId", "link", "garnishment", "schedule", "payment")
+
+SCHEMA = """
+create table if not exists deliveries (
+    id integer primary key autoincrement,
+    env text not null,
+    record text,
+    method text,
+    event_key text not null,      -- what /callback/trigger re-sends the latest of
+    code text,
+    url text,                     -- null: no webhook was set when it was raised
+    target text,                  -- scheme://host:port, the unit of concurrency
+    payload blob not null,
+    raised_at real not null,
+    first_attempt real,
+    next_attempt real,
+    last_attempt real,
+    attempts blob not null default '[]',
+    state text not null           -- pending, acknowledged, dropped, unsent
+);
+create index if not exists deliveries_due on deliveries (state, next_attempt);
+create index if not exists deliveries_record on deliveries (env, record, method);
+"""
+
+COLUMNS = ("id", "env", "record", "method", "event_key", "code", "url", "target", "payload",
+           "raised_at", "first_attempt", "next_attempt", "last_attempt", "attempts", "state")
+
+
+def _target(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}:{parts.port or ''}"
+
+
+def _event_key(method: str | None, payload: dict) -> str:
+    return "|".join(str(x or "") for x in (method, payload.get("accountId"),
+                                          payload.get("paymentId")))
+
+
+class Deliveries:
+    """The delivery queue on disk: one row per event sent (or to send) to one URL."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("pragma journal_mode=wal")
+        self._db.execute("pragma synchronous=normal")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _rows(self, sql: str, args: Iterable = ()) -> list[dict]:
+        with self._lock:
+            rows = self._db.execute(sql, tuple(args)).fetchall()
+        out = []
+        for row in rows:
+            d = dict(zip(COLUMNS, row, strict=True))
+            d["payload"] = orjson.loads(d["payload"])
+            d["attempts"] = orjson.loads(d["attempts"])
+            out.append(d)
+        return out
+
+    def add(self, env: str, record: str | None, method: str | None, url: str | None,
+            payload: dict, now: float) -> int:
+        code = payload.get("code") or payload.get("event")
+        with self._lock:
+            return self._db.execute(
+                "insert into deliveries (env, record, method, event_key, code, url, target,"
+                " payload, raised_at, next_attempt, state) values (?,?,?,?,?,?,?,?,?,?,?)",
+                (env, record, method, _event_key(method, payload), code, url,
+                 _target(url) if url else None, orjson.dumps(payload), now,
+                 now if url else None, "pending" if url else "unsent"),
+            ).lastrowid
+
+    def due_targets(self, now: float) -> list[str]:
+        with self._lock:
+            rows = self._db.execute(
+                "select distinct target from deliveries "
+                "where state = 'pending' and next_attempt <= ?", (now,)).fetchall()
+        return [r[0] for r in rows]
+
+    def due(self, target: str, now: float, limit: int) -> list[dict]:
+        return self._rows(
+            f"select {', '.join(COLUMNS)} from deliveries where state = 'pending' "
+            "and target = ? and next_attempt <= ? order by next_attempt, id limit ?",
+            (target, now, limit))
+
+    def next_due(self, skip_targets: Iterable[str], skip_ids: Iterable[int]) -> float | None:
+        targets, ids = list(skip_targets), list(skip_ids)
+        sql = "select min(next_attempt) from deliveries where state = 'pending'"
+        if targets:
+            sql += f" and target not in ({','.join('?' * len(targets))})"
+        if ids:
+            sql += f" and id not in ({','.join('?' * len(ids))})"
+        with self._lock:
+            return self._db.execute(sql, (*targets, *ids)).fetchone()[0]
+
+    def finish(self, delivery_id: int, *, first_attempt: float, last_attempt: float,
+               attempts: list, state: str, next_attempt: float | None) -> None:
+        with self._lock:
+            self._db.execute(
+                "update deliveries set first_attempt = ?, last_attempt = ?, attempts = ?,"
+                " state = ?, next_attempt = ? where id = ?",
+                (first_attempt, last_attempt, orjson.dumps(attempts), state, next_attempt,
+                 delivery_id))
+
+    def latest(self, env: str, record: str, methods: Iterable[str]) -> dict | None:
+        methods = list(methods)
+        rows = self._rows(
+            f"select {', '.join(COLUMNS)} from deliveries where env = ? and record = ? "
+            f"and method in ({','.join('?' * len(methods))}) order by id desc limit 1",
+            (env, record, *methods))
+        return rows[0] if rows else None
+
+    def latest_per_event(self, env: str, record: str) -> list[dict]:
+        return self._rows(
+            f"select {', '.join(COLUMNS)} from deliveries where id in ("
+            " select max(id) from deliveries where env = ? and record = ? group by event_key)"
+            " order by id", (env, record))
+
+    def last_sent(self, env: str, record: str) -> dict | None:
+        rows = self._rows(
+            f"select {', '.join(COLUMNS)} from deliveries where env = ? and record = ? "
+            "and last_attempt is not null order by last_attempt desc, id desc limit 1",
+            (env, record))
+        return rows[0] if rows else None
+
+
+def _public(attempt: dict) -> dict:
+    """An attempt's result as the payload's serverResponse carries it."""
+    return {k: v for k, v in attempt.items() if k not in ("attempt", "at")}
 
 
 class Dispatcher:
     def __init__(self, store: Store, clock: Clock, timeout_s: float = 10.0) -> None:
+        if not timeout_s > 0:
+            raise ValueError("the webhook timeout must be a positive number of seconds")
         self.store = store
         self.clock = clock
         self.timeout_s = timeout_s
+        self.db = Deliveries(Path(store.path).parent / "webhooks.sqlite3")
         self._wake = asyncio.Event()
-        self._inflight: set[int] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inflight: dict[int, str] = {}  # delivery id -> target
+        self._per_target: dict[str, int] = {}
         self._tasks: set[asyncio.Task] = set()
         self._runner: asyncio.Task | None = None
         self._http: httpx.AsyncClient | None = None
+        if hasattr(clock, "on_advance"):
+            clock.on_advance(lambda _now: self.kick())
 
+    # -- the public surface ----------------------------------------------------------------
     def settings(self, env: str) -> dict | None:
         return self.store.get_meta(f"webhook:{env}")
 
     def enqueue(self, env: str, payload: dict, *, record: str | None, method: str | None,
-                url: str | None = None) -> int | None:
-        """Queue an event for the environment's webhook (or `url`); None if none is set."""
-        conf = self.settings(env) or {}
-        target = url or conf.get("url")
+                url: str | None = None) -> int:
+        """Queue an event for the environment's webhook, or `url`; kept unsent if neither."""
+        target = url or (self.settings(env) or {}).get("url")
+        payload = {k: v for k, v in payload.items() if k != "serverResponse"}
+        if target and "callbackURL" in payload:
+            payload["callbackURL"] = target
+        delivery_id = self.db.add(env, record, method, target, payload, self.clock.now())
         if not target:
-            log.info("no webhook configured for %s; %s not sent", env, method)
-            return None
-        delivery_id = self.store.add_delivery(
-            env, record, method, target, conf.get("token"), payload, self.clock.now()
-        )
-        self._wake.set()
+            log.info("no webhook set for %s; %s of %s kept unsent", env, method, record)
+        self.kick()
         return delivery_id
 
     def kick(self) -> None:
-        """Look for due deliveries now (after the clock moved)."""
-        self._wake.set()
+        """Look for due deliveries now (after the clock moved, or something was queued)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._wake.set()
+        else:
+            loop.call_soon_threadsafe(self._wake.set)
+
+    def trigger(self, env: str, records: Iterable[str], url: str | None = None) -> int:
+        """Re-send each record's latest event of every kind; returns how many were queued."""
+        target = url or (self.settings(env) or {}).get("url")
+        if not target:
+            raise LookupError("no webhook URL is set for this environment and none was given")
+        queued = 0
+        for record in dict.fromkeys(records):
+            for d in self.db.latest_per_event(env, record):
+                self.enqueue(env, d["payload"], record=record, method=d["method"], url=target)
+                queued += 1
+        return queued
+
+    def callback_status(self, env: str, record: str, method: str) -> dict | None:
+        d = self.db.latest(env, record, METHODS[method][3] if method in METHODS else (method,))
+        if d is None:
+            return None
+        return {"payload": d["payload"], "method": d["method"], "code": d["code"],
+                "state": d["state"], "url": d["url"], "raised_at": iso(d["raised_at"]),
+                "sent_at": iso(d["last_attempt"]) if d["last_attempt"] else None,
+                "next_attempt_at": (iso(d["next_attempt"]) if d["state"] == "pending"
+                                    else None),
+                "attempts": d["attempts"]}
+
+    def last_webhook(self, env: str, record: str) -> dict | None:
+        d = self.db.last_sent(env, record)
+        if d is None:
+            return None
+        return {"code": d["code"], "sent_at": iso(d["last_attempt"]), "state": d["state"],
+                "serverResponse": _public(d["attempts"][-1]) if d["attempts"] else None}
 
     async def start(self) -> None:
-        self._http = httpx.AsyncClient(timeout=self.timeout_s)
+        self._loop = asyncio.get_running_loop()
+        self._http = httpx.AsyncClient(
+            timeout=self.timeout_s, follow_redirects=False,
+            limits=httpx.Limits(max_connections=MAX_INFLIGHT,
+                                max_keepalive_connections=PER_TARGET * 4),
+            headers={"User-Agent": "ledgerlake-sandbox-webhooks"})
         self._runner = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._runner:
-            self._runner.cancel()
-        for t in list(self._tasks):
+        tasks = [t for t in (self._runner, *self._tasks) if t]
+        for t in tasks:
             t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._http:
             await self._http.aclose()
+        self._loop = None
+        self.db.close()
 
+    # -- the schedule ----------------------------------------------------------------------
     async def _run(self) -> None:
         while True:
-            for d in self.store.due_deliveries(self.clock.now()):
+            self._wake.clear()
+            try:
+                self._launch_due()
+            except Exception:  # a bad row must not stop every later delivery
+                log.exception("webhook scheduler failed; retrying")
+            await self._sleep()
+
+    def _launch_due(self) -> None:
+        now = self.clock.now()
+        for target in self.db.due_targets(now):
+            free = min(PER_TARGET - self._per_target.get(target, 0),
+                       MAX_INFLIGHT - len(self._inflight))
+            if free <= 0:
+                continue
+            for d in self.db.due(target, now, PER_TARGET * 2):
+                if free <= 0:
+                    break
                 if d["id"] in self._inflight:
                     continue
-                self._inflight.add(d["id"])
+                free -= 1
+                self._inflight[d["id"]] = target
+                self._per_target[target] = self._per_target.get(target, 0) + 1
                 task = asyncio.create_task(self._attempt(d))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=1.0)
-            except TimeoutError:
-                pass
+
+    async def _sleep(self) -> None:
+        """Until woken, or until the next delivery not held up by a full receiver is due."""
+        if len(self._inflight) >= MAX_INFLIGHT:
+            delay = IDLE_POLL_S  # a finishing attempt wakes us
+        else:
+            full = [t for t, n in self._per_target.items() if n >= PER_TARGET]
+            due = self.db.next_due(full, self._inflight)
+            delay = IDLE_POLL_S if due is None else min(IDLE_POLL_S, due - self.clock.now())
+        if delay <= 0:
+            await asyncio.sleep(0)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=delay)
 
     async def _attempt(self, d: dict) -> None:
+        target = self._inflight[d["id"]]
         try:
-            now = self.clock.now()
-            first = d["first_attempt"] or now
-            payload = dict(d["payload"])
-            headers = {"Content-Type": "application/json"}
-            if d["token"]:
-                headers["Authorization"] = f"Bearer {d['token']}"
-            try:
-                resp = await self._http.post(d["url"], content=orjson.dumps(payload),
-                                             headers=headers)
-                ok = 200 <= resp.status_code < 300
-                result = {"status": resp.status_code, "message": resp.reason_phrase}
-            except httpx.HTTPError as exc:
-                ok = False
-                result = {"success": False, "error": type(exc).__name__}
-            result["at"] = iso(now)
-            attempts = [*d["attempts"], result]
-            if ok:
-                state, due = "acknowledged", now
-            else:
-                due = first + HOUR * len(attempts)
-                state = "pending" if due <= first + WINDOW else "dropped"
-            self.store.finish_attempt(d["id"], first_attempt=first, attempts=attempts,
-                                      state=state, next_attempt=due)
-            log.info("callback %s %s to %s: %s", d["method"], d["record"], d["url"],
-                     result.get("status", result.get("error")))
+            await self._deliver(d)
+        except asyncio.CancelledError:
+            raise  # shutting down: the row stays due, and is attempted after a restart
+        except Exception:
+            log.exception("webhook delivery %s failed unexpectedly", d["id"])
         finally:
-            self._inflight.discard(d["id"])
+            del self._inflight[d["id"]]
+            self._per_target[target] -= 1
+            if not self._per_target[target]:
+                del self._per_target[target]
+            self._wake.set()
+
+    async def _deliver(self, d: dict) -> None:
+        now = self.clock.now()
+        first = d["first_attempt"] or now
+        payload = dict(d["payload"])
+        if d["attempts"]:
+            payload["serverResponse"] = _public(d["attempts"][-1])
+        headers = {"Content-Type": "application/json"}
+        token = (self.settings(d["env"]) or {}).get("token")
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        ok = False
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                async with self._http.stream("POST", d["url"], content=orjson.dumps(payload),
+                                             headers=headers) as resp:
+                    ok = 200 <= resp.status_code < 300  # the body is ignored
+                    result = {"status": resp.status_code, "message": resp.reason_phrase}
+        except (TimeoutError, httpx.TimeoutException):
+            result = {"success": False,
+                      "error": f"no answer within {self.timeout_s:g} s"}
+        except httpx.HTTPError as exc:
+            reason = ("could not connect" if isinstance(exc, httpx.ConnectError)
+                      else type(exc).__name__)
+            result = {"success": False, "error": reason}
+        attempts = [*d["attempts"], {"attempt": len(d["attempts"]), "at": iso(now), **result}]
+        if ok:
+            state, due = "acknowledged", None
+        else:
+            due = first + HOUR * len(attempts)
+            state = "pending" if due <= first + WINDOW else "dropped"
+            if state == "dropped":
+                due = None
+        self.db.finish(d["id"], first_attempt=first, last_attempt=now, attempts=attempts,
+                       state=state, next_attempt=due)
+        log.info("callback %s of %s, attempt %d to %s: %s -> %s", d["method"], d["record"],
+                 len(attempts) - 1, d["target"], result.get("status", result.get("error")),
+                 state)
