@@ -17,7 +17,7 @@ from resources.client import ConnectionClient
 from resources.lake import Lake
 
 from .config import Settings
-from .jobs import PRODUCT_JOBS, refresh_job, warehouse_job
+from .jobs import PRODUCT_JOBS, ingest_job, refresh_job, replay_job, warehouse_job
 from .sensors import inbox_sensor
 
 settings = Settings.from_env()
@@ -25,7 +25,7 @@ settings = Settings.from_env()
 defs = dg.Definitions(
     assets=[accounts, balances, transactions, income, identity, payments, record_status,
             warehouse],
-    jobs=[*PRODUCT_JOBS, refresh_job, warehouse_job],
+    jobs=[*PRODUCT_JOBS, ingest_job, refresh_job, replay_job, warehouse_job],
     sensors=[inbox_sensor],
     resources={
         "client": ConnectionClient(

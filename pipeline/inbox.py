@@ -144,11 +144,18 @@ def _record_id(value, what: str) -> str | None:
 
 
 def _stamp(value, what: str) -> str | None:
+    """An ISO 8601 timestamp, normalised to UTC with milliseconds and Z, so that they sort."""
     if value is None:
         return None
-    if not isinstance(value, str) or len(value) > 64:
-        raise InvalidEvent(f"{what} must be a timestamp string or null")
-    return value
+    try:
+        if not isinstance(value, str) or len(value) > 64:
+            raise ValueError
+        when = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise InvalidEvent(f"{what} must be an ISO 8601 timestamp or null") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return _iso(when.timestamp())
 
 
 def _iso(ts: float) -> str:
@@ -168,15 +175,17 @@ def describe(payload: object) -> dict:
             raise InvalidEvent("callback record and recordId disagree")
         record = record or record_alt
         account = _record_id(payload.get("accountId"), "callback accountId")
-        started = _stamp(payload.get("started_at"), "callback started_at")
-        ended = _stamp(payload.get("ended_at"), "callback ended_at")
+        started, ended = payload.get("started_at"), payload.get("ended_at")
+        occurred = (_stamp(ended, "callback ended_at")
+                    or _stamp(started, "callback started_at"))
+        _stamp(started, "callback started_at")  # checked even when ended_at is there
         customer = payload.get("customerId")
         # serverResponse and the rest may differ between deliveries of one event
         return {"kind": "callback", "method": method, "code": code,
                 "status": _name(payload.get("status"), "callback status", optional=True),
                 "record": record, "account": account,
                 "customer": customer if isinstance(customer, str) else None,
-                "occurred_at": ended or started,
+                "occurred_at": occurred,
                 "identity": ["callback", method, code, record, account, started, ended]}
     event = payload.get("event")
     data = payload.get("data")
@@ -195,7 +204,13 @@ def describe(payload: object) -> dict:
         stamp_key = STATUS_EVENTS.get(event, (None, None))[1]
         stamp = data.get(stamp_key) if stamp_key else next(
             (v for k, v in sorted(data.items()) if k.endswith("_at")), None)
-        stamp = _stamp(stamp, f"connection event {stamp_key or 'timestamp'}")
+        if stamp_key:
+            occurred = _stamp(stamp, f"connection event {stamp_key}")
+        else:  # an event we do not know yet: a date we cannot read is no reason to refuse it
+            try:
+                occurred = _stamp(stamp, "timestamp")
+            except InvalidEvent:
+                occurred = stamp = None
         if customer is None and record is None and not accounts:
             raise InvalidEvent("connection event names no customer, record or accounts")
         # an event we do not know and cannot date is named by all of its data
@@ -203,8 +218,9 @@ def describe(payload: object) -> dict:
             orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
         return {"kind": "connection", "method": event, "code": event, "status": None,
                 "record": record, "account": None, "customer": customer,
-                "accounts": accounts, "occurred_at": stamp,
-                "identity": ["connection", event, customer, stamp, extra]}
+                "accounts": accounts, "occurred_at": occurred,
+                # the record too, when named: one customer's two records are two events
+                "identity": ["connection", event, customer, stamp, extra, record]}
     raise InvalidEvent("body has neither a callback's method and callback_code "
                        "nor a connection event's event and data")
 
@@ -303,7 +319,7 @@ class Inbox:
             " last_seen) values (?, ?, ?, ?, ?, ?, ?) on conflict (record) do update set"
             " last_seen = excluded.last_seen, customer = coalesce(records.customer,"
             " excluded.customer)",
-            (record, customer, CONNECTED, "", event_id, now, now))
+            (record, customer, CONNECTED, occurred, event_id, now, now))
 
     def _set_status(self, record: str, status: str, occurred: str, event_id: int) -> None:
         # out-of-order delivery: only a newer event moves the status

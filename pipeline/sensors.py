@@ -1,8 +1,20 @@
-"""Where a callback becomes a run: read the inbox by cursor, add partitions, request runs."""
+"""Where a callback becomes a run: read the inbox by cursor, add partitions, request runs.
 
+A ready product asks for a run of the assets that fetch it, keyed by the inbox event id, so a
+sensor tick that is retried, or an event delivered twice, never starts a second run. Failures
+and connection events start nothing: they are reported as observations of the product or of
+`record_status`, so they show in the Dagster UI beside the data they concern.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
 
 from dagster import (
+    AssetKey,
+    AssetObservation,
     DefaultSensorStatus,
+    MetadataValue,
     RunRequest,
     SensorEvaluationContext,
     SensorResult,
@@ -13,50 +25,132 @@ from dagster import (
 from assets.partitions import records
 
 from .config import Settings
-from .inbox import Inbox
-from .jobs import accounts_job
+from .inbox import CONNECTED, Event, Inbox
+from .jobs import ingest_job
 
-BATCH = 500
+BATCH = 500  # events per tick; a backlog drains over consecutive ticks
+MIN_INTERVAL_S = 5
+STATUS_ASSET = "record_status"
 
-# (method, code) of a ready product -> the job that fetches it
-READY: dict[tuple[str, str], str] = {
-    ("ACCOUNTS", "ACCOUNTS_SUCCESS"): accounts_job.name,
+# (method, code) of a ready product -> the assets that fetch it. One line per product; an asset
+# not (yet) in the Definitions is skipped, so a line may name a product before it exists.
+READY: dict[tuple[str, str], tuple[str, ...]] = {
+    ("AUTH", "AUTH_SUCCESS"): (),  # the connection exists: a partition, nothing to fetch yet
+    ("IDENTITY", "PRODUCT_IS_READY"): ("identity",),
+    ("ACCOUNTS", "ACCOUNTS_SUCCESS"): ("accounts",),
+    ("BALANCE", "BALANCE_SUCCESS"): ("balances",),
+    ("PERIODIC_BALANCE", "BALANCE_SUCCESS"): ("balances",),
+    ("TRANSACTIONS", "PRODUCT_IS_READY"): ("transactions",),
+    ("PERIODIC_TRANSACTIONS", "PRODUCT_IS_READY"): ("transactions",),
+    ("INCOME", "PRODUCT_IS_READY"): ("income",),
+    ("PAYMENT", "PAYMENT_SUCCESS"): ("payments",),
+    ("PAYMENT_RECURRING", "PAYMENT_SUCCESS"): ("payments",),
 }
+# the asset a failure of each method is reported on
+FAILED_ON = {"INCOME": "income", "PAYMENT": "payments", "PAYMENT_RECURRING": "payments",
+             "IDENTITY": "identity", "ACCOUNTS": "accounts", "BALANCE": "balances",
+             "PERIODIC_BALANCE": "balances", "TRANSACTIONS": "transactions",
+             "PERIODIC_TRANSACTIONS": "transactions"}
+FAILED_CODES = {"INCOME_FAILED", "PAYMENT_FAILED"}
 
 
-def plan(events) -> tuple[list[str], list[RunRequest]]:
-    """New partitions and run requests for a batch of inbox events."""
+def is_failure(ev: Event) -> bool:
+    return ev.status == "is_failed" or ev.code in FAILED_CODES
+
+
+def plan(events: Iterable[Event], existing: set[str], status: dict[str, str]
+         ) -> tuple[list[str], list[RunRequest], list[AssetObservation], list[str]]:
+    """Partitions to add, runs to request, observations to report and lines to log.
+
+    `existing` holds the asset names in the Definitions; `status` each record's current status.
+    Within a batch, several events asking the same record for the same assets (one BALANCE
+    callback per account) make one run, keyed by the newest of them.
+    """
     partitions: list[str] = []
-    requests: list[RunRequest] = []
+    wanted: dict[tuple[str, tuple[str, ...]], list[Event]] = {}
+    observations: list[AssetObservation] = []
+    notes: list[str] = []
     for ev in events:
-        job = READY.get((ev.method, ev.code))
-        if job is None or ev.record is None or ev.status == "is_failed":
+        if ev.kind == "connection":
+            for record in ev.records:
+                observations.append(_observe(STATUS_ASSET, None, ev, record=record,
+                                             status=status.get(record, "unknown")))
+            notes.append(f"event {ev.id}: {ev.method} for {', '.join(ev.records) or 'no record'}")
+            continue
+        if ev.record is None:
+            notes.append(f"event {ev.id}: {ev.method} {ev.code} names no record; ignored")
             continue
         if ev.record not in partitions:
             partitions.append(ev.record)
+        if is_failure(ev):
+            asset = FAILED_ON.get(ev.method)
+            target = asset if asset in existing else STATUS_ASSET
+            observations.append(_observe(target, ev.record if target == asset else None, ev,
+                                         record=ev.record))
+            notes.append(f"event {ev.id}: {ev.method} {ev.code} failed for {ev.record}")
+            continue
+        assets = READY.get((ev.method, ev.code))
+        if assets is None:
+            notes.append(f"event {ev.id}: {ev.method} {ev.code} is not a product we fetch")
+            continue
+        present = tuple(a for a in assets if a in existing)
+        if not present:
+            continue
+        if status.get(ev.record, CONNECTED) != CONNECTED:
+            notes.append(f"event {ev.id}: record {ev.record} is {status[ev.record]}; "
+                         f"{ev.method} not fetched")
+            continue
+        wanted.setdefault((ev.record, present), []).append(ev)
+    observations = [o for o in observations if o.asset_key.to_user_string() in existing]
+    requests = []
+    for (record, assets), evs in wanted.items():
+        last = evs[-1]
         requests.append(RunRequest(
-            run_key=f"inbox-{ev.id}", job_name=job, partition_key=ev.record,
-            tags={"ledgerlake/inbox_event": str(ev.id), "ledgerlake/method": ev.method},
+            run_key=f"inbox-{last.id}", job_name=ingest_job.name, partition_key=record,
+            asset_selection=[AssetKey(a) for a in assets],
+            tags={"ledgerlake/inbox_event": str(last.id), "ledgerlake/method": last.method,
+                  "ledgerlake/inbox_events": ",".join(str(e.id) for e in evs)[:1000]},
         ))
-    return partitions, requests
+    return partitions, requests, observations, notes
 
 
-@sensor(jobs=[accounts_job], minimum_interval_seconds=5,
+def _observe(asset: str, partition: str | None, ev: Event, **extra) -> AssetObservation:
+    body = ev.body
+    message = body.get("message") if isinstance(body.get("message"), str) else ""
+    return AssetObservation(
+        asset_key=asset, partition=partition,
+        metadata={"inbox_event": ev.id, "method": ev.method or "", "code": ev.code or "",
+                  "callback_status": ev.status or "", "message": message[:500],
+                  **{k: MetadataValue.text(str(v)) for k, v in extra.items()}},
+    )
+
+
+def asset_names(context: SensorEvaluationContext) -> set[str]:
+    repo = context.repository_def
+    if repo is None:
+        raise ValueError("the inbox sensor needs its Definitions to know which assets exist")
+    return {key.to_user_string() for key in repo.asset_graph.get_all_asset_keys()}
+
+
+@sensor(jobs=[ingest_job], minimum_interval_seconds=MIN_INTERVAL_S,
         default_status=DefaultSensorStatus.RUNNING)
 def inbox_sensor(context: SensorEvaluationContext):
     """Turn ready-product callbacks from the inbox into runs of the matching assets."""
     cursor = int(context.cursor or 0)
-    inbox = Inbox(Settings.from_env().inbox)
-    try:
+    with Inbox(Settings.from_env().inbox) as inbox:
         events = inbox.after(cursor, BATCH)
-    finally:
-        inbox.close()
+        named = {r for ev in events for r in ev.records}
+        status = {r: s.status for r, s in inbox.records(named).items()}
     if not events:
         return SkipReason(f"no inbox events after {cursor}")
-    partitions, requests = plan(events)
-    new = [p for p in partitions if not context.instance.has_dynamic_partition(records.name, p)]
+    partitions, requests, observations, notes = plan(events, asset_names(context), status)
+    for line in notes:
+        context.log.info(line)
+    instance = context.instance
+    new = [p for p in partitions if not instance.has_dynamic_partition(records.name, p)]
     return SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=[records.build_add_request(new)] if new else [],
+        asset_events=observations,
         cursor=str(events[-1].id),
     )

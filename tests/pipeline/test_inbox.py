@@ -79,7 +79,11 @@ def test_account_ids_and_disagreeing_record_fields_are_refused(inbox, make):
                                   {"event": "USER_DISCONNECT", "data": {}},
                                   {"event": "../x", "data": {"customer": "c"}},
                                   {"method": "AUTH", "callback_code": "AUTH_SUCCESS",
-                                   "record": "r", "ended_at": {"$gt": 1}}])
+                                   "record": "r", "ended_at": {"$gt": 1}},
+                                  {"method": "AUTH", "callback_code": "AUTH_SUCCESS",
+                                   "record": "r", "ended_at": "yesterday"},
+                                  {"event": "USER_REAUTH", "data": {"customer": "c",
+                                                                    "deauthorized_at": 5}}])
 def test_unrecognisable_shapes_are_refused(body):
     with pytest.raises(InvalidEvent):
         describe(body)

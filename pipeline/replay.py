@@ -1,0 +1,120 @@
+"""Replay: ask the service to send again the callbacks a record should have had by now.
+
+A record we heard from (AUTH, ACCOUNTS...) but whose expected products have not called back
+after a delay most likely lost a callback in an outage longer than the service's redelivery,
+or to a receiver that refused it. `/callback/trigger` re-sends a record's webhooks; the inbox
+deduplicates what was already stored, so asking too often costs nothing but calls.
+"""
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from dagster import Config, OpExecutionContext, op
+
+from resources.client import ConnectionClient
+
+from .config import Settings
+from .inbox import CONNECTED, Inbox
+
+TRIGGER_LIMIT = 100  # records per /callback/trigger call (the spec's limit)
+EXPECTED = ("ACCOUNTS", "TRANSACTIONS")  # every connection of ours enables these
+DEFAULT_AFTER_MINUTES = 60.0
+MAX_RECORDS = 5000  # per replay: a backlog larger than this drains over several replays
+
+log = logging.getLogger("ledgerlake.replay")
+
+
+@dataclass(frozen=True)
+class Overdue:
+    record: str
+    missing: tuple[str, ...]
+    waiting_s: float  # since the record's first callback
+
+
+@dataclass
+class Replay:
+    overdue: list[Overdue]
+    triggered: list[str] = field(default_factory=list)
+    calls: int = 0
+
+
+def overdue(inbox: Inbox, *, after_s: float, expect: Sequence[str] = EXPECTED,
+            now: float | None = None, limit: int = MAX_RECORDS) -> list[Overdue]:
+    """Connected records heard from over `after_s` ago that still miss an expected product.
+
+    A record replayed less than `after_s` ago is left alone until that replay had its chance.
+    """
+    now = time.time() if now is None else now
+    found = []
+    for rec in inbox.records(status=CONNECTED).values():
+        if not rec.products:
+            continue
+        first = min(p.received_at for p in rec.products.values())
+        if now - first < after_s:
+            continue
+        if rec.replayed_at is not None and now - rec.replayed_at < after_s:
+            continue
+        missing = tuple(m for m in expect
+                        if m not in rec.products and f"PERIODIC_{m}" not in rec.products)
+        if missing:
+            found.append(Overdue(rec.record, missing, now - first))
+    found.sort(key=lambda o: -o.waiting_s)  # the longest wait first
+    return found[:limit]
+
+
+def trigger(client: ConnectionClient, records: list[str]) -> None:
+    """One call of at most TRIGGER_LIMIT records."""
+    if len(records) > TRIGGER_LIMIT:
+        raise ValueError(f"at most {TRIGGER_LIMIT} records per call, not {len(records)}")
+    if hasattr(client, "trigger_callbacks"):
+        client.trigger_callbacks(records)
+    else:  # the client before issue 5
+        client.post("callback/trigger", {"records": records})
+
+
+def replay(inbox: Inbox, client: ConnectionClient | None, *, after_s: float,
+           expect: Sequence[str] = EXPECTED, dry_run: bool = False, now: float | None = None,
+           say: Callable[[str], None] = log.info) -> Replay:
+    """Find overdue records and, unless `dry_run`, trigger their callbacks 100 at a time.
+
+    Each call's records are marked replayed only once the call succeeded, so a failure part
+    way leaves the rest for the next replay.
+    """
+    result = Replay(overdue(inbox, after_s=after_s, expect=expect, now=now))
+    for o in result.overdue:
+        say(f"record {o.record}: no {', '.join(o.missing)} after {o.waiting_s / 60:.0f} min")
+    if dry_run or not result.overdue:
+        return result
+    if client is None:
+        raise ValueError("replay needs an API client unless it is a dry run")
+    ids = [o.record for o in result.overdue]
+    for start in range(0, len(ids), TRIGGER_LIMIT):
+        chunk = ids[start:start + TRIGGER_LIMIT]
+        trigger(client, chunk)
+        inbox.mark_replayed(chunk, now)
+        result.triggered += chunk
+        result.calls += 1
+    say(f"triggered callbacks of {len(result.triggered)} records in {result.calls} calls")
+    return result
+
+
+class ReplayConfig(Config):
+    after_minutes: float = DEFAULT_AFTER_MINUTES
+    dry_run: bool = False
+    expect: list[str] = list(EXPECTED)
+
+
+@op(description="Re-trigger the callbacks of records whose expected products never called back")
+def replay_missing_callbacks(context: OpExecutionContext, config: ReplayConfig,
+                             client: ConnectionClient) -> int:
+    with Inbox(Settings.from_env().inbox) as inbox:
+        result = replay(inbox, client, after_s=config.after_minutes * 60,
+                        expect=config.expect, dry_run=config.dry_run, say=context.log.info)
+    context.add_output_metadata({
+        "overdue": len(result.overdue), "triggered": len(result.triggered),
+        "calls": result.calls, "dry_run": config.dry_run,
+        "records": ", ".join(o.record for o in result.overdue[:50]),
+    })
+    return len(result.triggered)

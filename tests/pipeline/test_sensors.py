@@ -1,0 +1,161 @@
+"""The inbox sensor through build_sensor_context over a real inbox file."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
+
+from assets.accounts import accounts
+from pipeline.inbox import Inbox
+from pipeline.jobs import ingest_job
+from pipeline.sensors import BATCH, READY, inbox_sensor
+
+
+@pytest.fixture
+def inbox(tmp_path, monkeypatch):
+    path = tmp_path / "inbox.sqlite3"
+    monkeypatch.setenv("LEDGERLAKE_INBOX", str(path))
+    with Inbox(path) as ib:
+        yield ib
+
+
+@pytest.fixture(scope="module")
+def defs():
+    from pipeline.definitions import defs
+
+    return defs
+
+
+@pytest.fixture
+def instance():
+    with DagsterInstance.ephemeral() as inst:
+        yield inst
+
+
+def evaluate(defs, instance, cursor=None):
+    with build_sensor_context(instance=instance, cursor=cursor, definitions=defs) as ctx:
+        return inbox_sensor(ctx)
+
+
+def names(defs) -> set[str]:
+    return {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+
+
+def test_ready_products_become_runs_keyed_by_inbox_event(inbox, defs, instance, make):
+    present = names(defs)
+    r1 = "rec1"
+    ids = {}
+    ids["auth"] = inbox.add(make.callback(r1, "AUTH", "AUTH_SUCCESS"))[0]
+    accounts_ready = make.callback(r1, "ACCOUNTS", "ACCOUNTS_SUCCESS", account="a1")
+    ids["accounts"] = inbox.add(accounts_ready)[0]
+    b1 = inbox.add(make.callback(r1, "BALANCE", "BALANCE_SUCCESS", account="a1"))[0]
+    ids["balances"] = inbox.add(make.callback(r1, "BALANCE", "BALANCE_SUCCESS",
+                                              account="a2"))[0]
+    ids["transactions"] = inbox.add(make.callback(r1, "TRANSACTIONS", "PRODUCT_IS_READY",
+                                                  newTransactions=12))[0]
+    # a redelivery: no new event
+    assert not inbox.add({**accounts_ready, "serverResponse": {"status": 500}})[1]
+
+    result = evaluate(defs, instance)
+    assert isinstance(result, SensorResult)
+    by_assets = {tuple(k.to_user_string() for k in rr.asset_selection): rr
+                 for rr in result.run_requests}
+    expected = {name for name in ("accounts", "balances", "transactions") if name in present}
+    assert {a for (a,) in by_assets} == expected
+    for (asset,), rr in by_assets.items():
+        assert rr.run_key == f"inbox-{ids[asset]}"
+        assert rr.partition_key == r1
+        assert rr.job_name == ingest_job.name
+        assert rr.tags["ledgerlake/inbox_event"] == str(ids[asset])
+    if "balances" in expected:  # one run for the record's two BALANCE callbacks
+        assert by_assets[("balances",)].tags["ledgerlake/inbox_events"] == f"{b1},{ids['balances']}"
+    (add,) = result.dynamic_partitions_requests
+    assert list(add.partition_keys) == [r1]
+    assert result.cursor == str(ids["transactions"])
+
+    # the next tick starts after the cursor
+    assert isinstance(evaluate(defs, instance, result.cursor), SkipReason)
+
+
+def test_runs_are_only_requested_for_assets_in_the_definitions(inbox, instance, make):
+    only_accounts = dg.Definitions(assets=[accounts], jobs=[ingest_job], sensors=[inbox_sensor],
+                                   resources={"client": None, "lake": None})
+    inbox.add(make.callback("r1", "BALANCE", "BALANCE_SUCCESS", account="a1"))
+    inbox.add(make.callback("r1", "INCOME", "PRODUCT_IS_READY"))
+    acc = inbox.add(make.callback("r1", "ACCOUNTS", "ACCOUNTS_SUCCESS"))[0]
+    result = evaluate(only_accounts, instance)
+    assert [(rr.run_key, [k.to_user_string() for k in rr.asset_selection])
+            for rr in result.run_requests] == [(f"inbox-{acc}", ["accounts"])]
+    # the job the requests name holds exactly the assets that exist
+    job = only_accounts.resolve_job_def(ingest_job.name)
+    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == {"accounts"}
+
+
+def test_failures_start_nothing_and_are_observed(inbox, defs, instance, make):
+    present = names(defs)
+    inbox.add(make.callback("r2", "INCOME", "INCOME_FAILED", status="is_failed",
+                            message="no income found"))
+    inbox.add(make.callback("r2", "PAYMENT", "PAYMENT_FAILED", status="is_failed"))
+    inbox.add(make.callback("r2", "TRANSACTIONS", "PRODUCT_IS_READY", status="is_failed"))
+    result = evaluate(defs, instance)
+    assert result.run_requests == []
+    assert [list(r.partition_keys) for r in result.dynamic_partitions_requests] == [["r2"]]
+    seen = {(o.asset_key.to_user_string(), o.partition, o.metadata["code"].value)
+            for o in result.asset_events}
+    wanted = set()
+    for asset, code in (("income", "INCOME_FAILED"), ("payments", "PAYMENT_FAILED"),
+                        ("transactions", "PRODUCT_IS_READY")):
+        if asset in present:
+            wanted.add((asset, "r2", code))
+        elif "record_status" in present:
+            wanted.add(("record_status", None, code))
+    assert seen == wanted
+    income = [o for o in result.asset_events if o.metadata["code"].value == "INCOME_FAILED"]
+    assert all(o.metadata["message"].value == "no income found" for o in income)
+
+
+def test_disconnected_and_reauth_records_are_not_fetched(inbox, defs, instance, make):
+    inbox.add(make.callback("r3", "AUTH", "AUTH_SUCCESS", customer="c3",
+                            ended_at="2026-01-01T00:00:00.000Z"))
+    first = evaluate(defs, instance)
+    inbox.add({"event": "USER_DISCONNECT", "message": "", "record": "r3",
+               "data": {"accounts": [], "customer": "c3", "record": "r3",
+                        "disconnected_at": "2026-01-02T00:00:00.000Z"}})
+    # a product that was ready before the disconnect, delivered late
+    inbox.add(make.callback("r3", "ACCOUNTS", "ACCOUNTS_SUCCESS", customer="c3",
+                            ended_at="2026-01-01T00:10:00.000Z"))
+    inbox.add(make.callback("r4", "AUTH", "AUTH_SUCCESS", customer="c4",
+                            ended_at="2026-01-01T00:00:00.000Z"))
+    inbox.add(make.reauth("c4", "2026-01-02T00:00:00.000Z"))
+    inbox.add(make.callback("r4", "ACCOUNTS", "ACCOUNTS_SUCCESS", customer="c4",
+                            ended_at="2026-01-03T00:10:00.000Z"))
+    result = evaluate(defs, instance, first.cursor)
+    assert result.run_requests == []
+    assert inbox.status("r3") == "disconnected" and inbox.status("r4") == "reauth_required"
+    if "record_status" in names(defs):
+        statuses = {(o.metadata["record"].value, o.metadata["status"].value)
+                    for o in result.asset_events if o.asset_key.to_user_string() == "record_status"}
+        assert statuses == {("r3", "disconnected"), ("r4", "reauth_required")}
+    # the record's history stays in the inbox
+    assert set(inbox.records(["r3"])["r3"].products) == {"AUTH", "ACCOUNTS"}
+
+
+def test_a_backlog_drains_in_bounded_batches(inbox, defs, instance, make):
+    for i in range(BATCH * 2 + 17):
+        inbox.add(make.callback(f"r{i}", "ACCOUNTS", "ACCOUNTS_SUCCESS"))
+    cursor, sizes = None, []
+    while not isinstance(result := evaluate(defs, instance, cursor), SkipReason):
+        sizes.append(len(result.run_requests))
+        cursor = result.cursor
+    assert sizes == [BATCH, BATCH, 17]
+    assert int(cursor) == inbox.count()
+
+
+def test_every_ready_product_of_the_spec_has_a_line():
+    spec = {("AUTH", "AUTH_SUCCESS"), ("IDENTITY", "PRODUCT_IS_READY"),
+            ("ACCOUNTS", "ACCOUNTS_SUCCESS"), ("BALANCE", "BALANCE_SUCCESS"),
+            ("PERIODIC_BALANCE", "BALANCE_SUCCESS"), ("TRANSACTIONS", "PRODUCT_IS_READY"),
+            ("PERIODIC_TRANSACTIONS", "PRODUCT_IS_READY"), ("INCOME", "PRODUCT_IS_READY"),
+            ("PAYMENT", "PAYMENT_SUCCESS")}
+    assert spec <= set(READY)
