@@ -1,0 +1,58 @@
+"""The daily refresh: connected records only, in contiguous batches of partitions."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import dagster as dg
+import pytest
+
+from pipeline.inbox import Inbox
+from pipeline.schedules import batches, daily_refresh
+
+
+def test_batches_are_contiguous_and_bounded():
+    keys = list("abcdefgh")
+    assert list(batches(keys, set("abdefgh"), size=2)) == [
+        ("a", "b", 2), ("d", "e", 2), ("f", "g", 2), ("h", "h", 1)]
+    assert list(batches(keys, set(), size=2)) == []
+    assert list(batches(keys, set(keys), size=100)) == [("a", "h", 8)]
+
+
+def callback(record: str, customer: str) -> dict:
+    return {"type": "CALLBACK", "method": "ACCOUNTS", "callback_type": "ACCOUNTS",
+            "callback_code": "ACCOUNTS_SUCCESS", "code": "ACCOUNTS_SUCCESS",
+            "status": "is_success", "record": record, "recordId": record,
+            "customerId": customer, "started_at": "2026-11-01T00:00:00.000Z",
+            "ended_at": "2026-11-01T00:00:01.000Z"}
+
+
+@pytest.fixture
+def inbox_with_states(tmp_path, monkeypatch):
+    path = tmp_path / "inbox.sqlite3"
+    monkeypatch.setenv("LEDGERLAKE_INBOX", str(path))
+    with Inbox(path) as inbox:
+        for i in range(6):
+            inbox.add(callback(f"rec{i}", f"cust{i}"))
+        inbox.add({"event": "USER_DISCONNECT", "message": "gone",
+                   "data": {"customer": "cust2", "accounts": [],
+                            "disconnected_at": "2026-11-02T00:00:00.000Z"}})
+        inbox.add({"event": "USER_REAUTH", "message": "login changed",
+                   "data": {"customer": "cust4", "deauthorized_at": "2026-11-02T00:00:00.000Z"}})
+        states = {r: s.status for r, s in inbox.records().items()}
+    assert states["rec2"] == "disconnected" and states["rec4"] == "reauth_required"
+    return path
+
+
+def test_daily_refresh_skips_disconnected_and_reauth(inbox_with_states):
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("records", [f"rec{i}" for i in range(6)] + ["manual"])
+        ctx = dg.build_schedule_context(
+            instance=instance,
+            scheduled_execution_time=dt.datetime(2026, 11, 22, 2, tzinfo=dt.UTC))
+        requests = list(daily_refresh(ctx))
+    ranges = [(r.tags["dagster/asset_partition_range_start"],
+               r.tags["dagster/asset_partition_range_end"]) for r in requests]
+    assert ranges == [("rec0", "rec1"), ("rec3", "rec3"), ("rec5", "manual")]
+    assert all(r.run_key.startswith("refresh-2026-11-22-") for r in requests)
+    assert {r.tags["ledgerlake/schedule"] for r in requests} == {"daily_refresh"}
