@@ -26,6 +26,7 @@ from . import datagen
 from .auth import PRODUCTION, SANDBOX, Keys
 from .clock import Clock, iso
 from .errors import ServiceError
+from .products import Products
 from .store import Store
 from .webhooks import METHODS, PRODUCT_MEMBERS, Dispatcher
 
@@ -119,11 +120,32 @@ def validate_body(ep: Endpoint, body: dict) -> dict:
     return {k: ep.fields[k](k, v) for k, v in body.items() if v is not None}
 
 
+def _object(name, value):
+    if not isinstance(value, dict):
+        raise ServiceError("INVALID_FIELD", f"{name} must be an object")
+    return value
+
+
+def _any(name, value):
+    return value
+
+
+# body rule -> its JSON schema, for /openapi.json
+SCHEMAS = {_string: {"type": "string", "minLength": 1}, _page: {"type": ["integer", "string"]},
+           _limit: {"type": ["integer", "string"]}, _array: {"type": "array"},
+           _url: {"type": "string", "format": "uri"}, _object: {"type": "object"}}
+
+
 def paginate(items: list, page: int, limit: int) -> tuple[list, dict]:
-    total = len(items)
+    start = (page - 1) * limit
+    return items[start:start + limit], pagination(len(items), page, limit)
+
+
+def pagination(total: int, page: int, limit: int) -> dict:
+    """The spec's Pagination object for `total` items."""
     pages = max(1, -(-total // limit))
     start = (page - 1) * limit
-    return items[start:start + limit], {
+    return {
         "totalDocs": total,
         "limit": limit,
         "page": page,
@@ -138,9 +160,13 @@ def paginate(items: list, page: int, limit: int) -> tuple[list, dict]:
 
 # -- the service -------------------------------------------------------------------------------
 
-class Service:
+class Service(Products):
+    paginate = staticmethod(paginate)
+    pages = staticmethod(pagination)
+
     def __init__(self, data_dir: Path, keys: Keys, seed: int = 42,
-                 webhook_timeout_s: float = 10.0) -> None:
+                 webhook_timeout_s: float = 10.0, rate_limit: float = 1000.0,
+                 addition_limit: int = 100_000) -> None:
         self.store = Store(data_dir)
         self.keys = keys
         self.seed = seed
@@ -148,6 +174,8 @@ class Service:
         self.webhooks = Dispatcher(self.store, self.clock, timeout_s=webhook_timeout_s)
         self.banks = datagen.bank_objects(seed)
         self.public_base = ""  # learnt from the first request, for callback_url
+        self._init_products(rate_limit, addition_limit)
+        self.clock.on_advance(self._clock_moved)
         self.endpoints: dict[tuple[str, str], Endpoint] = {}
         for ep in self._endpoints():
             self.endpoints[(ep.method, ep.path)] = ep
@@ -158,6 +186,49 @@ class Service:
             Endpoint("accounts/get", self.accounts_get,
                      {"record": _string, "customer": _string, **paging},
                      [("record", "customer")], summary="Accounts of a record or customer"),
+            Endpoint("auth/getByCustomer", self.auth_get_by_customer,
+                     {"customer": _string, **paging}, [("customer",)],
+                     summary="Auth records of a customer, paged"),
+            Endpoint("auth/get", self.auth_get, {"record": _string}, [("record",)],
+                     summary="Auth of a verified record with its account numbers"),
+            Endpoint("balance/get", self.balance_get,
+                     {"record": _string, "access_token": _string, "account": _string,
+                      **paging}, [("record", "access_token", "account")],
+                     summary="Balances, with their daily history, of a record or account"),
+            Endpoint("transactions/get", self.transactions_get,
+                     {"record": _string, "access_token": _string, "account": _string,
+                      "from": _string, "to": _string, **paging},
+                     [("record", "access_token", "account")],
+                     summary="Transactions of a record or account, by date then _id"),
+            Endpoint("income/get", self.income_get, {"record": _string, "customer": _string},
+                     [("record", "customer")], summary="Income derived from the transactions"),
+            Endpoint("identity/get", self.identity_get,
+                     {"record": _string, "customer": _string}, [("record", "customer")],
+                     summary="Identity the bank holds on the customer"),
+            Endpoint("record/get", self.record_get, {"record": _string}, [("record",)],
+                     summary="A connection record"),
+            Endpoint("record/remove", self.record_remove, {"record": _string}, [("record",)],
+                     summary="Remove a record; its access tokens die, USER_DISCONNECT is sent"),
+            Endpoint("item/get", self.item_get, {"record": _string, "access_token": _string},
+                     [("record", "access_token")],
+                     summary="Products supported and enabled, status, last webhook"),
+            Endpoint("token/exchange", self.token_exchange, {"public_token": _string},
+                     [("public_token",)], summary="Exchange a public token for an access token"),
+            Endpoint("sandbox/records/reset_login", self.reset_login, {"record": _string},
+                     [("record",)], sandbox_only=True,
+                     summary="Make a record need a new login (USER_REAUTH)"),
+            Endpoint("sandbox/records/verify", self.verify,
+                     {"record": _string, "amounts": _array}, [("record",), ("amounts",)],
+                     sandbox_only=True, summary="Check the two micro-deposits of a record"),
+            Endpoint("sandbox/banks/status", self.banks_status,
+                     {"bank": _string, "status": _string}, [("bank",), ("status",)],
+                     sandbox_only=True, summary="Set a bank's status (down, unavailable...)"),
+            Endpoint("sandbox/maintenance", self.maintenance, {"on": _any}, [("on",)],
+                     sandbox_only=True, summary="Turn maintenance mode on or off"),
+            Endpoint("sandbox/payments/initiate", self.payments_initiate,
+                     {"record": _string, "amount": _any, "recurring": _object},
+                     [("record",), ("amount",)], sandbox_only=True,
+                     summary="Debit a record's first account (kobo), once or recurring"),
             Endpoint("settings/webhook", self.settings_webhook,
                      {"url": _url, "token": _string}, [("url",)],
                      summary="Set this environment's webhook URL and token"),
@@ -182,41 +253,13 @@ class Service:
         ]
 
     # -- handlers: each takes (env, body) and returns `data` -------------------------------
-    async def accounts_get(self, env: str, body: dict) -> dict:
-        if "record" in body:
-            self._record(env, body["record"])
-            accounts = self.store.find("accounts", env, "record", body["record"])
-        else:
-            records = self.store.find("records", env, "customer", body["customer"])
-            if not records and not self.store.get("customers", env, body["customer"]):
-                raise ServiceError("INVALID_FIELD", "customer does not exist")
-            accounts = [a for r in records
-                        for a in self.store.find("accounts", env, "record", r["_id"])]
-        items, pagination = paginate(accounts, body.get("page", 1), body.get("limit", 20))
-        return {"pagination": pagination, "accounts": items}
-
     async def settings_webhook(self, env: str, body: dict) -> dict:
         conf = {"url": body["url"], "token": body.get("token"), "env": env}
         self.store.set_meta(f"webhook:{env}", conf)
         return {"url": conf["url"], "token_set": conf["token"] is not None, "env": env}
 
     async def banks_list(self, env: str, body: dict) -> dict:
-        return {"banks": self.banks}
-
-    async def customers_create(self, env: str, body: dict) -> dict:
-        specs = body["customers"]
-        if not 1 <= len(specs) <= 100:
-            raise ServiceError("INVALID_FIELD", "customers must hold 1 to 100 objects")
-        for i, spec in enumerate(specs):
-            if not isinstance(spec, dict):
-                raise ServiceError("INVALID_FIELD", f"customers[{i}] must be an object")
-            accounts = spec.get("accounts", 1)
-            if isinstance(accounts, bool) or not isinstance(accounts, int) or not 1 <= accounts <= 5:
-                raise ServiceError("INVALID_FIELD", f"customers[{i}].accounts must be 1 to 5")
-        created = [self._create_customer(env, spec) for spec in specs]
-        for c in created:
-            asyncio.get_running_loop().call_soon(self._complete_connection, env, c["record"])
-        return {"customers": created}
+        return {"banks": self.banks_of(env)}
 
     # -- webhooks: the Dispatcher (webhooks.py) keeps every delivery and its attempts ----------
     async def callback_get(self, env: str, body: dict) -> dict:
@@ -267,79 +310,9 @@ class Service:
         self.store.set_meta("clock_offset", self.clock.offset_s)
         return {"now": iso(now)}
 
-    # -- state changes ---------------------------------------------------------------------
-    def _record(self, env: str, record_id: str) -> dict:
-        rec = self.store.get("records", env, record_id)
-        if rec is None:
-            raise ServiceError("INVALID_FIELD", "record does not exist")
-        return rec
-
-    def _create_customer(self, env: str, spec: dict) -> dict:
-        n = self.store.get_meta(f"counter:{env}", 0) + 1
-        self.store.set_meta(f"counter:{env}", n)
-        now = iso(self.clock.now())
-        seed = spec.get("seed", self.seed)
-        customer_id = datagen.object_id(seed, env, "customer", n)
-        who = datagen.person(seed, customer_id)
-        name = spec.get("name") or who["name"]
-        bank = self.banks[n % len(self.banks)]
-        self.store.put("customers", {"_id": customer_id, "id": customer_id, "name": name,
-                                     "env": env, "created_at": now})
-        record_id = datagen.object_id(seed, env, "record", n)
-        account_ids = []
-        for k in range(spec.get("accounts", 1)):
-            account_id = datagen.object_id(seed, env, "account", n, k)
-            acct_name, acct_type = datagen.account_name_type(seed, account_id, name)
-            self.store.put("accounts", {
-                "_id": account_id, "id": account_id,
-                "nuban": datagen.nuban(seed, account_id),
-                "name": acct_name, "type": acct_type, "currency": "NGN",
-                "bank": bank["_id"], "customer": {"_id": customer_id, "name": name},
-                "record": record_id, "balance": datagen.object_id(seed, "balance", account_id),
-                "env": env, "created_at": now, "last_updated": now,
-            }, record=record_id)
-            account_ids.append(account_id)
-        self.store.put("records", {
-            "_id": record_id, "id": record_id, "customer": customer_id, "bank": bank["_id"],
-            "env": env, "login_type": spec.get("login_type", "bank"),
-            "account_type": spec.get("account_type", "personal"),
-            "products": spec.get("products", datagen.PRODUCTS), "verified": True,
-            "created_at": now, "last_updated": now,
-        }, customer=customer_id)
-        public_token = f"public-{ENV_SHORT[env]}-{record_id}"
-        return {"customer": customer_id, "record": record_id, "public_token": public_token,
-                "accounts": account_ids}
-
-    def _complete_connection(self, env: str, record_id: str) -> None:
-        rec = self.store.get("records", env, record_id)
-        accounts = self.store.find("accounts", env, "record", record_id)
-        if rec is None or not accounts:
-            return
-        payload = self.callback(env, rec, "ACCOUNTS", "ACCOUNTS_SUCCESS",
-                                account=accounts[0], message="Accounts ready")
-        self.webhooks.enqueue(env, payload, record=record_id, method="ACCOUNTS")
-
-    def callback(self, env: str, rec: dict, method: str, code: str, *, callback_type=None,
-                 message: str = "", **members) -> dict:
-        """A product callback payload with the spec's common members."""
-        bank = next((b for b in self.banks if b["_id"] == rec["bank"]), self.banks[0])
-        now = iso(self.clock.now())
-        conf = self.webhooks.settings(env) or {}
-        return {
-            "method": method, "callback_type": callback_type or method,
-            "callback_code": code, "type": "CALLBACK", "code": code,
-            "callbackURL": conf.get("url"),
-            "callback_url": f"{self.public_base}{self._base(env)}callback"
-                            f"?record={rec['_id']}&method={method}",
-            "env": env, "status": "is_success", "started_at": rec["created_at"],
-            "ended_at": now, "message": message, "meta": {}, "options": {}, "extras": {},
-            "meta_responses": None, "bankName": bank["name"], "bankSlug": bank["slug"],
-            "bankId": bank["_id"], "bankType": "ind", "record": rec["_id"],
-            "recordId": rec["_id"], "login_type": rec["login_type"],
-            "customerId": rec["customer"], "customerEmail": [], "customerBvn": None,
-            "identityType": "bvn", "country": "NG", "current_project": "sandbox-project",
-            "owner": "sandbox-owner", **members,
-        }
+    def _clock_moved(self, now: float) -> None:
+        with contextlib.suppress(RuntimeError):  # no loop yet: the next tick catches up
+            asyncio.get_running_loop().call_soon(self.daily, now)
 
     @staticmethod
     def _base(env: str) -> str:
@@ -349,10 +322,12 @@ class Service:
     async def handle(self, request: Request) -> Response:
         request_id = secrets.token_hex(12)
         started = time.perf_counter()
+        headers = {"X-Request-Id": request_id}
         try:
             status, body = await self._dispatch(request)
         except ServiceError as err:
             status, body = err.http_code, err.body(request_id)
+            headers.update(err.headers)
         except Exception:  # a bug must still answer with the spec's body, never a traceback
             log.exception("request %s failed", request_id)
             err = ServiceError("INTERNAL_SERVER_ERROR", "internal failure")
@@ -360,12 +335,51 @@ class Service:
         log.info("%s %s %s %d %.1fms", request_id, request.method, request.url.path, status,
                  (time.perf_counter() - started) * 1000)
         return Response(orjson.dumps(body), status_code=status,
-                        media_type="application/json", headers={"X-Request-Id": request_id})
+                        media_type="application/json", headers=headers)
+
+    def openapi(self) -> dict:
+        """OpenAPI 3.1 of every route, both environments, made from the endpoint table."""
+        paths: dict = {}
+        error = {"$ref": "#/components/schemas/Error"}
+        for ep in self.endpoints.values():
+            props = {k: SCHEMAS.get(v, {"type": "string"}) for k, v in ep.fields.items()}
+            op: dict = {"summary": ep.summary, "operationId": ep.path.replace("/", "_"),
+                        "security": [{"bearer": []}],
+                        "responses": {"200": {"description": "success"},
+                                      "400": {"description": "error", "content": {
+                                          "application/json": {"schema": error}}},
+                                      "401": {"description": "INVALID_API_KEYS"},
+                                      "429": {"description": "rate limited"},
+                                      "500": {"description": "API_ERROR"}}}
+            if ep.method == "POST":
+                op["requestBody"] = {"required": True, "content": {"application/json": {
+                    "schema": {"type": "object", "properties": props,
+                               "additionalProperties": False}}}}
+            else:
+                op["parameters"] = [{"name": k, "in": "query", "schema": props[k],
+                                     "required": any(k in g and len(g) == 1
+                                                     for g in ep.required)} for k in props]
+            for prefix, env in PREFIXES:
+                if ep.sandbox_only and env != SANDBOX:
+                    continue
+                paths.setdefault(prefix + ep.path, {})[ep.method.lower()] = {
+                    **op, "operationId": f"{ENV_SHORT[env]}_{op['operationId']}"}
+        return {"openapi": "3.1.0",
+                "info": {"title": "ledgerlake sandbox of the connection service",
+                         "version": "2"},
+                "paths": paths,
+                "components": {
+                    "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+                    "schemas": {"Error": {"type": "object", "required": [
+                        "error_type", "error_code", "error_message", "display_message",
+                        "http_code", "request_id"]}}}}
 
     async def _dispatch(self, request: Request) -> tuple[int, dict]:
         path = request.url.path
         if not self.public_base:
             self.public_base = str(request.base_url).rstrip("/")
+        if path == "/openapi.json" and request.method == "GET":
+            return 200, self.openapi()
         env = next((e for prefix, e in PREFIXES if path.startswith(prefix)), None)
         if env is None:
             raise ServiceError("NOT_FOUND", f"no endpoint at {path}")
@@ -376,6 +390,13 @@ class Service:
         self.keys.check(env, request.headers.get("authorization"))
         if ep.sandbox_only and env != SANDBOX:
             raise ServiceError("SANDBOX_ONLY", f"{sub} exists only in the sandbox environment")
+        if self.maintenance_on and sub != "sandbox/maintenance":
+            raise ServiceError("PLANNED_MAINTENANCE", "maintenance mode: API operations are "
+                                                      "disabled")
+        wait = self.limiter.take(env, sub)
+        if wait:
+            raise ServiceError(self.limiter.code(sub), f"too many requests to {sub}; retry in "
+                               f"{wait:.2f}s", headers={"Retry-After": self.limiter.retry_after(wait)})
         body: dict = {}
         if request.method == "POST":
             ctype = request.headers.get("content-type", "")
@@ -383,7 +404,7 @@ class Service:
                 raise ServiceError("INVALID_HEADERS", "Content-Type must be application/json")
             try:
                 body = orjson.loads(await request.body())
-            except orjson.JSONDecodeError:
+            except (orjson.JSONDecodeError, UnicodeDecodeError):
                 raise ServiceError("INVALID_BODY", "body is not valid JSON") from None
             if not isinstance(body, dict):
                 raise ServiceError("INVALID_BODY", "body must be a JSON object")
@@ -394,20 +415,44 @@ class Service:
         return 200, {"status": "success", key: text, "data": data}
 
 
+class _App(Starlette):
+    """Starlette for the lifespan; HTTP goes straight to the one handler, which answers every
+    error itself, skipping the router and middleware on the hot path."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            response = await self.state.service.handle(Request(scope, receive))
+            await response(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+
 def create_app(data_dir: Path, keys: Keys, *, seed: int = 42,
-               webhook_timeout_s: float = 10.0) -> Starlette:
-    service = Service(Path(data_dir), keys, seed=seed, webhook_timeout_s=webhook_timeout_s)
+               webhook_timeout_s: float = 10.0, rate_limit: float = 1000.0,
+               addition_limit: int = 100_000) -> Starlette:
+    service = Service(Path(data_dir), keys, seed=seed, webhook_timeout_s=webhook_timeout_s,
+                      rate_limit=rate_limit, addition_limit=addition_limit)
+
+    async def calendar():  # wall time moves the sandbox clock too
+        while True:
+            try:
+                service.daily(service.clock.now())
+            except Exception:
+                log.exception("daily products failed")
+            await asyncio.sleep(60)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         await service.webhooks.start()
+        task = asyncio.create_task(calendar())
         try:
             yield
         finally:
+            task.cancel()
             await service.webhooks.stop()
             service.store.close()
 
-    app = Starlette(
+    app = _App(
         routes=[Route("/{path:path}", service.handle, methods=["GET", "POST", "PUT", "PATCH",
                                                                 "DELETE", "HEAD", "OPTIONS"])],
         lifespan=lifespan,

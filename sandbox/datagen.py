@@ -335,7 +335,7 @@ class History:
 
     def visible(self, now: float) -> int:
         """How many lines have happened by `now`."""
-        return int(np.searchsorted(self.ts, now, side="right"))
+        return int(self.ts.searchsorted(int(now), side="right"))
 
 
 @lru_cache(maxsize=256)

@@ -63,12 +63,18 @@ class Products:
         self.records = {(r["env"], r["_id"]): r for r in self.store.all("records")}
         self.tokens = {t["_id"]: t for t in self.store.all("tokens")}
         self._views: dict = {}
+        self._specs: dict = {}
+        self._bank_status: dict[str, dict] = {}
+        self.maintenance_on = bool(self.store.get_meta("maintenance", False))
         if self.store.get_meta("periodic_day") is None:
             self.store.set_meta("periodic_day", int(self.clock.now() // DAY))
 
     # -- look-ups ----------------------------------------------------------------------------
     def bank_status(self, env: str) -> dict:
-        return self.store.get_meta(f"bank_status:{env}", {})
+        status = self._bank_status.get(env)
+        if status is None:  # kept in memory: every data call reads it
+            status = self._bank_status[env] = self.store.get_meta(f"bank_status:{env}", {})
+        return status
 
     def banks_of(self, env: str) -> list[dict]:
         status = self.bank_status(env)
@@ -141,10 +147,14 @@ class Products:
 
     def _histories(self, rec: dict, now: float) -> list[tuple[str, datagen.History, int]]:
         last = max(datagen.month_index(now), rec[INTERNAL]["gen"]["created_month"])
+        specs = self._specs.get((rec["env"], rec["_id"]))
+        if specs is None:
+            specs = [self._spec(rec, k, a) for k, a in enumerate(rec[INTERNAL]["accounts"])]
+            self._specs[(rec["env"], rec["_id"])] = specs
         out = []
-        for k, account_id in enumerate(rec[INTERNAL]["accounts"]):
-            h = datagen.history(self._spec(rec, k, account_id), last)
-            out.append((account_id, h, h.visible(now)))
+        for spec in specs:
+            h = datagen.history(spec, last)
+            out.append((spec.account_id, h, h.visible(now)))
         return out
 
     def _rows(self, rec: dict, account_id: str, h: datagen.History) -> list[bytes]:
@@ -239,11 +249,12 @@ class Products:
             rec = self._target(env, body)
             self._check(rec, "transactions")
             ts, rows = self._record_view(rec, now)
-        lo, hi = 0, int(np.searchsorted(ts, now, side="right"))
+        # search with ints: a float key would make numpy convert the whole int64 column
+        lo, hi = 0, int(ts.searchsorted(int(now), side="right"))
         if "from" in body:
-            lo = int(np.searchsorted(ts, _date("from", body["from"]), side="left"))
+            lo = int(ts.searchsorted(int(_date("from", body["from"])), side="left"))
         if "to" in body:
-            hi = min(hi, int(np.searchsorted(ts, _date("to", body["to"]) + DAY, side="left")))
+            hi = min(hi, int(ts.searchsorted(int(_date("to", body["to"])) + DAY, side="left")))
         hi = max(lo, hi)
         page, limit = body.get("page", 1), body.get("limit", 20)
         pagination = self.pages(hi - lo, page, limit)
@@ -538,12 +549,14 @@ class Products:
         status = self.bank_status(env)
         status[body["bank"]] = body["status"]
         self.store.set_meta(f"bank_status:{env}", status)
+        self._bank_status[env] = status
         return {"bank": next(b for b in self.banks_of(env) if b["_id"] == body["bank"])}
 
     async def maintenance(self, env: str, body: dict) -> dict:
         if not isinstance(body["on"], bool):
             raise ServiceError("INVALID_FIELD", "on must be a boolean")
         self.store.set_meta("maintenance", body["on"])
+        self.maintenance_on = body["on"]
         return {"maintenance": body["on"]}
 
     async def payments_initiate(self, env: str, body: dict) -> dict:

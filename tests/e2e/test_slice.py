@@ -43,7 +43,8 @@ def load_defs():
 def test_callback_to_sql(pipeline_env, sandbox, receiver, tmp_path):
     with sandbox.api() as api:
         made = api.post("sandbox/customers/create",
-                        json={"customers": [{"accounts": 2}, {"accounts": 3}]})
+                        json={"customers": [{"accounts": 2, "products": ["accounts"]},
+                                            {"accounts": 3, "products": ["accounts"]}]})
         assert made.status_code == 200, made.text
         created = made.json()["data"]["customers"]
     records = {c["record"]: c["accounts"] for c in created}
