@@ -42,13 +42,23 @@ def _port(value: str) -> int:
     return port
 
 
-def _positive(value: str) -> int:
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {value!r}") from None
+    if not 0 < seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600, not {value}")
+    return seconds
+
+
+def _count(value: str) -> int:
     try:
         n = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+        raise argparse.ArgumentTypeError(f"must be an integer, not {value!r}") from None
+    if not 0 <= n <= 10**9:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 10**9, not {n}")
     return n
 
 
@@ -69,7 +79,9 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
                                         "LEDGERLAKE_PRODUCTION_KEY"),
                                        ("sandbox", args.sandbox_key, "LEDGERLAKE_SANDBOX_KEY"))
             if not flag and not os.environ.get(var)]
-    app = create_app(Path(args.data_dir), keys, seed=args.seed)
+    app = create_app(Path(args.data_dir), keys, seed=args.seed,
+                     webhook_timeout_s=args.webhook_timeout, rate_limit=args.rate_limit,
+                     addition_limit=args.addition_limit)
     ready = ("sandbox ready: production {url}/v2/  sandbox {url}/sandbox/v2/  "
              f"data {Path(args.data_dir).resolve()}")
     if made:  # keys we invented must be told, or nobody could call us
@@ -95,29 +107,23 @@ def cmd_receiver(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from . import sql
+    import duckdb
+
     from .config import Settings
 
     path = Path(args.warehouse) if args.warehouse else Settings.from_env().warehouse
-    try:
-        fmt = sql.format_of(args.format, Path(args.output) if args.output else None)
-        con = sql.open_warehouse(path.resolve())
-    except (sql.QueryError, FileNotFoundError) as exc:
-        print(f"ledgerlake: {exc}", file=sys.stderr)
+    if not path.exists():
+        print(f"ledgerlake: no warehouse at {path} (run `make demo`, or materialize "
+              "the warehouse asset)", file=sys.stderr)
         return 2
-    with con:
-        if args.query is None:
-            return sql.interactive(con, args.max_rows)
+    with duckdb.connect(str(path), read_only=True) as con:
         try:
-            rel = sql.run(con, args.query)
-            if fmt == "table":
-                sql.show(rel, args.max_rows, sys.stdout)
-            else:
-                rows = sql.write(con, rel, fmt, Path(args.output))
-                print(f"wrote {rows} rows to {Path(args.output).resolve()}", file=sys.stderr)
-        except sql.QueryError as exc:
+            rel = con.sql(args.query)
+        except duckdb.Error as exc:
             print(f"ledgerlake: {exc}", file=sys.stderr)
             return 1
+        if rel is not None:
+            rel.show(max_rows=args.max_rows, max_width=200)
     return 0
 
 
@@ -147,6 +153,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--production-key", help="secret key of /v2/ (or LEDGERLAKE_PRODUCTION_KEY)")
     p.add_argument("--sandbox-key", help="secret key of /sandbox/v2/ (or LEDGERLAKE_SANDBOX_KEY)")
     p.add_argument("--seed", type=int, default=42, help="seed of the synthetic data")
+    p.add_argument("--rate-limit", type=_count, default=1000, metavar="N",
+                   help="requests per second per key and endpoint, 0 for none "
+                        "(default %(default)s)")
+    p.add_argument("--addition-limit", type=_count, default=100_000, metavar="N",
+                   help="records an environment may hold (ADDITION_LIMIT; default %(default)s)")
+    p.add_argument("--webhook-timeout", type=_seconds, default=10.0, metavar="S",
+                   help="seconds a receiver has to answer a callback (default %(default)s)")
     p.set_defaults(func=cmd_sandbox)
 
     p = sub.add_parser("receiver", help="receive callbacks into the inbox")
@@ -160,14 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
                                          "e.g. Service-Auth")
     p.set_defaults(func=cmd_receiver)
 
-    p = sub.add_parser("sql", help="query the warehouse (read-only)",
-                       description="Query the warehouse read-only. Without QUERY, read "
-                                   "statements ending with `;` from stdin (`.quit` ends).")
-    p.add_argument("query", nargs="?", help="SQL; omit for the interactive prompt")
+    p = sub.add_parser("sql", help="query the warehouse (read-only)")
+    p.add_argument("query")
     p.add_argument("--warehouse", help="DuckDB file (default $LEDGERLAKE_HOME/warehouse.duckdb)")
-    p.add_argument("--max-rows", type=_positive, default=40, help="rows a table shows")
-    p.add_argument("--format", help="table (default), csv, json or parquet")
-    p.add_argument("--output", metavar="FILE", help="write the result here (atomically)")
+    p.add_argument("--max-rows", type=int, default=40)
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("demo", help="run the pipeline end to end on a fresh sandbox")
