@@ -291,6 +291,8 @@ class Dispatcher:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        # httpx logs every request's full URL at INFO; a receiver's URL may carry a secret
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         self._http = httpx.AsyncClient(
             timeout=self.timeout_s, follow_redirects=False,
             limits=httpx.Limits(max_connections=MAX_INFLIGHT,

@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 import pytest
 
+from sandbox.webhooks import PER_TARGET
 from tests.conftest import Sandbox, start_sandbox
 
 HOUR = 3600
@@ -193,6 +194,29 @@ def barrier(api, hook: Hook, record: str) -> None:
     hook.wait_for(before + 1, record=record, method="IDENTITY")
 
 
+# -- what is sent ------------------------------------------------------------------------------
+
+def test_connection_callbacks_carry_the_spec_members_and_the_token(box, hook):
+    with box.api() as api:
+        ok(api.post("settings/webhook", json={"url": hook.url, "token": TOKEN}))
+        record = new_record(api)
+        hook.wait_for(1, record=record, method="ACCOUNTS")
+        barrier(api, hook, record)
+        got = [r for r in hook.matching(record=record) if r.body.get("type") == "CALLBACK"]
+        assert got
+        for r in got:
+            body = r.body
+            assert r.headers["authorization"] == f"Bearer {TOKEN}"
+            assert body["code"] == body["callback_code"]
+            assert body["env"] == "production-sandbox" and body["callbackURL"] == hook.url
+            url = urlsplit(body["callback_url"])
+            assert url.path == "/sandbox/v2/callback"
+            assert parse_qs(url.query) == {"record": [record], "method": [body["method"]]}
+            # the status address answers for that record and method
+            seen = ok(api.get(body["callback_url"].split("/sandbox/v2/", 1)[1]))
+            assert seen["record"] == record and seen["status"]["process"]["completed"]
+
+
 # -- the schedule ------------------------------------------------------------------------------
 
 def test_unacknowledged_event_is_raised_hourly_for_72_hours_then_dropped(box, hook):
@@ -353,7 +377,8 @@ def test_a_hanging_receiver_does_not_delay_another(tmp_path, hook, other_hook):
             for method in ("AUTH", "IDENTITY", "INCOME", "BALANCE", "TRANSACTIONS", "PAYMENT"):
                 other_hook.wait_for(1, record=record, method=method)
             wait_state(api, record, "INCOME", "acknowledged")  # the API answers meanwhile
-            assert hook.hanging >= 1
+            # the hanging receiver holds as many requests as one receiver may have in flight
+            assert hook.hanging == len(hook.requests) == PER_TARGET
             assert all(not d.body.get("serverResponse") for d in hook.requests)
             assert other_hook.requests[0].headers["authorization"] == f"Bearer {TOKEN}"
             hook.set(200)
