@@ -256,8 +256,10 @@ class ConnectionClient(ConfigurableResource):
                 envelope = self._request("POST", "callback/trigger", content=orjson.dumps(
                     {"records": ids[start:start + TRIGGER_BATCH], **extra}), envelope=True)
             except ServiceError as err:
-                raise err.after(err.attempts, f"{start} of {len(ids)} records were triggered "
-                                              f"before this call failed") from None
+                if start:
+                    raise err.after(err.attempts, f"{start} of {len(ids)} records were "
+                                                  f"triggered before this call failed") from None
+                raise
             said.append(str(envelope.get("messgae") or envelope.get("message") or ""))
         return said
 

@@ -6,17 +6,11 @@ import logging
 import re
 
 import pytest
+from sandboxes import client_for, make_customers
 
-from resources.client import ConnectionClient
 from resources.errors import InvalidInput, InvalidRequest, Unauthorized
 
 REQUEST_ID = re.compile(r"^[0-9a-f]{24}$")
-
-
-def client_for(box, env: str = "sandbox", **kw) -> ConnectionClient:
-    key = box.sandbox_key if env == "sandbox" else box.production_key
-    return ConnectionClient(**{"base_url": box.url, "secret_key": key, "environment": env,
-                               **kw})
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +22,8 @@ def client(shared_sandbox):
 @pytest.fixture(scope="module")
 def customers(client):
     """Two customers: one with five accounts (paging), one with one."""
-    made = client.post("sandbox/customers/create",
-                       {"customers": [{"accounts": 5}, {"accounts": 1}]})["customers"]
-    assert len(made) == 2
-    return made
+    return make_customers(client, {"accounts": 5, "months": 1}, {"accounts": 1, "months": 1},
+                          ready=False)
 
 
 def test_banks_in_both_environments(shared_sandbox, client):

@@ -9,7 +9,7 @@ import traceback
 import dagster as dg
 import pytest
 from faults import KEY, answer, error, reset_mid_body, stall
-from test_client_sandbox import client_for
+from sandboxes import client_for
 
 from resources.client import ConnectionClient
 from resources.errors import (
