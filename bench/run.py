@@ -1,0 +1,508 @@
+"""ledgerlake against dlt and the raw-fetch floor, side by side on one sandbox, in one run.
+
+Contenders, each in its own child process (so each one's peak RSS is its own), fetching the
+same records' `/transactions/get` pages (limit 100, following nextPage):
+
+- floor: a bare keep-alive httpx loop that parses each page only to find the next one and
+  throws the rows away; the fastest this sandbox can be read one page at a time;
+- ledgerlake: the `transactions` Dagster asset materialized in process, batched like a
+  backfill (`RECORDS_PER_RUN` records a run, partition-range tags), validated Parquet in the
+  lake plus its blocking balance check;
+- dlt: `rest_api` source (POST, JSON-body page numbers) into Parquet on the filesystem
+  destination, dlt's defaults otherwise. dlt lives outside the project's dependencies: its
+  child runs under `uv run --with dlt[parquet]==DLT_VERSION`.
+
+Then the callback-to-Parquet latency: sandbox and receiver as real processes, the inbox
+sensor ticked in process every `--sensor-interval` seconds, the time from asking the sandbox
+to create a customer (its TRANSACTIONS callback follows at once) to the record's
+transactions Parquet file appearing.
+
+    .venv/bin/python bench/run.py                      # what `make bench` runs
+    .venv/bin/python bench/run.py --records 3 --rows-per-record 1000 --big 0 --runs 1 \\
+        --skip-dlt --latency-samples 2 --out /tmp/x.json --no-readme   # a smoke run
+
+Writes bench/results/latest.json and the table between the markers in bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DLT_VERSION = "1.31.0"
+PAGE = 100
+DAYS_PER_MONTH = 30.44
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+# -- children: one contender each, JSON on the last stdout line ----------------------------------
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    import resource  # not Linux: ru_maxrss is KiB there too on BSDs, bytes on macOS
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child_floor(job: dict) -> dict:
+    import httpx
+    import orjson
+
+    rows = pages = 0
+    t0 = time.perf_counter()
+    with httpx.Client(base_url=job["url"] + "/sandbox/v2/", timeout=60,
+                      limits=httpx.Limits(max_keepalive_connections=1),
+                      headers={"Authorization": f"Bearer {job['key']}",
+                               "Content-Type": "application/json"}) as http:
+        for record in job["records"]:
+            page = 1
+            while page:
+                resp = http.post("transactions/get", content=orjson.dumps(
+                    {"record": record, "page": page, "limit": PAGE}))
+                resp.raise_for_status()
+                data = orjson.loads(resp.content)["data"]
+                rows += len(data["transaction"])
+                pages += 1
+                page = data["pagination"]["nextPage"]
+    return {"rows": rows, "pages": pages, "seconds": time.perf_counter() - t0}
+
+
+def child_ledgerlake(job: dict) -> dict:
+    import dagster as dg
+    import pyarrow.parquet as pq
+
+    from assets.partitions import RECORDS_PER_RUN
+    from assets.transactions import transactions
+    from resources.client import ConnectionClient
+    from resources.lake import Lake
+
+    lake = Lake(root=job["out"])
+    defs = dg.Definitions(
+        assets=[transactions],
+        resources={"client": ConnectionClient(base_url=job["url"], secret_key=job["key"]),
+                   "lake": lake},
+        jobs=[dg.define_asset_job("bench", selection=["transactions"])])
+    ingest = defs.resolve_job_def("bench")
+    records = job["records"]
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    t0 = time.perf_counter()
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("records", records)
+        for i in range(0, len(records), RECORDS_PER_RUN):  # as the backfill policy batches
+            chunk = records[i:i + RECORDS_PER_RUN]
+            out = ingest.execute_in_process(
+                instance=instance, run_config=quiet, raise_on_error=False,
+                tags={"dagster/asset_partition_range_start": chunk[0],
+                      "dagster/asset_partition_range_end": chunk[-1]})
+            if not out.success:
+                raise SystemExit(f"ledgerlake run for records {i}..{i + len(chunk)} failed")
+    seconds = time.perf_counter() - t0
+    rows = sum(pq.read_metadata(lake.partition_path("transactions", r)).num_rows
+               for r in records)
+    return {"rows": rows, "runs": -(-len(records) // RECORDS_PER_RUN), "seconds": seconds}
+
+
+def child_dlt(job: dict) -> dict:
+    os.environ.setdefault("RUNTIME__DLTHUB_TELEMETRY", "false")
+    import dlt
+    import pyarrow.parquet as pq
+    from dlt.sources.helpers.rest_client.paginators import PageNumberPaginator
+    from dlt.sources.rest_api import rest_api_source
+
+    @dlt.resource(selected=False)
+    def records():
+        yield [{"id": r} for r in job["records"]]
+
+    source = rest_api_source({
+        "client": {
+            "base_url": job["url"] + "/sandbox/v2/",
+            "auth": {"type": "bearer", "token": job["key"]},
+            # the sandbox pages by `page` in the JSON body and says hasNextPage
+            "paginator": PageNumberPaginator(base_page=1, page_body_path="page",
+                                             total_path=None,
+                                             has_more_path="data.pagination.hasNextPage"),
+        },
+        "resources": [records, {
+            "name": "transactions",
+            "endpoint": {"path": "transactions/get", "method": "POST",
+                         "json": {"record": "{resources.records.id}", "limit": PAGE},
+                         "data_selector": "data.transaction"},
+        }],
+    })
+    pipeline = dlt.pipeline(
+        pipeline_name="bench", dataset_name="bench", pipelines_dir=job["out"] + "/.dlt",
+        destination=dlt.destinations.filesystem(bucket_url=job["out"] + "/lake"),
+        progress=None)
+    t0 = time.perf_counter()
+    pipeline.run(source, loader_file_format="parquet")
+    seconds = time.perf_counter() - t0
+    files = sorted(Path(job["out"], "lake", "bench", "transactions").glob("*.parquet"))
+    rows = sum(pq.read_metadata(f).num_rows for f in files)
+    return {"rows": rows, "files": len(files), "seconds": seconds}
+
+
+CHILDREN = {"floor": child_floor, "ledgerlake": child_ledgerlake, "dlt": child_dlt}
+
+
+def child_main(name: str, job_path: str) -> None:
+    job = json.loads(Path(job_path).read_text())
+    result = CHILDREN[name](job)
+    result["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    print(json.dumps(result), flush=True)
+
+
+# -- the parent: sandbox, records, rounds, latency, report ---------------------------------------
+
+def uv_binary() -> str | None:
+    local = ROOT / ".venv" / "bin" / "uv"
+    return shutil.which("uv") or (str(local) if local.exists() else None)
+
+
+def run_child(name: str, job: dict, work: Path, timeout_s: float) -> dict:
+    """Run one contender in its own process; its JSON result, peak RSS included."""
+    out = work / f"out-{name}"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    job_path = work / f"job-{name}.json"
+    job_path.write_text(json.dumps({**job, "out": str(out)}))
+    me = [str(Path(__file__).resolve()), "--child", name, str(job_path)]
+    if name == "dlt":
+        uv = uv_binary()
+        cmd = [uv, "run", "--frozen", "--no-sync", "--quiet",
+               "--with", f"dlt[parquet]=={DLT_VERSION}", "python", *me]
+        env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(ROOT / ".venv")}
+    else:
+        cmd, env = [sys.executable, *me], None
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout_s)
+    wall = time.perf_counter() - started
+    shutil.rmtree(out, ignore_errors=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["process_wall_s"] = round(wall, 2)
+    return result
+
+
+def dlt_available() -> bool:
+    uv = uv_binary()
+    if uv is None:
+        return False
+    probe = subprocess.run([uv, "run", "--frozen", "--no-sync", "--quiet", "--with",
+                            f"dlt[parquet]=={DLT_VERSION}", "python", "-c", "import dlt"],
+                           cwd=ROOT, capture_output=True, timeout=300,
+                           env={**os.environ, "UV_PROJECT_ENVIRONMENT": str(ROOT / ".venv")})
+    return probe.returncode == 0
+
+
+def make_records(api, count: int, rows_per_record: int, seed: int) -> tuple[list[str], int]:
+    """`count` customers of one account whose histories hold about `rows_per_record` lines."""
+    today = dt.datetime.now(dt.UTC)
+    # the history runs from `months` whole months back to today
+    days_now = today.day - 1 + today.hour / 24
+    months = max(1, round((rows_per_record / 200 - days_now) / DAYS_PER_MONTH + 0.5))
+    volume = max(1, min(200, round(rows_per_record / (months * DAYS_PER_MONTH + days_now))))
+    records = []
+    for start in range(0, count, 100):
+        specs = [{"accounts": 1, "months": months, "volume": volume, "seed": seed + start + i,
+                  "income": True} for i in range(min(100, count - start))]
+        resp = api.post("sandbox/customers/create", json={"customers": specs})
+        resp.raise_for_status()
+        records += [c["record"] for c in resp.json()["data"]["customers"]]
+    total = 0
+    deadline = time.monotonic() + 120
+    for record in records:  # connections complete on their own, right after creation
+        while True:
+            resp = api.post("transactions/get", json={"record": record, "limit": 1})
+            if resp.status_code == 200:
+                total += resp.json()["data"]["pagination"]["totalDocs"]
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"record {record} not ready: {resp.text[:300]}")
+            time.sleep(0.1)
+    return records, total
+
+
+def median_of(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def bench_size(label: str, box, records: list[str], total: int, contenders: list[str],
+               runs: int, work: Path, dlt_runs: int) -> dict:
+    job = {"url": box["url"], "key": box["key"], "records": records}
+    per: dict[str, list[dict]] = {c: [] for c in contenders}
+    for n in range(runs):
+        order = contenders[n % len(contenders):] + contenders[:n % len(contenders)]
+        for name in order:
+            if name == "dlt" and len(per["dlt"]) >= dlt_runs:
+                continue
+            r = run_child(name, job, work, timeout_s=1800)
+            if r["rows"] != total:
+                raise RuntimeError(f"{name} landed {r['rows']} rows of {total}")
+            r["rows_per_s"] = round(r["rows"] / r["seconds"])
+            per[name].append(r)
+            print(f"[bench] {label} run {n + 1}: {name:10s} {r['rows_per_s']:>8,} rows/s "
+                  f"{r['seconds']:7.2f}s peak {r['peak_rss_mb']:7.1f} MiB", flush=True)
+    out = {"records": len(records), "rows": total, "contenders": {}}
+    for name, rs in per.items():
+        out["contenders"][name] = {
+            "runs": len(rs),
+            "rows_per_s": round(median_of(rs, "rows_per_s")),
+            "seconds": round(median_of(rs, "seconds"), 2),
+            "peak_rss_mb": round(median_of(rs, "peak_rss_mb"), 1),
+            "peak_rss_mb_max": max(r["peak_rss_mb"] for r in rs),
+            "each_rows_per_s": [r["rows_per_s"] for r in rs],
+        }
+    c = out["contenders"]
+    ll = c["ledgerlake"]["rows_per_s"]
+    out["ledgerlake_over_floor"] = round(ll / c["floor"]["rows_per_s"], 3)
+    out["ledgerlake_over_dlt"] = (round(ll / c["dlt"]["rows_per_s"], 2) if "dlt" in c
+                                  else None)
+    return out
+
+
+def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
+    """Callback-to-Parquet: create customers, tick the sensor, watch for their files."""
+    import dagster as dg
+    import httpx
+
+    from pipeline.local import QUIET, Server, tick
+
+    home = work / "latency"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    key, token = "sk_test_" + secrets.token_hex(12), secrets.token_hex(16)
+    os.environ.update({"LEDGERLAKE_HOME": str(home), "LEDGERLAKE_INBOX":
+                       str(home / "inbox.sqlite3"), "LEDGERLAKE_LAKE": str(home / "lake")})
+    from assets.transactions import transactions
+    from pipeline.jobs import ingest_job
+    from pipeline.sensors import inbox_sensor
+    from resources.client import ConnectionClient
+    from resources.lake import Lake
+
+    sandbox = Server("sandbox", "--data-dir", str(home / "sandbox"), "--seed", str(seed),
+                     env={"LEDGERLAKE_SANDBOX_KEY": key,
+                          "LEDGERLAKE_PRODUCTION_KEY": "sk_live_" + secrets.token_hex(12)},
+                     log_path=home / "sandbox.log").start()
+    receiver = None
+    try:
+        receiver = Server("receiver", "--inbox", str(home / "inbox.sqlite3"),
+                          env={"LEDGERLAKE_RECEIVER_TOKEN": token},
+                          log_path=home / "receiver.log").start()
+        lake = Lake(root=str(home / "lake"))
+        defs = dg.Definitions(
+            assets=[transactions], jobs=[ingest_job], sensors=[inbox_sensor],
+            resources={"client": ConnectionClient(base_url=sandbox.url, secret_key=key),
+                       "lake": lake})
+        api = httpx.Client(base_url=sandbox.url + "/sandbox/v2/", timeout=30,
+                           headers={"Authorization": f"Bearer {key}"})
+        api.post("settings/webhook", json={"url": receiver.url + "/callbacks/",
+                                           "token": token}).raise_for_status()
+        sent: dict[str, float] = {}
+        landed: dict[str, float] = {}
+        done = threading.Event()
+
+        def create() -> None:  # one customer every interval/4: a few per tick
+            for i in range(samples):
+                t0 = time.time()
+                resp = api.post("sandbox/customers/create", json={"customers": [
+                    {"accounts": 1, "months": 1, "volume": 10, "seed": seed + i}]})
+                resp.raise_for_status()
+                sent[resp.json()["data"]["customers"][0]["record"]] = t0
+                time.sleep(interval_s / 4)
+
+        def watch() -> None:
+            while not done.is_set():
+                for record in [r for r in list(sent) if r not in landed]:
+                    if Path(lake.partition_path("transactions", record)).exists():
+                        landed[record] = time.time()
+                time.sleep(0.01)
+
+        maker = threading.Thread(target=create, daemon=True)
+        watcher = threading.Thread(target=watch, daemon=True)
+        maker.start()
+        watcher.start()
+        deadline = time.monotonic() + samples * interval_s + 120
+        with dg.DagsterInstance.ephemeral() as instance:
+            next_tick = time.monotonic()
+            while time.monotonic() < deadline:
+                time.sleep(max(0.0, next_tick - time.monotonic()))
+                next_tick += interval_s
+                tick(defs, instance, run_config=QUIET)
+                if not maker.is_alive() and len(landed) == samples:
+                    break
+        done.set()
+        watcher.join()
+        api.close()
+    finally:
+        if receiver is not None:
+            receiver.stop()
+        sandbox.stop()
+    waits = sorted(landed[r] - sent[r] for r in landed)
+    if len(waits) < samples:
+        raise RuntimeError(f"only {len(waits)} of {samples} callbacks became Parquet")
+    q = statistics.quantiles(waits, n=20, method="inclusive") if len(waits) > 1 else waits * 19
+    return {"samples": len(waits), "sensor_interval_s": interval_s,
+            "p50_s": round(statistics.median(waits), 2), "p95_s": round(q[18], 2),
+            "max_s": round(waits[-1], 2),
+            "from": "customers/create request (its TRANSACTIONS callback follows at once)",
+            "to": "the record's transactions part-0.parquet exists in the lake"}
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "load_avg_1m": round(os.getloadavg()[0], 2)}
+
+
+def table_md(result: dict) -> str:
+    lines = [f"Measured {result['measured_at']} on {result['machine']['cpus']} cores "
+             f"({result['machine']['cpu']}), Python {result['machine']['python']}, "
+             f"load {result['machine']['load_avg_1m']} at the end; sandbox seed "
+             f"{result['seed']}, rate limit off; medians of {result['runs']} runs "
+             f"(dlt: {result['dlt_runs']} at most).",
+             f"Command: `{result['command']}`", "",
+             "| size | rows | contender | rows/s | median s | peak RSS MiB | runs |",
+             "|---|---:|---|---:|---:|---:|---:|"]
+    for label, size in result["sizes"].items():
+        for name, c in size["contenders"].items():
+            lines.append(f"| {label} | {size['rows']:,} | {name} | {c['rows_per_s']:,} | "
+                         f"{c['seconds']} | {c['peak_rss_mb']} | {c['runs']} |")
+    lines += ["", "| size | ledgerlake / floor (target >= 0.7) | ledgerlake / dlt "
+                  "(target >= 4) |", "|---|---:|---:|"]
+    for label, size in result["sizes"].items():
+        lines.append(f"| {label} | {size['ledgerlake_over_floor']} | "
+                     f"{size['ledgerlake_over_dlt'] if size['ledgerlake_over_dlt'] else 'n/a'}"
+                     " |")
+    lat = result.get("latency")
+    if lat:
+        lines += ["", f"Callback to Parquet ({lat['samples']} samples, sensor ticked every "
+                      f"{lat['sensor_interval_s']} s): p50 {lat['p50_s']} s, p95 "
+                      f"{lat['p95_s']} s, max {lat['max_s']} s."]
+    return "\n".join(lines)
+
+
+def write_readme(path: Path, text: str) -> None:
+    old = path.read_text() if path.exists() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
+    if BEGIN not in old or END not in old:
+        old += f"\n{BEGIN}\n{END}\n"
+    head, rest = old.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    path.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1000, help="records of the many-size")
+    ap.add_argument("--rows-per-record", type=int, default=1000)
+    ap.add_argument("--big", type=int, default=200_000,
+                    help="transactions of the one-record size, 0 to skip it")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--dlt-runs", type=int, default=None,
+                    help="runs of dlt per size (default --runs); dlt is the slow one")
+    ap.add_argument("--skip-dlt", action="store_true")
+    ap.add_argument("--seed", type=int, default=20261122)
+    ap.add_argument("--latency-samples", type=int, default=30, help="0 to skip")
+    ap.add_argument("--sensor-interval", type=float, default=5.0,
+                    help="seconds between sensor ticks (the sensor's minimum_interval_seconds)")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/latest.json"))
+    ap.add_argument("--readme", default=str(ROOT / "bench/README.md"))
+    ap.add_argument("--no-readme", action="store_true")
+    ap.add_argument("--child", nargs=2, metavar=("NAME", "JOB"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        child_main(*args.child)
+        return 0
+
+    import httpx
+
+    from pipeline.local import Server
+
+    contenders = ["floor", "ledgerlake"]
+    if not args.skip_dlt:
+        if dlt_available():
+            contenders.append("dlt")
+        else:
+            print("[bench] dlt could not be installed with uv; skipping it", flush=True)
+    dlt_runs = args.dlt_runs or args.runs
+    started = time.perf_counter()
+    result: dict = {"what": __doc__.splitlines()[0], "seed": args.seed, "runs": args.runs,
+                    "dlt_runs": dlt_runs if "dlt" in contenders else 0,
+                    "dlt_version": DLT_VERSION if "dlt" in contenders else None,
+                    "page_size": PAGE, "command": " ".join(["bench/run.py", *(argv or
+                                                                             sys.argv[1:])]),
+                    "sizes": {}}
+    with tempfile.TemporaryDirectory(prefix="ledgerlake-bench-") as tmp:
+        work = Path(tmp)
+        key = "sk_test_" + secrets.token_hex(12)
+        server = Server("sandbox", "--data-dir", str(work / "sandbox"), "--seed",
+                        str(args.seed), "--rate-limit", "0", "--addition-limit", "1000000",
+                        env={"LEDGERLAKE_SANDBOX_KEY": key,
+                             "LEDGERLAKE_PRODUCTION_KEY": "sk_live_" + secrets.token_hex(12)},
+                        log_path=work / "sandbox.log").start()
+        try:
+            box = {"url": server.url, "key": key}
+            sizes = []
+            if args.records:
+                sizes.append((f"{args.records} records", args.records, args.rows_per_record))
+            if args.big:
+                sizes.append(("1 record", 1, args.big))
+            with httpx.Client(base_url=server.url + "/sandbox/v2/", timeout=120,
+                              headers={"Authorization": f"Bearer {key}"}) as api:
+                for label, count, per in sizes:
+                    t0 = time.perf_counter()
+                    records, total = make_records(api, count, per, args.seed)
+                    print(f"[bench] {label}: {total:,} transactions "
+                          f"({time.perf_counter() - t0:.1f}s to create)", flush=True)
+                    result["sizes"][label] = bench_size(label, box, records, total,
+                                                        contenders, args.runs, work, dlt_runs)
+        finally:
+            server.stop()
+        if args.latency_samples:
+            result["latency"] = latency(args.latency_samples, args.sensor_interval, work,
+                                        args.seed)
+    result["targets"] = {
+        "ledgerlake_over_dlt_at_least": 4, "ledgerlake_over_floor_at_least": 0.7,
+        "one_record_peak_rss_mb_below": 1024}
+    result["wall_s"] = round(time.perf_counter() - started, 1)
+    result["measured_at"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result["machine"] = machine()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    text = table_md(result)
+    if not args.no_readme:
+        write_readme(Path(args.readme), text)
+    print(text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
