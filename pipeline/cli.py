@@ -62,6 +62,16 @@ def _count(value: str) -> int:
     return n
 
 
+def _minutes(value: str) -> float:
+    try:
+        minutes = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of minutes, not {value!r}") from None
+    if not 0 <= minutes <= 7 * 24 * 60:
+        raise argparse.ArgumentTypeError(f"must be from 0 to a week of minutes, not {value}")
+    return minutes
+
+
 def _loopback(value: str) -> str:
     if value not in ("127.0.0.1", "localhost", "::1") and not value.startswith("127."):
         raise argparse.ArgumentTypeError(
@@ -103,6 +113,52 @@ def cmd_receiver(args: argparse.Namespace) -> int:
     app = create_app(args.inbox, token, path=args.path, auth_header=args.auth_header)
     _serve(app, args.host, args.port,
            f"receiver ready: POST {{url}}{args.path}  inbox {Path(args.inbox).resolve()}")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from resources.client import ConnectionClient
+    from resources.errors import ServiceError
+
+    from .config import Settings
+    from .inbox import NAME, Inbox
+    from .replay import replay
+
+    settings = Settings.from_env()
+    inbox_path = Path(args.inbox) if args.inbox else settings.inbox
+    expect = [m.strip() for m in args.expect.split(",") if m.strip()]
+    bad = [m for m in expect if not NAME.fullmatch(m)]
+    if bad or not expect:
+        print(f"ledgerlake: --expect takes methods such as ACCOUNTS,TRANSACTIONS, not "
+              f"{args.expect!r}", file=sys.stderr)
+        return 2
+    if not inbox_path.exists():
+        print(f"ledgerlake: no inbox at {inbox_path} (--inbox or LEDGERLAKE_INBOX)",
+              file=sys.stderr)
+        return 2
+    client = None
+    if not args.dry_run:
+        key = os.environ.get("LEDGERLAKE_SECRET_KEY")
+        if not key:
+            print("ledgerlake: replay needs LEDGERLAKE_SECRET_KEY (or --dry-run)",
+                  file=sys.stderr)
+            return 2
+        client = ConnectionClient(base_url=args.api_url or settings.api_url,
+                                  environment=settings.environment, secret_key=key)
+    try:
+        with Inbox(inbox_path) as inbox:
+            result = replay(inbox, client, after_s=args.after_minutes * 60, expect=expect,
+                            dry_run=args.dry_run, say=print)
+    except ServiceError as exc:
+        print(f"ledgerlake: the service refused the trigger: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if client is not None:
+            client.close()
+    verb = "would trigger" if args.dry_run else "triggered"
+    print(f"{len(result.overdue)} records overdue; {verb} "
+          f"{len(result.overdue) if args.dry_run else len(result.triggered)} "
+          f"in {result.calls} calls")
     return 0
 
 
@@ -172,6 +228,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--auth-header", help="also accept the token in this header, "
                                          "e.g. Service-Auth")
     p.set_defaults(func=cmd_receiver)
+
+    p = sub.add_parser("replay", help="re-trigger callbacks that never arrived")
+    p.add_argument("--inbox", help="SQLite inbox file (default $LEDGERLAKE_INBOX)")
+    p.add_argument("--after-minutes", type=_minutes, default=60.0,
+                   help="how long a record may miss a product (default %(default)s)")
+    p.add_argument("--expect", default="ACCOUNTS,TRANSACTIONS",
+                   help="methods every record should call back with (default %(default)s)")
+    p.add_argument("--dry-run", action="store_true", help="list the records, call nothing")
+    p.add_argument("--api-url", help="the service (default $LEDGERLAKE_API_URL)")
+    p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("sql", help="query the warehouse (read-only)")
     p.add_argument("query")
