@@ -34,7 +34,10 @@ KEY = re.compile(r"^[!-~]{1,512}$")  # visible ASCII: anything else could break 
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 TRIGGER_BATCH = 100  # the spec's limit of records per /callback/trigger
 
-# Errors raised before the service can have acted: safe to retry even a call that changes state.
+# No answer, but one may come on a new try; the rest (a bad URL scheme, a header httpx refuses,
+# a body it cannot decode) would fail the same way again.
+_TRANSIENT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+# Raised before the service can have acted: safe to retry even a call that changes state.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
@@ -63,6 +66,9 @@ class ConnectionClient(ConfigurableResource):
             if self.environment not in BASE_PATHS:
                 raise ValueError(f"environment must be one of {sorted(BASE_PATHS)}, "
                                  f"not {self.environment!r}")
+            if not re.fullmatch(r"https?://[^/\s?#]+/?", self.base_url):
+                raise ValueError(f"base_url must be http(s)://host[:port], not "
+                                 f"{self.base_url!r:.80}")
             if not KEY.fullmatch(self.secret_key or ""):
                 # Say what is wrong with the key without showing any of it.
                 raise ValueError(f"secret_key must be 1 to 512 visible ASCII characters "
@@ -83,6 +89,9 @@ class ConnectionClient(ConfigurableResource):
         if self._http is not None:
             self._http.close()
             self._http = None
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._client()  # a bad setting fails the run at resource init, before any asset
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
         self.close()
@@ -111,12 +120,13 @@ class ConnectionClient(ConfigurableResource):
             attempt += 1
             try:
                 resp = http.request(method, path, content=content, params=params)
-            except httpx.TransportError as exc:
+            except httpx.RequestError as exc:
                 # The message of an httpx error never holds headers; its request does, so it
                 # is not chained (`from None` below) and not kept.
                 err: ServiceError = TransportError(
                     f"{type(exc).__name__}: {exc or 'no detail'}", method=method, path=path)
-                if not idempotent and not isinstance(exc, _NOT_SENT):
+                if not isinstance(exc, _TRANSIENT) or (
+                        not idempotent and not isinstance(exc, _NOT_SENT)):
                     raise err.after(attempt) from None
             else:
                 request_id = resp.headers.get("x-request-id")
@@ -206,16 +216,21 @@ class ConnectionClient(ConfigurableResource):
             raise ValueError(f"from_date {body['from']} is after to_date {body['to']}")
         return self.pages("transactions/get", body, "transaction")
 
-    def transaction_batches(self, record: str | None = None, **kw: Any
-                            ) -> Iterator[pa.RecordBatch]:
+    def transaction_batches(self, record: str | None = None, *, account: str | None = None,
+                            from_date: dt.date | str | None = None,
+                            to_date: dt.date | str | None = None) -> Iterator[pa.RecordBatch]:
         """Each page as an Arrow batch of `columns.TRANSACTION_SCHEMA`, as it arrives."""
-        for rows in self.transaction_pages(record, **kw):
+        for rows in self.transaction_pages(record, account=account, from_date=from_date,
+                                           to_date=to_date):
             yield transactions_batch(rows)
 
-    def transactions(self, record: str | None = None, **kw: Any) -> pa.Table:
-        """All transactions of a record (or `account=`), optionally `from_date`/`to_date`."""
-        return pa.Table.from_batches(list(self.transaction_batches(record, **kw)),
-                                     schema=TRANSACTION_SCHEMA)
+    def transactions(self, record: str | None = None, *, account: str | None = None,
+                     from_date: dt.date | str | None = None,
+                     to_date: dt.date | str | None = None) -> pa.Table:
+        """All transactions of a record (or `account=`), `from_date`/`to_date` inclusive."""
+        batches = self.transaction_batches(record, account=account, from_date=from_date,
+                                           to_date=to_date)
+        return pa.Table.from_batches(list(batches), schema=TRANSACTION_SCHEMA)
 
     def income(self, record: str | None = None, *, customer: str | None = None) -> dict:
         return self.post("income/get", _one_of(record=record, customer=customer))["income"]

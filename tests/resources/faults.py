@@ -122,12 +122,13 @@ def error(status: int, error_type: str, code: str, message: str = "it failed",
         {"Content-Type": "application/json", **(headers or {})}, request_id=rid)
 
 
-def reset_mid_body(status: int = 200) -> Action:
-    """Promise 4096 bytes, send a few, then reset the connection (RST, not FIN)."""
+def reset_mid_body(status: int = 200, *, reset: bool = True) -> Action:
+    """Promise 4096 bytes, send a few, then reset the connection (RST; or a plain FIN)."""
     def act(conn: socket.socket, seen: Seen) -> None:
         conn.sendall(_head(status, 4096, {"X-Request-Id": secrets.token_hex(12)})
                      + b'{"status": "success", "data": {"acc')
-        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        if reset:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     return act
 
 

@@ -43,6 +43,13 @@ def test_reset_mid_body_is_retried_and_the_answer_used_once(faulty):
     assert all(s.json() == {"record": RECORD, "page": 1, "limit": 100} for s in faulty.seen)
 
 
+def test_a_body_cut_short_by_a_clean_close_is_retried(faulty):
+    faulty.script = [reset_mid_body(reset=False), accounts_page()]
+    with faulty.client() as client:
+        assert client.accounts(RECORD) == [ACCOUNT]
+    assert len(faulty.seen) == 2
+
+
 def test_resets_beyond_the_attempts_raise_a_transport_error(faulty):
     faulty.script = [reset_mid_body() for _ in range(3)]
     with faulty.client(max_attempts=3) as client, pytest.raises(TransportError) as info:
@@ -254,6 +261,20 @@ def test_bad_arguments_fail_before_any_request(faulty):
                      lambda: client.set_webhook("ftp://example.invalid/")):
             with pytest.raises(ValueError):
                 call()
+    assert faulty.seen == []
+
+
+@pytest.mark.parametrize(("setting", "complaint"), [
+    ({"base_url": "ftp://127.0.0.1:1"}, "base_url"),
+    ({"environment": "staging"}, "environment"),
+    ({"secret_key": "sk_test_with a space"}, "secret_key"),
+    ({"page_size": 101}, "page_size"),
+])
+def test_bad_settings_fail_before_any_request_without_showing_the_key(faulty, setting,
+                                                                       complaint):
+    with faulty.client(**setting) as client, pytest.raises(ValueError) as info:
+        client.banks()
+    assert complaint in str(info.value) and "with a space" not in str(info.value)
     assert faulty.seen == []
 
 
