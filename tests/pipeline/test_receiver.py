@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -220,8 +221,6 @@ def test_killed_and_restarted_between_deliveries_loses_and_doubles_nothing(tmp_p
         with ThreadPoolExecutor(1) as killer:
             # kill while the next deliveries are in flight
             def kill():
-                import time
-
                 while len(acked) < 300:
                     time.sleep(0.005)
                 os.kill(first.proc.pid, signal.SIGKILL)
@@ -253,3 +252,56 @@ def test_killed_and_restarted_between_deliveries_loses_and_doubles_nothing(tmp_p
         assert len(events) == inbox.count() == 600
     assert sorted(e.record for e in events) == [f"rec{i:04d}" for i in range(600)]
     assert [e.id for e in events] == sorted(e.id for e in events)
+
+
+@pytest.mark.slow
+def test_the_sandbox_redelivers_to_a_receiver_killed_and_restarted(sandbox, tmp_path):
+    """The real sandbox's hourly redelivery, its clock advanced, across a SIGKILLed receiver."""
+    token = secrets.token_hex(16)
+    inbox_path = tmp_path / "inbox.sqlite3"
+    expected = ["ACCOUNTS", "AUTH", "BALANCE", "IDENTITY", "INCOME", "TRANSACTIONS"]
+
+    def methods() -> dict[str, list[str]]:
+        with Inbox(inbox_path) as ib:
+            out: dict[str, list[str]] = {}
+            for e in ib.after(0, 10_000):
+                out.setdefault(e.record, []).append(e.method)
+        return {r: sorted(m) for r, m in out.items()}
+
+    def wait_for(pred, timeout_s=30.0):
+        deadline = time.monotonic() + timeout_s
+        while not pred() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    first = Server("receiver", "--inbox", str(inbox_path), "--token", token,
+                   log_path=tmp_path / "r1.log").start()
+    port = first.url.rsplit(":", 1)[1]
+    with sandbox.api() as api:
+        api.post("settings/webhook", json={"url": first.url + "/callbacks/", "token": token}
+                 ).raise_for_status()
+
+        def create() -> str:
+            made = api.post("sandbox/customers/create",
+                            json={"customers": [{"accounts": 1, "months": 1}]})
+            assert made.status_code == 200, made.text
+            return made.json()["data"]["customers"][0]["record"]
+
+        a = create()
+        wait_for(lambda: methods().get(a) == expected)
+        assert methods() == {a: expected}
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait()
+        b = create()  # its callbacks meet a dead port and wait for the next hour
+        time.sleep(2.0)
+        assert methods() == {a: expected}
+
+        with Server("receiver", "--inbox", str(inbox_path), "--token", token, "--port", port,
+                    log_path=tmp_path / "r2.log"):
+            # and A's callbacks are sent again on top: duplicates
+            api.post("callback/trigger", json={"records": [a]}).raise_for_status()
+            api.post("sandbox/clock/advance", json={"seconds": 3600}).raise_for_status()
+            wait_for(lambda: methods().get(b) == expected)
+            api.post("sandbox/clock/advance", json={"seconds": 3600}).raise_for_status()
+            time.sleep(2.0)
+            got = methods()
+    assert got == {a: expected, b: expected}  # nothing lost, nothing doubled
