@@ -1,0 +1,89 @@
+"""Retries against the real sandbox: rate limits, maintenance and banks that stop answering."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from sandboxes import client_for, make_customers, sandbox_with
+
+from resources.errors import ApiError, BankError, RateLimitExceeded
+
+
+def retries(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "ledgerlake.client"]
+
+
+def later(seconds: float, fn) -> threading.Timer:
+    timer = threading.Timer(seconds, fn)
+    timer.start()
+    return timer
+
+
+def test_429_waits_for_the_sandboxes_retry_after(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, "ledgerlake.client")
+    with sandbox_with(tmp_path, "--rate-limit", "2") as box, client_for(box) as client:
+        (one,) = make_customers(client, {"months": 1})
+        caplog.clear()
+        answers = [client.accounts(one["record"]) for _ in range(4)]  # a bucket holds 2
+        assert all(a == answers[0] for a in answers)
+        said = retries(caplog)
+        assert said and all("ACCOUNTS_LIMIT" in m and " in 1.00s " in m for m in said)
+
+        with client_for(box, retry_budget_s=0.5) as hasty, \
+                pytest.raises(RateLimitExceeded) as info:
+            for _ in range(4):
+                hasty.accounts(one["record"])
+    err = info.value
+    assert (err.http_code, err.error_code, err.retry_after, err.attempts) == (
+        429, "ACCOUNTS_LIMIT", 1.0, 1)
+    assert "retry budget" in str(err)
+
+
+def test_planned_maintenance_is_retried_within_the_budget(sandbox, caplog):
+    caplog.set_level(logging.WARNING, "ledgerlake.client")
+    with client_for(sandbox) as control:
+        control.post("sandbox/maintenance", {"on": True})
+        with client_for(sandbox, max_attempts=3, backoff_base_s=0.01) as short, \
+                pytest.raises(ApiError) as info:
+            short.banks()
+        assert (info.value.error_code, info.value.http_code, info.value.attempts) == (
+            "PLANNED_MAINTENANCE", 500, 3)
+
+        caplog.clear()
+        timer = later(0.3, lambda: control.post("sandbox/maintenance", {"on": False}))
+        with client_for(sandbox, max_attempts=40, backoff_base_s=0.05,
+                        backoff_max_s=0.2) as patient:
+            assert patient.banks()
+        timer.join()
+    assert any("PLANNED_MAINTENANCE" in m for m in retries(caplog))
+
+
+def test_a_bank_not_responding_is_retried_a_bank_down_is_not(sandbox, caplog):
+    caplog.set_level(logging.WARNING, "ledgerlake.client")
+    with client_for(sandbox) as control:
+        (one,) = make_customers(control, {"months": 1})
+        bank = control.record(one["record"])["bank"]
+
+        def status(value: str) -> None:
+            control.post("sandbox/banks/status", {"bank": bank, "status": value})
+
+        status("not_responding")
+        with client_for(sandbox, max_attempts=3, backoff_base_s=0.01) as short:
+            with pytest.raises(BankError) as slow:
+                short.accounts(one["record"])
+            status("down")
+            with pytest.raises(BankError) as down:
+                short.accounts(one["record"])
+        assert (slow.value.error_code, slow.value.attempts) == ("BANK_NOT_RESPONDING", 3)
+        assert (down.value.error_code, down.value.attempts) == ("BANK_DOWN", 1)
+
+        status("not_responding")
+        caplog.clear()
+        timer = later(0.3, lambda: status("healthy"))
+        with client_for(sandbox, max_attempts=40, backoff_base_s=0.05,
+                        backoff_max_s=0.2) as patient:
+            assert [a["_id"] for a in patient.accounts(one["record"])] == one["accounts"]
+        timer.join()
+    assert any("BANK_NOT_RESPONDING" in m for m in retries(caplog))
