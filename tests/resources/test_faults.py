@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import pickle
 import re
 
 import orjson
@@ -288,3 +289,13 @@ def test_requests_carry_the_key_and_json_content_type(faulty):
     assert post.headers["content-type"] == "application/json"
     assert (post.method, post.path) == ("POST", "/sandbox/v2/accounts/get")
     assert (get.method, get.path) == ("GET", "/sandbox/v2/banks/list")
+
+
+def test_errors_survive_a_pickle_with_their_fields(faulty):
+    faulty.script = [error(400, "AUTH_ERROR", "PRODUCT_NOT_READY", account_id="e" * 24)]
+    with faulty.client() as client, pytest.raises(ServiceError) as info:
+        client.auth(RECORD)
+    again = pickle.loads(pickle.dumps(info.value))
+    assert type(again) is type(info.value) and str(again) == str(info.value)
+    assert (again.error_code, again.http_code, again.request_id, again.account_id) == (
+        "PRODUCT_NOT_READY", 400, info.value.request_id, "e" * 24)
