@@ -192,6 +192,15 @@ def wait_state(api, record: str, method: str, state: str, timeout_s: float = 30.
     return seen
 
 
+def wait_attempts(api, record: str, method: str, count: int, timeout_s: float = 30.0) -> list:
+    """GET /callback until the latest delivery of `method` has `count` attempts recorded."""
+    deadline = time.monotonic() + timeout_s
+    while len(attempts := status(api, record, method)["callback"]["attempts"]) < count:
+        assert time.monotonic() < deadline, f"{len(attempts)} of {count} attempts recorded"
+        time.sleep(0.05)
+    return attempts
+
+
 def fire_auth(api, hook: Hook, record: str) -> Received:
     """Point the webhook at `hook` and raise one AUTH callback; returns its first delivery."""
     ok(api.post("settings/webhook", json={"url": hook.url, "token": TOKEN}))
@@ -293,10 +302,7 @@ def test_no_answer_within_the_timeout_is_unacknowledged(box, hook):
     with box.api() as api:
         record = new_record(api)
         fire_auth(api, hook, record)
-        deadline = time.monotonic() + 30
-        while not status(api, record, "AUTH")["callback"]["attempts"]:
-            assert time.monotonic() < deadline, "the first attempt was never recorded"
-            time.sleep(0.05)
+        wait_attempts(api, record, "AUTH", 1)
         assert hook.hanging == 1  # the sandbox gave up while the receiver still held it
         hook.set(200)
         attempts = status(api, record, "AUTH")["callback"]["attempts"]
@@ -484,3 +490,19 @@ def test_connection_callbacks_carry_the_spec_members_and_the_token(box, hook):
             # the status address answers for that record and method
             seen = ok(api.get(body["callback_url"].split("/sandbox/v2/", 1)[1]))
             assert seen["record"] == record and seen["status"]["process"]["completed"]
+
+
+def test_item_get_shows_the_last_webhook_attempt(box, hook):
+    hook.set(500)
+    with box.api() as api:
+        record = new_record(api)
+        fire_auth(api, hook, record)
+        first = wait_attempts(api, record, "AUTH", 1)[-1]
+        item = ok(api.post("item/get", json={"record": record}))["item"]
+        assert item["last_webhook"] == {"code": "AUTH_SUCCESS", "sent_at": first["at"]}
+        hook.set(200)
+        advance(api, HOUR)
+        second = wait_state(api, record, "AUTH", "acknowledged")["callback"]["attempts"][-1]
+        item = ok(api.post("item/get", json={"record": record}))["item"]
+        assert item["last_webhook"] == {"code": "AUTH_SUCCESS", "sent_at": second["at"]}
+        assert second["status"] == 200 and ts(second["at"]) - ts(first["at"]) >= HOUR
