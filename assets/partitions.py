@@ -4,13 +4,17 @@ A run may carry many records: the backfill policy batches partitions, so thousan
 records cost tens of runs, not thousands.
 """
 
-from dagster import AssetExecutionContext, BackfillPolicy, DynamicPartitionsDefinition
+import warnings
+
+from dagster import AssetExecutionContext, BackfillPolicy, BetaWarning, DynamicPartitionsDefinition
 
 from resources.lake import check_record_id
 
 records = DynamicPartitionsDefinition(name="records")
 
 RECORDS_PER_RUN = 100
+# backfill_policy is beta in Dagster 1.13; we rely on it on purpose, so say it once, not per asset
+warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=BetaWarning)
 batched = BackfillPolicy.multi_run(max_partitions_per_run=RECORDS_PER_RUN)
 
 # where a run was asked for, from the tag the sensor and schedule set

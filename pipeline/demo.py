@@ -15,6 +15,18 @@ import httpx
 from .local import Server
 
 MARKER = ".ledgerlake-demo"
+SUMMARY = """
+select a.record_id,
+       count(distinct a.account_id) as accounts,
+       (select count(*) from transactions t where t.record_id = a.record_id) as transactions,
+       (select round(sum(b.ledger_balance), 2) from balances b
+         where b.record_id = a.record_id) as balance_ngn,
+       (select i.average_monthly_income from income_summary i
+         where i.record_id = a.record_id) as monthly_income_ngn
+from accounts a
+group by a.record_id
+order by a.record_id
+"""
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -69,7 +81,10 @@ def start_upstream(home: Path, sandbox_port: int = 0, receiver_port: int = 0):
     return sandbox, receiver, api, env
 
 
-def wait_for_events(inbox_path: Path, expected: int, timeout_s: float = 60.0) -> int:
+def wait_for_events(inbox_path: Path, expected: int, timeout_s: float = 60.0,
+                    settle_s: float = 0.0) -> int:
+    """Wait until the inbox holds `expected` events, then until it stops growing for
+    `settle_s` (a connection's callbacks come in a burst). Returns the count."""
     from .inbox import Inbox
 
     deadline = time.monotonic() + timeout_s
@@ -77,6 +92,12 @@ def wait_for_events(inbox_path: Path, expected: int, timeout_s: float = 60.0) ->
     try:
         while (n := inbox.count()) < expected and time.monotonic() < deadline:
             time.sleep(0.2)
+        quiet_since = time.monotonic()
+        while settle_s and time.monotonic() - quiet_since < settle_s \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+            if (m := inbox.count()) != n:
+                n, quiet_since = m, time.monotonic()
         return n
     finally:
         inbox.close()
@@ -96,16 +117,16 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
         made.raise_for_status()
         records = [c["record"] for c in made.json()["data"]["customers"]]
         _say(f"created {len(records)} customers; waiting for their callbacks")
-        got = wait_for_events(home / "inbox.sqlite3", len(records))
+        got = wait_for_events(home / "inbox.sqlite3", len(records), settle_s=2.0)
         _say(f"inbox holds {got} callbacks")
 
         from dagster import DagsterInstance
 
         from .definitions import defs
-        from .local import QUIET, tick
+        from .local import QUIET, drain
 
         with DagsterInstance.get() as instance:
-            run_ids = tick(defs, instance)
+            run_ids = drain(defs, instance)
             failed = [r for r in run_ids
                       if not instance.get_run_by_id(r).is_success]
             _say(f"sensor requested {len(run_ids)} runs; {len(failed)} failed")
@@ -119,14 +140,12 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
         receiver.stop()
         sandbox.stop()
 
-    _say("the warehouse answers:")
-    sql = [sys.executable, "-m", "pipeline.cli", "sql",
-           "select record_id, nuban, name, type, currency from accounts order by record_id, nuban",
-           "--warehouse", str(home / "warehouse.duckdb")]
-    subprocess.run(sql, check=True)
+    _say("the warehouse answers, per record:")
+    subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", SUMMARY,
+                    "--warehouse", str(home / "warehouse.duckdb")], check=True)
     _say(f"lake      {home / 'lake'}")
     _say(f"warehouse {home / 'warehouse.duckdb'}")
-    _say('try: .venv/bin/ledgerlake sql "select count(*) from accounts"')
+    _say('try: .venv/bin/ledgerlake sql "select * from monthly_cashflow order by month"')
     return 0
 
 

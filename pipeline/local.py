@@ -83,6 +83,21 @@ class Server:
         self.stop()
 
 
+def cursor(instance: DagsterInstance) -> str | None:
+    """Where the in-process sensor stopped reading the inbox."""
+    return instance.run_storage.get_cursor_values({CURSOR_KEY}).get(CURSOR_KEY)
+
+
+def drain(defs: Definitions, instance: DagsterInstance, **kw) -> list[str]:
+    """Tick until the sensor has read everything in the inbox; returns every run id."""
+    run_ids: list[str] = []
+    while True:
+        before = cursor(instance)
+        run_ids += tick(defs, instance, **kw)
+        if cursor(instance) == before:
+            return run_ids
+
+
 def tick(defs: Definitions, instance: DagsterInstance, sensor_name: str = "inbox_sensor",
          run_config: dict | None = None) -> list[str]:
     """Evaluate the sensor once and run what it asks for, here and now. Returns run ids.
@@ -91,8 +106,8 @@ def tick(defs: Definitions, instance: DagsterInstance, sensor_name: str = "inbox
     daemon would do it.
     """
     sensor_def = defs.resolve_sensor_def(sensor_name)
-    cursor = instance.run_storage.get_cursor_values({CURSOR_KEY}).get(CURSOR_KEY)
-    with build_sensor_context(instance=instance, cursor=cursor, definitions=defs) as ctx:
+    with build_sensor_context(instance=instance, cursor=cursor(instance),
+                              definitions=defs) as ctx:
         result = sensor_def(ctx)
     if result is None or not hasattr(result, "run_requests"):
         return []
