@@ -118,7 +118,7 @@ class Deliveries:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("pragma journal_mode=wal")
         self._db.execute("pragma synchronous=normal")
@@ -127,6 +127,18 @@ class Deliveries:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    @contextlib.contextmanager
+    def batch(self):
+        """One transaction for many writes (a trigger of 100 records is one commit)."""
+        with self._lock:
+            self._db.execute("begin")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("rollback")
+                raise
+            self._db.execute("commit")
 
     def _rows(self, sql: str, args: Iterable = ()) -> list[dict]:
         with self._lock:
@@ -265,10 +277,12 @@ class Dispatcher:
         if not target:
             raise LookupError("no webhook URL is set for this environment and none was given")
         queued = 0
-        for record in dict.fromkeys(records):
-            for d in self.db.latest_per_event(env, record):
-                self.enqueue(env, d["payload"], record=record, method=d["method"], url=target)
-                queued += 1
+        with self.db.batch():
+            for record in dict.fromkeys(records):
+                for d in self.db.latest_per_event(env, record):
+                    self.enqueue(env, d["payload"], record=record, method=d["method"],
+                                 url=target)
+                    queued += 1
         return queued
 
     def callback_status(self, env: str, record: str, method: str) -> dict | None:
