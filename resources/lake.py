@@ -1,6 +1,8 @@
 """The Parquet lake: `<root>/<table>/record_id=<id>/part-0.parquet`, replaced atomically.
 
-The root is a local path or an `s3://bucket/prefix` URI. Locally a partition is written to a
+The root is a local path or an `s3://bucket/prefix` URI (pyarrow's options may follow as a
+query, e.g. `?endpoint_override=...&region=...`; credentials come from the AWS environment
+variables, never from the URI, so they stay out of logs and metadata). Locally a partition is written to a
 temporary file in its folder, synced, then renamed over the old one; on S3 a single PUT of
 the object is already all-or-nothing. Either way a reader sees the old file or the new one.
 """
@@ -94,7 +96,7 @@ class Lake(ConfigurableResource):
         fs.create_dir(parent, recursive=True)
         if not self.is_local:
             pq.write_table(data, key, filesystem=fs, compression="zstd")
-            return key
+            return f"{self.root.split('://', 1)[0]}://{key}"
         tmp = f"{parent}/.{PART}.{uuid.uuid4().hex}.tmp"
         try:
             with open(tmp, "wb") as fh:
