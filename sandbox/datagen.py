@@ -197,7 +197,7 @@ BUSINESS = [
      ["COT CHARGES", "ACCOUNT MAINTENANCE FEE", "STAMP DUTY CHARGE",
       "ELECTRONIC MONEY TRANSFER LEVY"]),
 ]
-POOL = 32  # narrations per category and account
+POOL = 64  # narrations per category, seed and bank
 
 
 @dataclass(frozen=True)
@@ -214,15 +214,49 @@ class AccountSpec:
     created_month: int  # the opening balance is fixed from the months up to this one
 
 
+class _Fill(dict):
+    """Placeholder values made on first use only: most templates need one or two."""
+
+    def __init__(self, rng: random.Random, bank_short: str) -> None:
+        super().__init__()
+        self.rng, self.bank_short = rng, bank_short
+
+    def __missing__(self, key: str) -> str:
+        r = self.rng
+        if key == "shop":
+            return r.choice(SHOPS)
+        if key == "place":
+            return r.choice(PLACES)
+        if key == "name":
+            return f"{r.choice(FIRST_NAMES)} {r.choice(LAST_NAMES)}".upper()
+        if key == "company":
+            return r.choice(CLIENTS + EMPLOYERS)
+        if key == "bank":
+            return r.choice(BANKS)["slug"].upper()
+        if key == "bankshort":
+            return self.bank_short
+        if key == "net":
+            return r.choice(NETWORKS)
+        if key == "phone":
+            return f"080{r.randrange(10**8):08d}"
+        if key == "num":
+            return str(r.randint(10_000_000, 99_999_999))
+        if key == "ref":
+            return f"REF{r.randint(100000, 999999)}"
+        raise KeyError(key)
+
+
 def _render(rng: random.Random, template: str, bank_short: str) -> str:
-    return template.format(
-        shop=rng.choice(SHOPS), place=rng.choice(PLACES),
-        name=f"{rng.choice(FIRST_NAMES)} {rng.choice(LAST_NAMES)}".upper(),
-        company=rng.choice(CLIENTS + EMPLOYERS), bank=rng.choice(BANKS)["slug"].upper(),
-        bankshort=bank_short, net=rng.choice(NETWORKS),
-        phone="080" + "".join(str(rng.randrange(10)) for _ in range(8)),
-        num=str(rng.randint(10_000_000, 99_999_999)),
-        ref=f"REF{rng.randint(100000, 999999)}")
+    return template.format_map(_Fill(rng, bank_short))
+
+
+@lru_cache(maxsize=256)
+def _pools(seed: int, bank_short: str, business: bool) -> list[list[str]]:
+    """Narrations per category, shared by the accounts of a seed and bank (each account
+    draws its own lines from them)."""
+    rng = random.Random(object_id(seed, "pools", bank_short, business))
+    return [[_render(rng, rng.choice(c[7]), bank_short) for _ in range(POOL)]
+            for c in (BUSINESS if business else PERSONAL)]
 
 
 @lru_cache(maxsize=4096)
@@ -230,8 +264,7 @@ def _profile(spec: AccountSpec) -> dict:
     """Per-account constants: narration pools, income streams, spending level."""
     rng = random.Random(object_id(spec.seed, "profile", spec.account_id))
     cats = BUSINESS if spec.business else PERSONAL
-    pools = [[_render(rng, rng.choice(c[7]), spec.bank_short) for _ in range(POOL)]
-             for c in cats]
+    pools = _pools(spec.seed, spec.bank_short, spec.business)
     streams = []
     if spec.income and spec.primary:
         if spec.business:

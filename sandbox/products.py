@@ -63,6 +63,7 @@ class Products:
         self.records = {(r["env"], r["_id"]): r for r in self.store.all("records")}
         self.tokens = {t["_id"]: t for t in self.store.all("tokens")}
         self._views: dict = {}
+        self._customers: dict = {}
         self._specs: dict = {}
         self._bank_status: dict[str, dict] = {}
         self.maintenance_on = bool(self.store.get_meta("maintenance", False))
@@ -85,6 +86,17 @@ class Products:
         if rec is None or rec[INTERNAL]["state"] == "removed":
             raise ServiceError("INVALID_FIELD", "record does not exist")
         return rec
+
+    def _customer(self, env: str, customer_id: str) -> dict | None:
+        """Customers never change once made, so they are kept after the first read."""
+        cust = self._customers.get((env, customer_id))
+        if cust is None:
+            cust = self.store.get("customers", env, customer_id)
+            if cust is not None:
+                if len(self._customers) > 50_000:
+                    self._customers.clear()
+                self._customers[(env, customer_id)] = cust
+        return cust
 
     def _save(self, rec: dict) -> None:
         self.store.put("records", rec, customer=rec["customer"])
@@ -280,7 +292,7 @@ class Products:
                            "env": env, "created_at": rec["created_at"]}}
 
     def _identity(self, rec: dict) -> dict:
-        cust = self.store.get("customers", rec["env"], rec["customer"])
+        cust = self._customer(rec["env"], rec["customer"])
         return callbacks.identity_member(
             cust["identity"], customer=rec["customer"], bank=rec["bank"], env=rec["env"],
             details=self._callback_url(rec, "IDENTITY"),
@@ -295,7 +307,7 @@ class Products:
         return {"pagination": pagination, "identity": items}
 
     def _auth_doc(self, rec: dict) -> dict:
-        cust = self.store.get("customers", rec["env"], rec["customer"])
+        cust = self._customer(rec["env"], rec["customer"])
         return {"_id": rec[INTERNAL]["auth"], "id": rec[INTERNAL]["auth"], "__v": 0,
                 "record": rec["_id"], "bank": self.banks_of(rec["env"])[
                     self.banks.index(self.bank_by_id[rec["bank"]])],
@@ -618,7 +630,7 @@ class Products:
                  message: str = "", status: str = "is_success", **members) -> dict:
         """A product callback payload: the spec's common members, then the product's."""
         conf = self.webhooks.settings(env) or {}
-        cust = self.store.get("customers", env, rec["customer"])
+        cust = self._customer(env, rec["customer"])
         return {**callbacks.common(
             env=env, rec=rec, bank=self.bank_by_id[rec["bank"]], method=method, code=code,
             now=self.clock.now(), callback_url=self._callback_url(rec, method),
