@@ -56,6 +56,10 @@ STAND_INS = {
     },
 }
 
+# Views need no newer storage: written as DuckDB 1.0 reads it, any DuckDB from 1.0 on (the
+# `duckdb` CLI, other drivers) opens the file, not only the version that built it.
+FILE_CONFIG = {"storage_compatibility_version": "v1.0.0"}
+
 _LAKE_REF = re.compile(r"\{lake:([a-z][a-z0-9_]*)(\??)\}")
 _NEEDS = re.compile(r"^--\s*needs:\s*(.+)$", re.MULTILINE)
 
@@ -165,7 +169,7 @@ def build(lake_root: Path | str, target: Path | str) -> list[str]:
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     created: list[str] = []
     try:
-        with duckdb.connect(str(tmp)) as con:
+        with duckdb.connect(str(tmp), config=FILE_CONFIG) as con:
             for view in views:
                 if not buildable(view, present, set(created)):
                     continue

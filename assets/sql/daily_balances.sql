@@ -43,9 +43,9 @@ known as (
         record_id,
         account_id,
         date,
-        coalesce(l.balance, p.balance)                               as balance,
+        coalesce(l.balance, p.balance) as balance,
         p.available_balance,
-        if(l.balance is not null, 'transactions', 'periodic')        as source
+        case when l.balance is not null then 'transactions' else 'periodic' end as source
     from from_lines as l
     full outer join from_periodic as p using (record_id, account_id, date)
 ),

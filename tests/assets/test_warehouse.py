@@ -226,6 +226,28 @@ def test_balances_are_the_latest_snapshot(sandbox_lake):
     assert query(target, "select count(*) as n from balance_history")["n"][0] == len(history)
 
 
+def test_income_and_identity_views_hold_each_record(sandbox_lake):
+    target, _, lake_root, _ = sandbox_lake
+    ident = query(target, "select record_id, customer_id, bvn from identity")
+    assert set(ident["record_id"]) == set(lake_frame(lake_root, "accounts")["record_id"])
+    assert ident["bvn"].str.fullmatch(r"\d{11}").all()
+    streams = query(target, "select record_id, sum(monthly_amount) as m from income_streams "
+                            "group by all").set_index("record_id")["m"]
+    want = lake_frame(lake_root, "income_streams").groupby("record_id")["monthly_amount"].sum()
+    assert streams.to_dict() == pytest.approx(want.to_dict())
+    summary = query(target, "select record_id, number_of_streams from income_summary")
+    assert len(summary) == len(lake_frame(lake_root, "income"))
+
+
+def test_the_file_opens_in_any_duckdb_from_1_0(sandbox_lake):
+    target, _, _, _ = sandbox_lake
+    with duckdb.connect() as con:
+        con.execute(f"attach '{target}' as w (read_only)")
+        tags = con.execute("select tags from duckdb_databases() where database_name = 'w'"
+                           ).fetchone()[0]
+    assert tags["storage_version"] == "v1.0.0+"
+
+
 # -- the lake built by hand: which views, and publishing --------------------------------------
 
 def accounts_table(ids: list[str]) -> pa.Table:
