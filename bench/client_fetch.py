@@ -9,8 +9,9 @@ transactions, then, alternating, in rounds:
 - floor: the same page requests with a bare keep-alive httpx client that only reads the
   bytes (no parse), the fastest this sandbox can be fetched one page at a time.
 
-Then, offline on the floor's bodies, the per-step CPU: orjson alone, orjson + Arrow as the
-client does it, and orjson + `Table.from_pylist` (the row-wise way) for comparison.
+Then, offline on the floor's bodies (warm), the per-step CPU: orjson alone; orjson + the one
+struct pass into Arrow; orjson + `Table.from_pylist` to the same types (which first builds a
+Python list per column); and orjson + the client's whole page-to-batch conversion.
 
     .venv/bin/python bench/client_fetch.py [--rows 100000] [--rounds 3]
 
@@ -39,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline.local import Server  # noqa: E402
 from resources.client import ConnectionClient  # noqa: E402
-from resources.columns import transactions_batch  # noqa: E402
+from resources.columns import TRANSACTION_WIRE, transactions_batch  # noqa: E402
 from resources.errors import RecordError  # noqa: E402
 
 PAGE = 100
@@ -110,6 +111,7 @@ def floor_round(url: str, key: str, record: str, pages: int) -> tuple[dict, list
 
 
 def offline(bodies: list[bytes]) -> dict:
+    wire = pa.schema(list(TRANSACTION_WIRE))
     def cpu(fn) -> float:
         best = float("inf")
         for _ in range(5):
@@ -121,10 +123,12 @@ def offline(bodies: list[bytes]) -> dict:
 
     return {
         "orjson_only_s": cpu(orjson.loads),
-        "orjson_arrow_struct_s": cpu(
+        "orjson_struct_pass_s": cpu(
+            lambda b: pa.array(orjson.loads(b)["data"]["transaction"], type=TRANSACTION_WIRE)),
+        "orjson_from_pylist_same_types_s": cpu(
+            lambda b: pa.Table.from_pylist(orjson.loads(b)["data"]["transaction"], schema=wire)),
+        "orjson_full_batch_as_the_client_s": cpu(
             lambda b: transactions_batch(orjson.loads(b)["data"]["transaction"])),
-        "orjson_table_from_pylist_s": cpu(
-            lambda b: pa.Table.from_pylist(orjson.loads(b)["data"]["transaction"])),
     }
 
 
@@ -135,11 +139,12 @@ def _round(value: float | None) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=100_000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default=str(ROOT / "bench/results/client_fetch.json"))
     args = ap.parse_args()
 
     key = "sk_test_" + secrets.token_hex(12)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         server = Server("sandbox", "--data-dir", f"{tmp}/sandbox", "--rate-limit", "1000000",
                         env={"LEDGERLAKE_SANDBOX_KEY": key,
@@ -148,7 +153,8 @@ def main() -> None:
         try:
             with ConnectionClient(base_url=server.url, secret_key=key) as client:
                 record = make_record(client, args.rows)
-                client_round(client, record, PAGE)  # warm: connection, caches of the sandbox
+                # warm: the connection, the sandbox's caches, Arrow's first compute call (~1 s)
+                client_round(client, record, PAGE)
                 runs, floors, bodies = [], [], []
                 for _ in range(args.rounds):
                     runs.append(measured(server.proc.pid, client_round, client, record,
@@ -166,6 +172,7 @@ def main() -> None:
     rows = runs[-1]["rows"]
     wall, cpu = med(runs, "wall_s"), med(runs, "cpu_s")
     floor_wall = med(floors, "wall_s")
+    served = med(runs, "sandbox_cpu_s")
     result = {
         "what": "ConnectionClient.transaction_batches over one sandbox record, loopback HTTP",
         "rows": rows, "pages": runs[-1]["pages"], "page_size": PAGE, "rounds": args.rounds,
@@ -180,10 +187,21 @@ def main() -> None:
             "rows_per_s": round(rows / floor_wall),
             "sandbox_cpu_s_meanwhile": _round(med(floors, "sandbox_cpu_s")),
         },
+        "split_of_client_wall": None if served is None else {
+            "client_cpu": round(cpu / wall, 3),
+            "sandbox_cpu": round(served / wall, 3),
+            "rest_wire_kernel_scheduling": round(max(0.0, wall - cpu - served) / wall, 3),
+        },
         "client_wall_over_floor": round(wall / floor_wall, 3),
-        "offline_cpu_same_bodies": {k: round(v, 3) for k, v in offline(bodies).items()},
+        "per_round": [{"client_wall_s": round(r["wall_s"], 3),
+                       "client_cpu_s": round(r["cpu_s"], 3),
+                       "floor_wall_s": round(f["wall_s"], 3),
+                       "floor_cpu_s": round(f["cpu_s"], 3)}
+                      for r, f in zip(runs, floors, strict=True)],
+        "offline_cpu_same_bodies_warm": {k: round(v, 3) for k, v in offline(bodies).items()},
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "load_avg_1m": round(os.getloadavg()[0], 2),
+                    "load_avg_1m_before_after": [round(load_before, 2),
+                                                 round(os.getloadavg()[0], 2)],
                     "note": "cores shared by this process, the sandbox and other work"},
     }
     out = Path(args.out)
