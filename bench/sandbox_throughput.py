@@ -30,6 +30,12 @@ from pipeline.local import Server  # noqa: E402
 RESULTS = Path(__file__).parent / "results" / "sandbox_throughput.json"
 
 
+def cpu_of(pid: int) -> float:
+    """CPU seconds (user + system) a process has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def page_all(client: httpx.Client, record: str) -> tuple[int, int, float]:
     """Fetch every page; return (transactions, requests, seconds)."""
     started = time.perf_counter()
@@ -53,6 +59,7 @@ def main() -> int:
                     help="records of the data-set measurement (default: 10, ~1,000,000 lines)")
     args = ap.parse_args()
     key = "sk_test_" + secrets.token_hex(12)
+    load = os.getloadavg()  # the machine is shared: say how busy it was
     with tempfile.TemporaryDirectory() as tmp:
         env = {"LEDGERLAKE_SANDBOX_KEY": key,
                "LEDGERLAKE_PRODUCTION_KEY": "sk_live_" + secrets.token_hex(12),
@@ -73,10 +80,15 @@ def main() -> int:
             total = first.json()["data"]["pagination"]["totalDocs"]
             rounds = []
             for _ in range(args.rounds):
+                server_cpu, client_cpu = cpu_of(server.proc.pid), time.process_time()
                 n, requests, seconds = page_all(client, record)
+                server_cpu = cpu_of(server.proc.pid) - server_cpu
+                client_cpu = time.process_time() - client_cpu
                 assert n == total, (n, total)
                 rounds.append({"transactions": n, "requests": requests,
                                "seconds": round(seconds, 3),
+                               "server_cpu_ms_per_request": round(server_cpu / requests * 1e3, 3),
+                               "client_cpu_ms_per_request": round(client_cpu / requests * 1e3, 3),
                                "transactions_per_second": round(n / seconds),
                                "requests_per_second": round(requests / seconds)})
             # a million transactions: ten records of ~100,000, each served once
@@ -103,6 +115,7 @@ def main() -> int:
               "median_transactions_per_second": sorted(
                   r["transactions_per_second"] for r in rounds)[len(rounds) // 2],
               "target_transactions_per_second": 50_000,
+              "load_average_at_start": load,
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                           "platform": platform.platform()},
               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -111,7 +124,9 @@ def main() -> int:
     print(f"{total} transactions, first request (generation) {first_s:.2f}s")
     for r in rounds:
         print(f"  {r['transactions_per_second']:>8} transactions/s "
-              f"({r['requests_per_second']} requests/s, {r['seconds']}s)")
+              f"({r['requests_per_second']} requests/s, {r['seconds']}s; CPU per request: "
+              f"server {r['server_cpu_ms_per_request']}ms, "
+              f"client {r['client_cpu_ms_per_request']}ms)")
     print(f"data set: {million} transactions in {args.scale_records} records ready in "
           f"{ready_s:.1f}s (created in {created_s:.1f}s)")
     print(f"median {result['median_transactions_per_second']} transactions/s; "

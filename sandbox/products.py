@@ -210,8 +210,8 @@ class Products:
 
     # -- data endpoints --------------------------------------------------------------------
     async def accounts_get(self, env: str, body: dict) -> dict:
-        if "record" in body:
-            rec = self._record(env, body["record"])
+        if "record" in body or "access_token" in body:
+            rec = self._target(env, body)
             self._check(rec, "accounts")
             recs = [rec]
         else:
@@ -276,13 +276,13 @@ class Products:
                 "transaction": orjson.Fragment(b"[" + b",".join(chunk) + b"]")}
 
     async def income_get(self, env: str, body: dict) -> dict:
-        if "customer" in body and "record" not in body:
+        if "record" in body or "access_token" in body:
+            rec = self._target(env, body)
+        else:
             recs = self._customer_records(env, body["customer"])
             if not recs:
                 raise ServiceError("NO_ACCOUNTS", "the customer has no connected record")
             rec = recs[-1]
-        else:
-            rec = self._record(env, body["record"])
         self._check(rec, "income")
         value = datagen.income(self._histories(rec, self.clock.now()), self.clock.now())
         if value is None:
@@ -299,7 +299,7 @@ class Products:
             ident_id=datagen.object_id("identity", rec["_id"]))
 
     async def identity_get(self, env: str, body: dict) -> dict:
-        recs = ([self._record(env, body["record"])] if "record" in body
+        recs = ([self._target(env, body)] if "record" in body or "access_token" in body
                 else self._customer_records(env, body["customer"]))
         for rec in recs:
             self._check(rec, "identity")
@@ -323,7 +323,7 @@ class Products:
         return {"pagination": pagination, "auths": items}
 
     async def auth_get(self, env: str, body: dict) -> dict:
-        rec = self._record(env, body["record"])
+        rec = self._target(env, body)
         self._check(rec, "auth", auth_call=True)
         accounts = [self.store.get("accounts", env, a) for a in rec[INTERNAL]["accounts"]]
         return {"auth": {**self._auth_doc(rec), "accounts": [
@@ -331,7 +331,7 @@ class Products:
              "bank_code": self.bank_by_id[rec["bank"]]["code"]} for a in accounts]}}
 
     async def record_get(self, env: str, body: dict) -> dict:
-        return {"record": public(self._record(env, body["record"]))}
+        return {"record": public(self._target(env, body))}
 
     async def record_remove(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])

@@ -203,6 +203,16 @@ def test_token_exchange_once_and_record_remove_kills_the_token(sandbox):
         assert again.json()["error_code"] == "INVALID_PUBLIC_TOKEN"
         item = ok(api.post("item/get", json={"access_token": tok["access_token"]}))["item"]
         assert item["record"] == c["record"]
+        for _ in range(100):  # the connection completes on its own
+            if all(v == "ready" for v in ok(api.post(
+                    "record/get", json={"access_token": tok["access_token"]}))["record"][
+                    "status"].values()):
+                break
+        for path in ("accounts/get", "balance/get", "transactions/get", "income/get",
+                     "identity/get", "auth/get", "record/get"):
+            by_token = ok(api.post(path, json={"access_token": tok["access_token"]}))
+            by_record = ok(api.post(path, json={"record": c["record"]}))
+            assert by_token == by_record, path
         assert ok(api.post("record/remove", json={"record": c["record"]})) == {}
         dead = api.post("item/get", json={"access_token": tok["access_token"]})
         assert dead.status_code == 400 and dead.json()["error_code"] == "INVALID_TOKEN"
