@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 import numpy as np
 import orjson
@@ -588,38 +588,71 @@ class Products:
             if recurring.get("end_date") is not None:
                 _date("recurring.end_date", recurring["end_date"])
         self._check(rec, "payment")
-        now = self.clock.now()
+        schedule = None
+        if recurring is not None:
+            schedule = {"interval": recurring["interval"], "startDate": recurring["start_date"],
+                        "endDate": recurring.get("end_date"), "history": [],
+                        "current_amount": amount}
+        payment = self._pay(env, rec, amount, schedule, self.clock.now())
+        return {"payment": payment}
+
+    def _pay(self, env: str, rec: dict, amount: int, schedule: dict | None,
+             now: float) -> dict:
+        """Make one payment (of a schedule, if given) and send its callbacks."""
         n = self.store.get_meta(f"payments:{env}", 0) + 1
         self.store.set_meta(f"payments:{env}", n)
         pid = datagen.object_id(self.seed, env, "payment", n)
         account_id, h, upto = self._histories(rec, now)[0]
         available = (int(h.balance[upto - 1]) if upto else h.opening) / 100
         ok = amount / 100 <= available
-        if recurring is not None:
-            schedule = {"interval": recurring["interval"], "startDate": recurring["start_date"],
-                        "endDate": recurring.get("end_date"), "history": [pid],
-                        "current_amount": amount, "paymentId": pid}
-        bank = self.bank_by_id[rec["bank"]]
-        account = self.store.get("accounts", env, account_id)
+        if schedule is not None:
+            schedule["history"].append(pid)
+            schedule.setdefault("paymentId", pid)  # the schedule's first payment names it
         payment = callbacks.payment_object(
-            pid=pid, rec=rec, bank=bank, amount=amount, ok=ok, debit_account=account,
-            available=available, now=now, env=env, ref=f"PAY{n:010d}", schedule=schedule,
+            pid=pid, rec=rec, bank=self.bank_by_id[rec["bank"]], amount=amount, ok=ok,
+            debit_account=self.store.get("accounts", env, account_id), available=available,
+            now=now, env=env, ref=f"PAY{n:010d}", schedule=schedule,
             dest_name="SANDBOX MERCHANT")
         self.store.put("payments", {**payment, "env": env}, record=rec["_id"])
+        if schedule is not None:
+            first = self.store.get("payments", env, schedule["paymentId"])
+            first["schedule"] = schedule
+            self.store.put("payments", first, record=rec["_id"])
         code = "PAYMENT_SUCCESS" if ok else "PAYMENT_FAILED"
         status = "is_success" if ok else "is_failed"
         members = {"paymentId": pid, "link": None,
                    "garnishment": {"amount_collected": amount if ok else 0},
-                   "schedule": {"current_amount": amount, "paymentId": pid}, "payment": payment}
+                   "schedule": {"current_amount": amount,
+                                "paymentId": schedule["paymentId"] if schedule else pid},
+                   "payment": payment}
         self.webhooks.enqueue(env, self.callback(env, rec, "PAYMENT", code, status=status,
                                                  message="Payment processed", **members),
                               record=rec["_id"], method="PAYMENT")
         if schedule is not None:
             self.webhooks.enqueue(env, self.callback(
                 env, rec, "PAYMENT_RECURRING", code, callback_type="PAYMENT_RECURRING",
-                status=status, message="Recurring payment scheduled", schedule=schedule),
-                record=rec["_id"], method="PAYMENT_RECURRING")
-        return {"payment": payment}
+                status=status, message="Recurring payment made", schedule=dict(schedule),
+                paymentId=pid), record=rec["_id"], method="PAYMENT_RECURRING")
+        return payment
+
+    def _recur(self, day: int) -> None:
+        """Recurring schedules due on `day` (days since the epoch) make their next payment."""
+        when = date.fromordinal(day + 719163)
+        for doc in self.store.all("payments"):
+            sched = doc.get("schedule")
+            if not sched or sched.get("paymentId") != doc["_id"]:
+                continue
+            start = date.fromisoformat(sched["startDate"])
+            end = sched["endDate"] and date.fromisoformat(sched["endDate"])
+            created = datetime.strptime(doc["created_at"][:10], "%Y-%m-%d").date()
+            if when <= max(start, created) or (end and when > end):
+                continue
+            due = {"daily": True, "weekly": (when - start).days % 7 == 0,
+                   "monthly": when.day == start.day}[sched["interval"]]
+            rec = self.records.get((doc["env"], doc["record"]))
+            if not due or rec is None or rec[INTERNAL]["state"] != "active":
+                continue
+            self._pay(doc["env"], rec, sched["current_amount"], sched, day * DAY + 9 * 3600)
 
     # -- callbacks that follow -----------------------------------------------------------
     def _callback_url(self, rec: dict, method: str) -> str:
@@ -721,6 +754,7 @@ class Products:
         self.store.set_meta("periodic_day", today)
         for day in range(max(last + 1, today - 30), today + 1):
             end = day * DAY  # the day that just closed is [end - DAY, end)
+            self._recur(day - 1)
             for (env, _), rec in list(self.records.items()):
                 if (rec[INTERNAL]["state"] != "active" or rec[INTERNAL].get("error")
                         or rec["status"].get("transactions", rec["status"].get("balance"))

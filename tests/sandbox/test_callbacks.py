@@ -178,3 +178,22 @@ def test_periodic_products_and_verification_expiry(hooked):
     expired = catcher.wait(lambda b: b.get("callback_code") == "VERIFICATION_EXPIRED")
     assert expired[0]["record"] == manual["record"] and expired[0]["status"] == "is_failed"
     assert expired[0]["error"]["error_code"] == "VERIFICATION_EXPIRED"
+
+
+def test_recurring_payments_recur_with_the_clock(hooked):
+    api, catcher = hooked
+    c = create(api, products=["payment"])
+    first = api.post("sandbox/payments/initiate", json={"record": c["record"], "amount": 500})
+    assert first.status_code == 200, first.text
+    today = first.json()["data"]["payment"]["created_at"][:10]
+    made = api.post("sandbox/payments/initiate", json={
+        "record": c["record"], "amount": 700,
+        "recurring": {"interval": "daily", "start_date": today, "end_date": None}})
+    pid = made.json()["data"]["payment"]["_id"]
+    api.post("sandbox/clock/advance", json={"seconds": 2 * 86400}).raise_for_status()
+    later = catcher.wait(lambda b: b.get("method") == "PAYMENT_RECURRING"
+                         and len(b["schedule"]["history"]) >= 2)
+    assert later, [b.get("schedule") for b in catcher.of(c["record"], "PAYMENT_RECURRING")]
+    sched = later[0]["schedule"]
+    assert sched["paymentId"] == pid and sched["history"][0] == pid
+    assert sched["current_amount"] == 700 and later[0]["paymentId"] == sched["history"][-1]
