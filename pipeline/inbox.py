@@ -260,6 +260,8 @@ class Inbox:
         now = time.time()
         out: list[tuple[int, bool]] = []
         with self._lock:
+            # immediate: writers (even in other processes) take turns, so ids become visible
+            # in the order they were given and a sensor's cursor never steps over one
             self._db.execute("begin immediate")
             try:
                 for info, raw in items:

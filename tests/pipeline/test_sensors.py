@@ -159,3 +159,20 @@ def test_every_ready_product_of_the_spec_has_a_line():
             ("PERIODIC_TRANSACTIONS", "PRODUCT_IS_READY"), ("INCOME", "PRODUCT_IS_READY"),
             ("PAYMENT", "PAYMENT_SUCCESS")}
     assert spec <= set(READY)
+
+
+def test_tick_stores_failures_as_observations_the_ui_shows(inbox, defs, instance, make):
+    from dagster import AssetKey
+
+    from pipeline.local import tick
+
+    present = names(defs)
+    inbox.add(make.callback("r5", "INCOME", "INCOME_FAILED", status="is_failed",
+                            message="statement unreadable"))
+    assert tick(defs, instance) == []  # no run
+    asset = "income" if "income" in present else "record_status"
+    (obs,) = instance.fetch_observations(AssetKey(asset), limit=10).records
+    meta = obs.asset_observation.metadata
+    assert meta["code"].value == "INCOME_FAILED"
+    assert meta["message"].value == "statement unreadable"
+    assert instance.get_dynamic_partitions("records") == ["r5"]
