@@ -118,17 +118,19 @@ class ConnectionClient(ConfigurableResource):
         attempt = 0
         while True:
             attempt += 1
+            resp, final = None, False
             try:
                 resp = http.request(method, path, content=content, params=params)
             except httpx.RequestError as exc:
-                # The message of an httpx error never holds headers; its request does, so it
-                # is not chained (`from None` below) and not kept.
+                # An httpx error's message holds no header but its `.request` does: keep only
+                # the message, and raise after this block so the error has no __context__.
                 err: ServiceError = TransportError(
                     f"{type(exc).__name__}: {exc or 'no detail'}", method=method, path=path)
-                if not isinstance(exc, _TRANSIENT) or (
-                        not idempotent and not isinstance(exc, _NOT_SENT)):
-                    raise err.after(attempt) from None
-            else:
+                final = not isinstance(exc, _TRANSIENT) or (
+                    not idempotent and not isinstance(exc, _NOT_SENT))
+            if final:
+                raise err.after(attempt)
+            if resp is not None:
                 request_id = resp.headers.get("x-request-id")
                 if resp.status_code < 400:
                     whole = _envelope(resp.content, resp.status_code, request_id, method, path)

@@ -78,7 +78,8 @@ def test_no_error_family_and_no_log_line_shows_a_key(shared_sandbox, faulty, cap
     caplog.set_level(logging.DEBUG)  # every logger, httpx and httpcore included
     raised = provoke(shared_sandbox, faulty)
     assert len({type(e) for e in raised}) == 11
-    assert all(e.__cause__ is None for e in raised)  # httpx errors hold the request headers
+    # httpx errors hold the request, headers and all: none is chained or kept as context
+    assert all(e.__cause__ is None and e.__context__ is None for e in raised)
     logs = caplog.text + "".join(repr(r.args) for r in caplog.records)
     assert "HTTP Request: POST" in logs  # httpx did log, so the scan below means something
     for secret in secrets_of(shared_sandbox):
