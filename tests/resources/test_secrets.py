@@ -119,3 +119,22 @@ def test_a_dagster_run_records_no_key(shared_sandbox, monkeypatch):
     assert "INVALID_API_KEYS" in recorded  # the failure was recorded, with its error
     for secret in secrets_of(shared_sandbox):
         assert secret not in recorded
+
+
+def test_a_bad_key_fails_the_run_at_resource_init_without_showing_it(monkeypatch):
+    bad = "sk_test_has a space_" + "9" * 16
+    monkeypatch.setenv("LEDGERLAKE_BAD_KEY", bad)
+
+    @dg.asset
+    def never(client: ConnectionClient):
+        raise AssertionError("the asset must not run with a bad client")
+
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = dg.materialize([never], instance=instance, raise_on_error=False, resources={
+            "client": ConnectionClient(base_url="http://127.0.0.1:9",
+                                       secret_key=dg.EnvVar("LEDGERLAKE_BAD_KEY"))})
+        recorded = "".join(dg.serialize_value(r) for r in instance.all_logs(result.run_id))
+    assert not result.success
+    assert "secret_key must be 1 to 512 visible ASCII characters" in recorded
+    assert "the asset must not run" not in recorded
+    assert bad not in recorded and "9" * 16 not in recorded
