@@ -87,3 +87,17 @@ def test_a_bank_not_responding_is_retried_a_bank_down_is_not(sandbox, caplog):
             assert [a["_id"] for a in patient.accounts(one["record"])] == one["accounts"]
         timer.join()
     assert any("BANK_NOT_RESPONDING" in m for m in retries(caplog))
+
+
+def test_paging_through_429s_loses_and_doubles_nothing(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, "ledgerlake.client")
+    with sandbox_with(tmp_path, "--rate-limit", "5") as box:
+        with client_for(box) as client:
+            (one,) = make_customers(client, {"months": 2, "volume": 5})
+            whole = client.transactions(one["record"])
+        caplog.clear()
+        with client_for(box, page_size=20) as small:
+            paged = small.transactions(one["record"])
+    assert any("TRANSACTIONS_LIMIT" in m for m in retries(caplog))  # pages were refused
+    assert whole.num_rows > 100
+    assert paged.equals(whole)  # same rows, same order: no page lost or yielded twice
