@@ -58,14 +58,17 @@ def is_failure(ev: Event) -> bool:
     return ev.status == "is_failed" or ev.code in FAILED_CODES
 
 
-def plan(events: Iterable[Event], existing: set[str], status: dict[str, str]
+def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
+         fetchable: set[str] | None = None
          ) -> tuple[list[str], list[RunRequest], list[AssetObservation], list[str]]:
     """Partitions to add, runs to request, observations to report and lines to log.
 
-    `existing` holds the asset names in the Definitions; `status` each record's current status.
+    `existing` holds the asset names in the Definitions, `fetchable` those `ingest_job` can run
+    (default: all of them); `status` each record's current status.
     Within a batch, several events asking the same record for the same assets (one BALANCE
     callback per account) make one run, keyed by the newest of them.
     """
+    fetchable = existing if fetchable is None else fetchable
     partitions: list[str] = []
     wanted: dict[tuple[str, tuple[str, ...]], list[Event]] = {}
     observations: list[AssetObservation] = []
@@ -93,7 +96,7 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str]
         if assets is None:
             notes.append(f"event {ev.id}: {ev.method} {ev.code} is not a product we fetch")
             continue
-        present = tuple(a for a in assets if a in existing)
+        present = tuple(a for a in assets if a in fetchable)
         if not present:
             continue
         if status.get(ev.record, CONNECTED) != CONNECTED:
@@ -125,11 +128,14 @@ def _observe(asset: str, partition: str | None, ev: Event, **extra) -> AssetObse
     )
 
 
-def asset_names(context: SensorEvaluationContext) -> set[str]:
+def asset_names(context: SensorEvaluationContext) -> tuple[set[str], set[str]]:
+    """The assets in the Definitions, and those of them `ingest_job` can run."""
     repo = context.repository_def
     if repo is None:
         raise ValueError("the inbox sensor needs its Definitions to know which assets exist")
-    return {key.to_user_string() for key in repo.asset_graph.get_all_asset_keys()}
+    job = repo.get_job(ingest_job.name)
+    return ({key.to_user_string() for key in repo.asset_graph.get_all_asset_keys()},
+            {key.to_user_string() for key in job.asset_layer.executable_asset_keys})
 
 
 @sensor(jobs=[ingest_job], minimum_interval_seconds=MIN_INTERVAL_S,
@@ -143,7 +149,8 @@ def inbox_sensor(context: SensorEvaluationContext):
         status = {r: s.status for r, s in inbox.records(named).items()}
     if not events:
         return SkipReason(f"no inbox events after {cursor}")
-    partitions, requests, observations, notes = plan(events, asset_names(context), status)
+    known, fetchable = asset_names(context)
+    partitions, requests, observations, notes = plan(events, known, status, fetchable)
     for line in notes:
         context.log.info(line)
     instance = context.instance

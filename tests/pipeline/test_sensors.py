@@ -79,8 +79,13 @@ def test_ready_products_become_runs_keyed_by_inbox_event(inbox, defs, instance, 
 
 
 def test_runs_are_only_requested_for_assets_in_the_definitions(inbox, instance, make):
-    only_accounts = dg.Definitions(assets=[accounts], jobs=[ingest_job], sensors=[inbox_sensor],
-                                   resources={"client": None, "lake": None})
+    @dg.asset(name="balances", group_name="elsewhere")  # a namesake outside the products
+    def stray() -> None:
+        return None
+
+    only_accounts = dg.Definitions(assets=[accounts, stray], jobs=[ingest_job],
+                                   sensors=[inbox_sensor], resources={"client": None,
+                                                                      "lake": None})
     inbox.add(make.callback("r1", "BALANCE", "BALANCE_SUCCESS", account="a1"))
     inbox.add(make.callback("r1", "INCOME", "PRODUCT_IS_READY"))
     acc = inbox.add(make.callback("r1", "ACCOUNTS", "ACCOUNTS_SUCCESS"))[0]
