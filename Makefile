@@ -29,6 +29,11 @@ test: setup
 demo: setup
 	$(VENV)/bin/ledgerlake demo
 
+# ledgerlake against dlt (installed for the bench only, with uv) and the raw-fetch floor;
+# about 15 minutes; writes bench/results/latest.json and the table in bench/README.md
+bench: setup
+	$(VENV)/bin/python bench/run.py $(BENCH_ARGS)
+
 lint: setup
 	$(VENV)/bin/ruff check .
 
