@@ -32,9 +32,10 @@ class ServiceError(Exception):
     def _text(self) -> str:
         what = self.error_code or (f"HTTP {self.http_code}" if self.http_code else "no answer")
         where = f" on {self.method} {self.path}" if self.path else ""
+        status = f"http {self.http_code}" if self.http_code else "no http status"
         tries = f", after {self.attempts} attempts" if self.attempts > 1 else ""
         return (f"{what}: {self.error_message}{where} "
-                f"(http {self.http_code}, request {self.request_id or 'unknown'}{tries})")
+                f"({status}, request {self.request_id or 'unknown'}{tries})")
 
     def after(self, attempts: int, note: str | None = None) -> ServiceError:
         """The same error, its text telling how many tries it took (and why they stopped)."""
