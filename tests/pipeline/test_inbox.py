@@ -151,3 +151,13 @@ def test_a_second_process_sees_committed_events(tmp_path, make):
     with Inbox(path) as writer, Inbox(path) as reader:
         writer.add(make.callback("r1"))
         assert reader.count() == 1
+
+
+def test_a_redelivery_72_hours_later_is_still_the_same_event(inbox, make, monkeypatch):
+    import time
+
+    body = make.callback("r1")
+    first, _ = inbox.add(body)
+    later = time.time() + 73 * 3600
+    monkeypatch.setattr("pipeline.inbox.time.time", lambda: later)
+    assert inbox.add({**body, "serverResponse": {"status": 502}}) == (first, False)

@@ -79,8 +79,8 @@ def test_the_configured_auth_header_is_accepted(tmp_path, make):
     token = secrets.token_hex(16)
     inbox = tmp_path / "inbox.sqlite3"
     with Server("receiver", "--inbox", str(inbox), "--token", token,
-                "--auth-header", "Service-Auth") as server:
-        url = server.url + "/callbacks/"
+                "--auth-header", "Service-Auth", "--path", "/hooks/in/") as server:
+        url = server.url + "/hooks/in"
         ok = HTTP.post(url, json=make.callback("r1"), headers={"service-auth": token})
         bad = HTTP.post(url, json=make.callback("r2"), headers={"Service-Auth": "nope"})
         other = HTTP.post(url, json=make.callback("r3"), headers={"Other-Auth": token})
