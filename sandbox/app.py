@@ -338,7 +338,7 @@ class Service(Products):
             log.exception("request %s failed", request_id)
             err = ServiceError("INTERNAL_SERVER_ERROR", "internal failure")
             status, body = 500, err.body(request_id)
-        log.info("%s %s %s %d %.1fms", request_id, request.method, request.url.path, status,
+        log.info("%s %s %s %d %.1fms", request_id, request.method, request.scope["path"], status,
                  (time.perf_counter() - started) * 1000)
         return Response(orjson.dumps(body), status_code=status,
                         media_type="application/json", headers=headers)
@@ -381,7 +381,7 @@ class Service(Products):
                         "http_code", "request_id"]}}}}
 
     async def _dispatch(self, request: Request) -> tuple[int, dict]:
-        path = request.url.path
+        path = request.scope["path"]  # as sent, without building a URL object
         if not self.public_base:
             self.public_base = str(request.base_url).rstrip("/")
         if path == "/openapi.json" and request.method == "GET":

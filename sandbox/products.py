@@ -177,7 +177,8 @@ class Products:
     def _record_view(self, rec: dict, now: float) -> tuple[np.ndarray, list[bytes]]:
         """All of a record's lines in the API's order (date, then _id), with their JSON."""
         parts = self._histories(rec, now)
-        key = (rec["env"], rec["_id"], tuple(id(h) for _, h, _ in parts))
+        key = (rec["env"], rec["_id"], len(parts[0][1]) if parts else 0,
+               max(datagen.month_index(now), rec[INTERNAL]["gen"]["created_month"]))
         view = self._views.get(key)
         if view is None:
             if len(parts) == 1:
