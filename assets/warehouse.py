@@ -15,8 +15,10 @@ reader keeps the old file until it reconnects).
 """
 
 # no `from __future__ import annotations`: Dagster reads the context's type hint at runtime
+import glob
 import os
 import re
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,6 +168,7 @@ def build(lake_root: Path | str, target: Path | str) -> list[str]:
     tables = {t for v in views for t in v.tables | v.optional}
     present = {t for t in tables if table_present(lake_root, t)}
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(target)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     created: list[str] = []
     try:
@@ -187,6 +190,17 @@ def build(lake_root: Path | str, target: Path | str) -> list[str]:
         tmp.unlink(missing_ok=True)
         tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
     return created
+
+
+def _remove_stale(target: Path, older_than_s: float = 3600.0) -> None:
+    """Temporary files of builds that died (killed mid-build) before they could clean up."""
+    cutoff = time.time() - older_than_s
+    for path in target.parent.glob(f".{glob.escape(target.name)}.*.tmp*"):
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def _fsync(path: Path) -> None:

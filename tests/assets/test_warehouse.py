@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import time
@@ -328,6 +329,21 @@ def test_a_view_that_fails_leaves_the_published_file_as_it_was(tmp_path, monkeyp
         build(lake.root, target)
     assert target.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_build_clears_what_a_killed_build_left(tmp_path):
+    lake = Lake(root=str(tmp_path / "lake"))
+    lake.write_partition("accounts", "r1", accounts_table(["a"]))
+    target = tmp_path / "w.duckdb"
+    old = tmp_path / ".w.duckdb.0123abcd.tmp"
+    fresh = tmp_path / ".w.duckdb.4567cdef.tmp"  # perhaps a build running right now
+    for path in (old, fresh, old.with_name(old.name + ".wal")):
+        path.write_bytes(b"half")
+    hour_ago = time.time() - 7200
+    os.utime(old, (hour_ago, hour_ago))
+    os.utime(old.with_name(old.name + ".wal"), (hour_ago, hour_ago))
+    build(lake.root, target)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [fresh.name]
 
 
 READER = r"""
