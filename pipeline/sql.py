@@ -30,7 +30,9 @@ def open_warehouse(path: Path) -> duckdb.DuckDBPyConnection:
     if not path.is_file():
         raise FileNotFoundError(f"no warehouse at {path} (run `make demo`, or materialize the "
                                 "warehouse asset)")
-    return duckdb.connect(str(path), read_only=True)
+    con = duckdb.connect(str(path), read_only=True)
+    con.execute("set TimeZone = 'UTC'")  # the lake's and the service's time; SET to change
+    return con
 
 
 def run(con: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyRelation | None:

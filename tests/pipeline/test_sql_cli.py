@@ -103,6 +103,13 @@ def test_writes_csv_json_and_parquet(warehouse, tmp_path):
     assert table.column("topics").to_pylist()[0] == ["shopping", "pos"]
 
 
+def test_times_print_in_utc_whatever_the_machines_zone(warehouse):
+    out = sql("select min(trans_date) as first from transactions", "--warehouse", str(warehouse),
+              env={"TZ": "Africa/Lagos"})
+    assert out.returncode == 0, out.stderr
+    assert "2025-01-30 12:00:00+00" in out.stdout
+
+
 def test_a_failed_query_leaves_an_existing_output_alone(warehouse, tmp_path):
     path = tmp_path / "keep.csv"
     path.write_text("precious\n")
