@@ -9,11 +9,14 @@ transactions, then, alternating, in rounds:
 - floor: the same page requests with a bare keep-alive httpx client that only reads the
   bytes (no parse), the fastest this sandbox can be fetched one page at a time.
 
+The client round also times, where they run, its orjson parse with the envelope checks and
+its page-to-Arrow conversion; the rest of its CPU is httpx, sockets and the paging loop.
+
 Then, offline on the floor's bodies (warm), the per-step CPU: orjson alone; orjson + the one
 struct pass into Arrow; orjson + `Table.from_pylist` to the same types (which first builds a
 Python list per column); and orjson + the client's whole page-to-batch conversion.
 
-    .venv/bin/python bench/client_fetch.py [--rows 100000] [--rounds 3]
+    .venv/bin/python bench/client_fetch.py [--rows 100000] [--rounds 5]
 
 Writes bench/results/client_fetch.json and prints it.
 """
@@ -38,6 +41,7 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import resources.client as client_module  # noqa: E402
 from pipeline.local import Server  # noqa: E402
 from resources.client import ConnectionClient  # noqa: E402
 from resources.columns import TRANSACTION_WIRE, transactions_batch  # noqa: E402
@@ -81,18 +85,38 @@ def make_record(client: ConnectionClient, rows: int) -> str:
             time.sleep(0.2)
 
 
+def timed(steps: dict, name: str, fn):
+    """fn, adding the fetching thread's CPU seconds spent in it to steps[name]."""
+    def wrapper(*args):
+        t0 = time.thread_time()
+        try:
+            return fn(*args)
+        finally:
+            steps[name] += time.thread_time() - t0
+    return wrapper
+
+
 def client_round(client: ConnectionClient, record: str, rows: int) -> dict:
+    """Fetch until `rows`, timing the client's own parse and Arrow steps where they run."""
     got = pages = 0
-    cpu0, wall0 = time.thread_time(), time.perf_counter()
-    batches = client.transaction_batches(record)
-    for batch in batches:
-        got += batch.num_rows
-        pages += 1
-        if got >= rows:
-            break
-    batches.close()
-    cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
-    return {"rows": got, "pages": pages, "wall_s": wall, "cpu_s": cpu}
+    steps = {"orjson_and_checks": 0.0, "arrow": 0.0}
+    originals = client_module._envelope, client_module.transactions_batch
+    client_module._envelope = timed(steps, "orjson_and_checks", originals[0])
+    client_module.transactions_batch = timed(steps, "arrow", originals[1])
+    try:
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
+        batches = client.transaction_batches(record)
+        for batch in batches:
+            got += batch.num_rows
+            pages += 1
+            if got >= rows:
+                break
+        batches.close()
+        cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
+    finally:
+        client_module._envelope, client_module.transactions_batch = originals
+    return {"rows": got, "pages": pages, "wall_s": wall, "cpu_s": cpu,
+            "httpx_and_rest": cpu - sum(steps.values()), **steps}
 
 
 def floor_round(url: str, key: str, record: str, pages: int) -> tuple[dict, list[bytes]]:
@@ -187,6 +211,9 @@ def main() -> None:
             "rows_per_s": round(rows / floor_wall),
             "sandbox_cpu_s_meanwhile": _round(med(floors, "sandbox_cpu_s")),
         },
+        "client_cpu_s_by_step": {
+            name: round(med(runs, name), 3)
+            for name in ("httpx_and_rest", "orjson_and_checks", "arrow")},
         "split_of_client_wall": None if served is None else {
             "client_cpu": round(cpu / wall, 3),
             "sandbox_cpu": round(served / wall, 3),
