@@ -214,8 +214,11 @@ def describe(payload: object) -> dict:
         if customer is None and record is None and not accounts:
             raise InvalidEvent("connection event names no customer, record or accounts")
         # an event we do not know and cannot date is named by all of its data
-        extra = None if stamp else hashlib.sha256(
-            orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        try:
+            extra = None if stamp else hashlib.sha256(
+                orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        except (TypeError, RecursionError):  # deeper than orjson writes (255 levels)
+            raise InvalidEvent("connection event data is nested too deeply") from None
         return {"kind": "connection", "method": event, "code": event, "status": None,
                 "record": record, "account": None, "customer": customer,
                 "accounts": accounts, "occurred_at": occurred,

@@ -140,6 +140,12 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
         except (orjson.JSONDecodeError, InvalidEvent) as exc:
             reason = (f"body is not JSON: {exc}" if isinstance(exc, orjson.JSONDecodeError)
                       else str(exc))
+        except Exception:  # a body we failed to read is still the sender's fault, never a 500
+            log.exception("could not read a callback body")
+            reason = "body could not be read as an event"
+        else:
+            reason = None
+        if reason is not None:
             try:
                 await anyio.to_thread.run_sync(inbox.dead_letter, reason, raw)
             except Exception as db_exc:  # the answer is still 400: the body is bad

@@ -114,7 +114,10 @@ def test_a_huge_body_is_413(receiver, make):
 
 
 NOT_EVENTS = [b"", b"{", b"not json", b"\xff\xfe", b'{"a": NaN}', b"[" * 5000, b'"\\ud800"',
-              b"[]", b"null", b'{"a": 1}']
+              b"[]", b"null", b'{"a": 1}',
+              # valid JSON (orjson reads 1024 levels) deeper than orjson writes (255)
+              b'{"event": "X", "data": {"customer": "c", "z": ' + b'{"a": ' * 400 + b"1"
+              + b"}" * 400 + b"}}"]
 
 
 def test_bodies_that_are_not_events_are_400_and_dead_lettered(receiver):
