@@ -357,15 +357,21 @@ class Inbox:
                                  [(at, r) for r in records])
 
     # -- reads ----------------------------------------------------------------------------
-    def after(self, cursor: int, limit: int = 500) -> list[Event]:
-        """Events with an id above `cursor`, oldest first, at most `limit` of them."""
+    def after(self, cursor: int, limit: int = 500, max_bytes: int = 64 << 20) -> list[Event]:
+        """Events with an id above `cursor`, oldest first: at most `limit` of them, and no more
+        than `max_bytes` of bodies (but always at least one event, if there is one)."""
+        events, size = [], 0
         with self._lock:
             rows = self._db.execute(
                 "select id, kind, method, code, status, record, account, body, received_at,"
-                " affects from events where id > ? order by id limit ?",
-                (cursor, limit)).fetchall()
-        return [Event(*r[:7], body=orjson.loads(r[7]), received_at=r[8],
-                      affects=tuple(orjson.loads(r[9])) if r[9] else ()) for r in rows]
+                " affects from events where id > ? order by id limit ?", (cursor, limit))
+            for r in rows:
+                size += len(r[7])
+                if events and size > max_bytes:
+                    break
+                events.append(Event(*r[:7], body=orjson.loads(r[7]), received_at=r[8],
+                                    affects=tuple(orjson.loads(r[9])) if r[9] else ()))
+        return events
 
     def count(self) -> int:
         with self._lock:

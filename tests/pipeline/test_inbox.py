@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import orjson
 import pytest
 
 from pipeline.inbox import Inbox, InvalidEvent, describe
@@ -144,6 +145,10 @@ def test_cursor_reads_in_bounded_batches(inbox, make):
     rest = inbox.after(first[-1].id, 100)
     assert [e.record for e in rest] == [f"r{i}" for i in range(3, 7)]
     assert inbox.after(rest[-1].id) == []
+    # bodies count too: a batch stops before it outgrows max_bytes, but never comes back empty
+    assert len(inbox.after(0, 100, max_bytes=1)) == 1
+    one = len(orjson.dumps(make.callback("r0")))
+    assert len(inbox.after(0, 100, max_bytes=3 * one + 10)) == 3
 
 
 def test_a_second_process_sees_committed_events(tmp_path, make):
