@@ -56,7 +56,7 @@ def _integer(name: str, value, lo: int, hi: int | None = None) -> int:
 
 
 def _page(name, value):
-    return _integer(name, value, 1)
+    return _integer(name, value, 1, 10**9)  # bounded: pagination echoes it as a JSON int
 
 
 def _limit(name, value):

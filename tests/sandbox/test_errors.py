@@ -53,6 +53,9 @@ def test_invalid_request_codes(shared_sandbox):
                 "INVALID_FIELD", 400)
         assert "limit" in b["error_message"]
         err(api.post("accounts/get", json={"record": "x", "page": "zero"}), "INVALID_FIELD", 400)
+        customer = create(api)["customer"]
+        err(api.post("accounts/get", json={"customer": customer, "page": "9" * 30}),
+            "INVALID_FIELD", 400)
         err(api.post("accounts/get", content=b"{not json",
                      headers={"Content-Type": "application/json"}), "INVALID_BODY", 400)
         err(api.post("accounts/get", content=b"[1, 2]",
