@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 import pytest
 from sandboxes import client_for, make_customers
 
+from resources.client import CONVERT_ROWS
 from resources.columns import TRANSACTION_SCHEMA
 from resources.errors import AuthError, InvalidInput, InvalidRequest, RecordError
 
@@ -22,8 +23,8 @@ def client(shared_sandbox):
 
 @pytest.fixture(scope="module")
 def two(client):
-    """A customer with two accounts and three months of history, and one with one account."""
-    return make_customers(client, {"accounts": 2, "months": 3, "volume": 6},
+    """Two accounts with three months of history (over 2,000 lines), and one small customer."""
+    return make_customers(client, {"accounts": 2, "months": 3, "volume": 12},
                           {"accounts": 1, "months": 1})
 
 
@@ -70,6 +71,14 @@ def test_transactions_as_arrow(client, two):
     dates = table["trans_date"].to_numpy()
     assert (dates[1:] >= dates[:-1]).all()  # the service's order: by date
     assert [r["_id"] for r in total] == table["transaction_id"].to_pylist()[:len(total)]
+
+
+def test_the_table_and_the_page_batches_hold_the_same_lines(client, two):
+    record = two[0]["record"]
+    table = client.transactions(record)
+    assert table.num_rows > CONVERT_ROWS  # so the table was converted in several parts
+    streamed = pa.Table.from_batches(list(client.transaction_batches(record)))
+    assert table.equals(streamed)
 
 
 def test_the_running_balance_agrees_with_the_balance_endpoint(client, two):
