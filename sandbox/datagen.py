@@ -11,6 +11,7 @@ from __future__ import annotations
 import calendar
 import hashlib
 import random
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from functools import lru_cache
@@ -406,12 +407,27 @@ def code_of(h: History, i: int) -> str:
     return "SAL" if c < 0 else _profile(h.spec)["cats"][c][5]
 
 
+ROWS_KEPT = 3_000_000  # pre-serialised lines kept in memory (about 1.7 GB at most)
+_SERVED: OrderedDict[int, History] = OrderedDict()
+
+
+def _remember(h: History) -> None:
+    """Keep the JSON of the most recently served histories, up to ROWS_KEPT lines."""
+    _SERVED[id(h)] = h
+    total = sum(len(x._rows or ()) for x in _SERVED.values())
+    while total > ROWS_KEPT and len(_SERVED) > 1:
+        _, old = _SERVED.popitem(last=False)
+        total -= len(old._rows or ())
+        old._rows = None
+
+
 def rows(h: History, ctx: dict) -> list[bytes]:
     """Every line as pre-serialised JSON (orjson bytes), built once per history and cached.
 
     `ctx` holds the ids every line carries (account, record, customer, bank, env).
     """
     if h._rows is not None:
+        _SERVED.move_to_end(id(h), last=True)
         return h._rows
     prof = _profile(h.spec)
     cats = prof["cats"]
@@ -449,6 +465,7 @@ def rows(h: History, ctx: dict) -> list[bytes]:
                        stream_json[-1 - c] if c < 0 else cat_json[c],
                        f"{short}{q:014d}", "SAL" if c < 0 else cat_codes[c]).encode())
     h._rows = out
+    _remember(h)
     return out
 
 
