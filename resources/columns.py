@@ -2,10 +2,10 @@
 
 The columns are the lake's (docs/lake.md); `record_id` is not one, the partition names it.
 
-`pa.array(rows, type=struct)` walks orjson's dicts once inside Arrow, with less CPU than
-`Table.from_pylist` to the same types, which builds a Python list per column first (1.4x to
-2.6x in bench/client_fetch.py runs); members not in the struct are ignored, missing ones
-become null.
+`pa.array(rows, type=struct)` walks orjson's dicts once inside Arrow, where
+`Table.from_pylist` to the same types first builds a Python list per column; it took 1.0x to
+2.6x less CPU in runs on this shared machine (bench/client_fetch.py). Members not in the
+struct are ignored, missing ones become null.
 """
 
 from __future__ import annotations
