@@ -10,8 +10,12 @@ import sys
 from pathlib import Path
 
 
-def _serve(app, host: str, port: int, ready: str) -> None:
-    """Bind first (port 0 picks a free one), print the ready line, then serve until stopped."""
+def _serve(app, host: str, port: int, ready: str, limit_concurrency: int | None = None) -> None:
+    """Bind first (port 0 picks a free one), print the ready line, then serve until stopped.
+
+    `limit_concurrency` bounds open connections (beyond it uvicorn answers 503 at once), so
+    a flood of large bodies cannot exhaust memory.
+    """
     import uvicorn
 
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -24,7 +28,7 @@ def _serve(app, host: str, port: int, ready: str) -> None:
     actual = sock.getsockname()[1]
     url = f"http://{host}:{actual}"
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_keep_alive=30)
+                            timeout_keep_alive=30, limit_concurrency=limit_concurrency)
     server = uvicorn.Server(config)
     print(f"READY {url}", flush=True)
     for line in ready.format(url=url).splitlines():
@@ -40,6 +44,16 @@ def _port(value: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port must be 0-65535, not {port}")
     return port
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
 
 
 def _seconds(value: str) -> float:
@@ -111,8 +125,10 @@ def cmd_receiver(args: argparse.Namespace) -> int:
               "(the webhook token the service sends)", file=sys.stderr)
         return 2
     app = create_app(args.inbox, token, path=args.path, auth_header=args.auth_header)
+    # 256 connections x the 1 MiB body cap bounds what a flood can hold in memory
     _serve(app, args.host, args.port,
-           f"receiver ready: POST {{url}}{args.path}  inbox {Path(args.inbox).resolve()}")
+           f"receiver ready: POST {{url}}{args.path}  inbox {Path(args.inbox).resolve()}",
+           limit_concurrency=256)
     return 0
 
 
@@ -163,23 +179,29 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    import duckdb
-
+    from . import sql
     from .config import Settings
 
     path = Path(args.warehouse) if args.warehouse else Settings.from_env().warehouse
-    if not path.exists():
-        print(f"ledgerlake: no warehouse at {path} (run `make demo`, or materialize "
-              "the warehouse asset)", file=sys.stderr)
+    try:
+        fmt = sql.format_of(args.format, Path(args.output) if args.output else None)
+        con = sql.open_warehouse(path.resolve())
+    except (sql.QueryError, FileNotFoundError) as exc:
+        print(f"ledgerlake: {exc}", file=sys.stderr)
         return 2
-    with duckdb.connect(str(path), read_only=True) as con:
+    with con:
+        if args.query is None:
+            return sql.interactive(con, args.max_rows)
         try:
-            rel = con.sql(args.query)
-        except duckdb.Error as exc:
+            rel = sql.run(con, args.query)
+            if fmt == "table":
+                sql.show(rel, args.max_rows, sys.stdout)
+            else:
+                rows = sql.write(con, rel, fmt, Path(args.output))
+                print(f"wrote {rows} rows to {Path(args.output).resolve()}", file=sys.stderr)
+        except sql.QueryError as exc:
             print(f"ledgerlake: {exc}", file=sys.stderr)
             return 1
-        if rel is not None:
-            rel.show(max_rows=args.max_rows, max_width=200)
     return 0
 
 
@@ -239,10 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-url", help="the service (default $LEDGERLAKE_API_URL)")
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser("sql", help="query the warehouse (read-only)")
-    p.add_argument("query")
+    p = sub.add_parser("sql", help="query the warehouse (read-only)",
+                       description="Query the warehouse read-only. Without QUERY, read "
+                                   "statements ending with `;` from stdin (`.quit` ends).")
+    p.add_argument("query", nargs="?", help="SQL; omit for the interactive prompt")
     p.add_argument("--warehouse", help="DuckDB file (default $LEDGERLAKE_HOME/warehouse.duckdb)")
-    p.add_argument("--max-rows", type=int, default=40)
+    p.add_argument("--max-rows", type=_positive, default=40, help="rows a table shows")
+    p.add_argument("--format", help="table (default), csv, json or parquet")
+    p.add_argument("--output", metavar="FILE", help="write the result here (atomically)")
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("demo", help="run the pipeline end to end on a fresh sandbox")
