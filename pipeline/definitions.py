@@ -18,7 +18,7 @@ from resources.lake import Lake
 
 from .config import Settings
 from .jobs import PRODUCT_JOBS, ingest_job, refresh_job, replay_job, warehouse_job
-from .schedules import daily_refresh
+from .schedules import daily_refresh, hourly_replay
 from .sensors import inbox_sensor
 
 settings = Settings.from_env()
@@ -28,7 +28,7 @@ defs = dg.Definitions(
             warehouse],
     jobs=[*PRODUCT_JOBS, ingest_job, refresh_job, replay_job, warehouse_job],
     sensors=[inbox_sensor],
-    schedules=[daily_refresh],
+    schedules=[daily_refresh, hourly_replay],
     resources={
         "client": ConnectionClient(
             base_url=settings.api_url,

@@ -1,4 +1,6 @@
-"""The daily refresh: balances and transactions of every connected record, in batches.
+"""Schedules: the daily refresh of every connected record, and the hourly replay.
+
+The daily refresh fetches balances and transactions of every connected record, in batches.
 
 Disconnected records and those waiting for reauthentication are skipped (their data stays
 in the lake). A batch is a contiguous range of the records partition, at most
@@ -10,6 +12,7 @@ from collections.abc import Iterator
 from dagster import (
     DefaultScheduleStatus,
     RunRequest,
+    ScheduleDefinition,
     ScheduleEvaluationContext,
     SkipReason,
     schedule,
@@ -19,7 +22,7 @@ from assets.partitions import RECORDS_PER_RUN, records
 
 from .config import Settings
 from .inbox import Inbox
-from .jobs import refresh_job
+from .jobs import refresh_job, replay_job
 
 REFRESHABLE = {None, "connected"}  # None: a record the inbox never heard of (added by hand)
 
@@ -61,3 +64,11 @@ def daily_refresh(context: ScheduleEvaluationContext):
         )
         for start, end, n in batches(keys, eligible)
     ]
+
+
+# Callbacks lost beyond the service's 72 hours of redelivery are asked for again, hourly;
+# the inbox stores a re-sent callback once, so asking again costs only a call.
+hourly_replay = ScheduleDefinition(
+    name="hourly_replay", job=replay_job, cron_schedule="17 * * * *",
+    execution_timezone="UTC", default_status=DefaultScheduleStatus.RUNNING,
+    description="Re-trigger callbacks of records whose expected products never called back")

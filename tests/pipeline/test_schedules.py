@@ -56,3 +56,13 @@ def test_daily_refresh_skips_disconnected_and_reauth(inbox_with_states):
     assert ranges == [("rec0", "rec1"), ("rec3", "rec3"), ("rec5", "manual")]
     assert all(r.run_key.startswith("refresh-2026-11-22-") for r in requests)
     assert {r.tags["ledgerlake/schedule"] for r in requests} == {"daily_refresh"}
+
+
+def test_replay_runs_hourly_by_default():
+    from pipeline.definitions import defs
+
+    schedules = {s.name: s for s in defs.schedules}
+    replay = schedules["hourly_replay"]
+    assert replay.job_name == "replay_job" and replay.cron_schedule == "17 * * * *"
+    assert replay.default_status == dg.DefaultScheduleStatus.RUNNING
+    assert schedules["daily_refresh"].job_name == "refresh_job"
