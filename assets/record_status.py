@@ -1,4 +1,9 @@
-"""Each record's connection status and last callback, from the inbox, as the `records` table."""
+"""Each record's connection status and last callbacks, from the inbox, as the `records` table.
+
+One row per record: connected, disconnected or reauth_required; the last callback of all;
+and per product (auth, identity, accounts, balance, transactions, income, payment) the code
+and time of its last callback, so `INCOME_FAILED` or a missing TRANSACTIONS shows at a glance.
+"""
 
 import pyarrow as pa
 from dagster import AssetExecutionContext, MaterializeResult, asset
@@ -9,6 +14,13 @@ from resources.lake import Lake
 from .metadata import describe
 
 UTC_MS = pa.timestamp("ms", tz="UTC")
+# product -> the callback methods that report it (the spec's Events table)
+PRODUCTS = {
+    "auth": ("AUTH",), "identity": ("IDENTITY",), "accounts": ("ACCOUNTS",),
+    "balance": ("BALANCE", "PERIODIC_BALANCE"),
+    "transactions": ("TRANSACTIONS", "PERIODIC_TRANSACTIONS"),
+    "income": ("INCOME",), "payment": ("PAYMENT", "PAYMENT_RECURRING"),
+}
 SCHEMA = pa.schema([
     ("record_id", pa.string()),
     ("status", pa.string()),
@@ -16,20 +28,28 @@ SCHEMA = pa.schema([
     ("last_method", pa.string()),
     ("last_code", pa.string()),
     ("last_callback_at", UTC_MS),
-])
+] + [f for p in PRODUCTS for f in ((f"{p}_code", pa.string()), (f"{p}_at", UTC_MS))])
+
+
+def last_per_product(methods: dict[str, tuple[str, str]]) -> dict[str, str | None]:
+    """The newest callback code and time of each product, over the methods reporting it."""
+    out: dict[str, str | None] = {}
+    for product, names in PRODUCTS.items():
+        seen = sorted((at, code) for m, (code, at) in methods.items() if m in names and at)
+        out[f"{product}_code"], out[f"{product}_at"] = (seen[-1][1], seen[-1][0]) if seen \
+            else (None, None)
+    return out
 
 
 @asset(group_name="warehouse", kinds={"parquet"})
 def record_status(context: AssetExecutionContext, callback_log: CallbackLog, lake: Lake):
     """Connected, disconnected or needing reauthentication, with the last callback seen."""
-    rows = callback_log.record_status()
+    rows = [{"record_id": r["record"], "status": r["status"], "status_at": r["status_at"],
+             "last_method": r["method"], "last_code": r["code"],
+             "last_callback_at": r["occurred_at"], **last_per_product(r["methods"])}
+            for r in callback_log.record_status()]
     table = pa.table({
-        "record_id": pa.array([r["record"] for r in rows], pa.string()),
-        "status": pa.array([r["status"] for r in rows], pa.string()),
-        "status_at": pa.array([r["status_at"] for r in rows], pa.string()).cast(UTC_MS),
-        "last_method": pa.array([r["method"] for r in rows], pa.string()),
-        "last_code": pa.array([r["code"] for r in rows], pa.string()),
-        "last_callback_at": pa.array([r["occurred_at"] for r in rows], pa.string()).cast(UTC_MS),
+        f.name: pa.array([r[f.name] for r in rows], pa.string()).cast(f.type) for f in SCHEMA
     }, schema=SCHEMA)
     path = lake.write("records", None, table, schema=SCHEMA)
     return MaterializeResult(metadata=describe(table, [path]))

@@ -35,13 +35,20 @@ class CallbackLog(ConfigurableResource):
         return [orjson.loads(r[0]) for r in rows]
 
     def record_status(self) -> list[dict]:
-        """Each record's connection status and its last callback, for the `records` table."""
+        """Each record's connection status, its last callback, and its last per method."""
         with closing(self._connect()) as db:
-            db.row_factory = sqlite3.Row
-            rows = db.execute(
-                "select r.record, r.status, r.status_at, p.method, p.code, p.occurred_at"
-                " from records r left join record_products p on p.record = r.record"
-                " and p.event = (select max(event) from record_products q"
-                "                where q.record = r.record)"
-                " order by r.record").fetchall()
-        return [dict(r) for r in rows]
+            states = db.execute("select record, status, status_at from records"
+                                " order by record").fetchall()
+            products = db.execute("select record, method, code, occurred_at, event"
+                                  " from record_products").fetchall()
+        per_record: dict[str, list[tuple]] = {}
+        for record, method, code, occurred_at, event in products:
+            per_record.setdefault(record, []).append((event, method, code, occurred_at))
+        out = []
+        for record, status, status_at in states:
+            seen = sorted(per_record.get(record, []))  # by inbox event id: the last is newest
+            last = seen[-1] if seen else (None, None, None, None)
+            out.append({"record": record, "status": status, "status_at": status_at,
+                        "method": last[1], "code": last[2], "occurred_at": last[3],
+                        "methods": {m: (c, at) for _, m, c, at in seen}})
+        return out

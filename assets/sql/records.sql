@@ -1,5 +1,7 @@
--- records: one row per record: connected, disconnected or reauth_required, and the last
--- callback the pipeline received for it (its method names the product).
+-- records: one row per record: connected, disconnected or reauth_required; the last
+-- callback the pipeline received for it; and per product (auth, identity, accounts,
+-- balance, transactions, income, payment) the code and time of that product's last
+-- callback (<product>_code, <product>_at).
 create or replace view records as
 select
     *,
