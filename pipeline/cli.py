@@ -28,7 +28,8 @@ def _serve(app, host: str, port: int, ready: str, limit_concurrency: int | None 
     actual = sock.getsockname()[1]
     url = f"http://{host}:{actual}"
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_keep_alive=30, limit_concurrency=limit_concurrency)
+                            timeout_keep_alive=30, limit_concurrency=limit_concurrency,
+                            timeout_graceful_shutdown=5)  # a stuck client never holds a stop
     server = uvicorn.Server(config)
     print(f"READY {url}", flush=True)
     for line in ready.format(url=url).splitlines():
