@@ -291,6 +291,7 @@ def _profile(spec: AccountSpec) -> dict:
             "spend_ratio": rng.uniform(0.82, 0.97)}
 
 
+@lru_cache(maxsize=1024)  # history() and _opening() both walk the first months
 def _month(spec: AccountSpec, m: int) -> dict:
     """One calendar month of an account: arrays sorted by time."""
     prof = _profile(spec)
