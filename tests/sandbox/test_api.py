@@ -255,3 +255,25 @@ def test_request_log_has_ids_and_no_secret(shared_sandbox, made):
     log = (shared_sandbox.data_dir.parent / f"{shared_sandbox.data_dir.name}.log").read_text()
     assert re.search(r"[0-9a-f]{24} POST /sandbox/v2/sandbox/customers/create 200", log)
     assert shared_sandbox.sandbox_key not in log and shared_sandbox.production_key not in log
+
+
+def test_callback_status_and_trigger(shared_sandbox, made):
+    c = made[0]
+    with shared_sandbox.api() as api:
+        data = ok(api.get("callback", params={"record": c["record"], "method": "TRANSACTIONS"}))
+        assert data["product"] == "transactions" and data["record"] == c["record"]
+        assert data["status"]["process"]["completed"] is True
+        assert isinstance(data["newTransactions"], int)
+        bad = api.get("callback", params={"record": c["record"], "method": "LOANS"})
+        assert bad.status_code == 400 and bad.json()["error_code"] == "INVALID_FIELD"
+        trig = api.post("callback/trigger", json={"records": [c["record"]],
+                                                  "url": "http://127.0.0.1:9/x"})
+        assert trig.status_code == 200, trig.text
+        assert trig.json() == {"status": "success", "messgae": "Webhook trigger initiated",
+                               "data": {}}
+        single = api.post("callback/trigger", json={"record": c["record"],
+                                                    "url": "http://127.0.0.1:9/x"})
+        assert single.status_code == 200
+        many = api.post("callback/trigger", json={"records": [c["record"]] * 101,
+                                                  "url": "http://127.0.0.1:9/x"})
+        assert many.status_code == 400 and many.json()["error_code"] == "INVALID_FIELD"
