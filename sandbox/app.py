@@ -133,7 +133,10 @@ def _any(name, value):
 # body rule -> its JSON schema, for /openapi.json
 SCHEMAS = {_string: {"type": "string", "minLength": 1}, _page: {"type": ["integer", "string"]},
            _limit: {"type": ["integer", "string"]}, _array: {"type": "array"},
-           _url: {"type": "string", "format": "uri"}, _object: {"type": "object"}}
+           _url: {"type": "string", "format": "uri"}, _object: {"type": "object"},
+           _seconds: {"type": "number", "minimum": 0}, _any: {},
+           _callback_method: {"type": "string", "enum": list(METHODS)},
+           _callback_code: {"type": "string", "pattern": "^[A-Z][A-Z0-9_]{0,63}$"}}
 
 
 def paginate(items: list, page: int, limit: int) -> tuple[list, dict]:
