@@ -139,6 +139,14 @@ def test_connection_events_and_payments(hooked):
     payment = pay.json()["data"]["payment"]
     assert payment["amount"] == 150_000 and payment["source"] == "link"
     assert any(k.endswith("RESPONSECODE") for k in payment["bank_response"])
+    assert {"_id", "record", "amount", "available_balance", "bank", "bank_response",
+            "created_at", "credit_account", "debit_account", "currency", "current_project",
+            "customer", "email", "env", "error", "error_response", "fee", "last_updated",
+            "link", "meta", "meta_responses", "owner", "ref", "schedule", "source",
+            "status"} <= set(payment)
+    assert {"CODE", "MESSAGE", "SESSIONID", "ERROR", "STATUSCODE", "STATUSMESSAGE",
+            "BANKDOWNTIMEMESSAGE", "DestAccName"} <= set(payment["bank_response"])
+    assert isinstance(payment["fee"], int) and isinstance(payment["meta"], dict)
     assert catcher.wait(lambda b: b.get("method") == "PAYMENT_RECURRING")
     p = catcher.of(c["record"], "PAYMENT")[0]
     assert p["paymentId"] == payment["_id"] and p["callback_code"] == "PAYMENT_SUCCESS"
