@@ -6,8 +6,6 @@ the newer copy winning.
 """
 
 import datetime as dt
-from collections import deque
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -23,8 +21,7 @@ from dagster import (
 )
 
 from resources.client import ConnectionClient
-from resources.columns import TRANSACTION_SCHEMA, transactions_batch
-from resources.errors import MalformedResponse
+from resources.columns import TRANSACTION_SCHEMA
 from resources.lake import Lake
 
 from .checks import reconcile_running_balances
@@ -36,12 +33,10 @@ from .schemas import Transactions, ValidationFailed, validate
 SCHEMA = pa.schema([f for f in TRANSACTION_SCHEMA if f.name != "record_id"])
 OVERLAP = dt.timedelta(days=3)
 ORDER = [("trans_date", "ascending"), ("transaction_id", "ascending")]
-# Speed (bench/README.md): records are fetched FETCHERS at a time, and a record's pages
-# PAGES_AHEAD at a time, so the wire, the service and our CPU overlap; records are validated
-# together up to VALIDATE_ROWS rows (pandera's cost is mostly per call).
-FETCHERS = 3
-PAGES_AHEAD = 4
-PAGE_WORKERS = 4
+# Speed (bench/README.md): the next AHEAD records are fetched in a thread, one page at a
+# time (more at once only fight over the GIL), while this one merges, validates and writes;
+# records are validated together up to VALIDATE_ROWS rows (pandera's cost is per call).
+AHEAD = 2
 VALIDATE_ROWS = 200_000
 LOG_EACH = 10  # records a run logs one by one; more get one line
 CHECKED = [n for n in Transactions.to_schema().columns if n in SCHEMA.names]
@@ -49,8 +44,8 @@ CHECKED = [n for n in Transactions.to_schema().columns if n in SCHEMA.names]
 
 def dedupe(table: pa.Table, key: str = "transaction_id") -> pa.Table:
     """Keep the last row of each key (later rows are newer copies), in the original order."""
-    if table.num_rows == 0:
-        return table
+    if table.num_rows == 0 or pc.count_distinct(table[key]).as_py() == table.num_rows:
+        return table  # nothing doubled: no copy (a first pull of 200,000 lines is the case)
     idx = pa.array(np.arange(table.num_rows))
     last = (pa.table({key: table[key], "i": idx}).group_by(key, use_threads=False)
             .aggregate([("i", "max")]).column("i_max"))
@@ -74,60 +69,9 @@ def pull_from(existing: pa.Table | None) -> dt.date | None:
     return (last - OVERLAP).date() if last else None
 
 
-def pages_of(client: ConnectionClient, pool: ThreadPoolExecutor, record_id: str,
-             start: dt.date | None) -> Iterator[list[dict]]:
-    """The record's pages in order, up to PAGES_AHEAD of them requested at once on `pool`.
-
-    Page 1 says how many pages there are; the rest are asked for together (the service is
-    paged by offset, and new lines only ever join the end). If the last page says there is
-    more (lines arrived meanwhile), its nextPage is followed one at a time, as the client does.
-    """
-    body: dict = {"record": record_id}
-    if start is not None:
-        body["from"] = start.isoformat()
-
-    def page(n: int) -> tuple[list[dict], dict]:
-        data = client.post("transactions/get", {**body, "page": n, "limit": client.page_size})
-        items, paging = data.get("transaction"), data.get("pagination")
-        if not isinstance(items, list) or not isinstance(paging, dict) \
-                or paging.get("page", n) != n:
-            raise MalformedResponse(f"page {n} of record {record_id} has no `transaction` "
-                                    f"array, no pagination or another page number",
-                                    method="POST", path="transactions/get")
-        return items, paging
-
-    items, paging = page(1)
-    yield items
-    last = paging.get("totalPages")
-    last = last if isinstance(last, int) and not isinstance(last, bool) else 1
-    waiting: deque[Future] = deque()
-    n = 2
-    while n <= last or waiting:
-        while n <= last and len(waiting) < PAGES_AHEAD:
-            waiting.append(pool.submit(page, n))
-            n += 1
-        try:
-            items, paging = waiting.popleft().result()
-        except BaseException:
-            for f in waiting:
-                f.cancel()
-            raise
-        yield items
-    while paging.get("hasNextPage"):
-        following = paging.get("nextPage")
-        if isinstance(following, bool) or not isinstance(following, int) \
-                or following <= paging.get("page", following):
-            raise MalformedResponse(f"record {record_id}: hasNextPage but nextPage is "
-                                    f"{following!r}", method="POST", path="transactions/get")
-        items, paging = page(following)
-        yield items
-
-
-def fetch(client: ConnectionClient, pool: ThreadPoolExecutor, record_id: str,
-          start: dt.date | None) -> pa.Table:
-    """The record's transactions from `start` (None: all), converted as its pages arrive."""
-    batches = [transactions_batch(rows) for rows in pages_of(client, pool, record_id, start)]
-    return pa.Table.from_batches(batches, schema=TRANSACTION_SCHEMA).select(SCHEMA.names)
+def fetch(client: ConnectionClient, record_id: str, start: dt.date | None) -> pa.Table:
+    """The record's transactions from `start` (None: all), following nextPage."""
+    return client.transactions(record_id, from_date=start).select(SCHEMA.names)
 
 
 def validate_together(tables: dict[str, pa.Table]) -> None:
@@ -160,15 +104,14 @@ def transactions(context: AssetExecutionContext, client: ConnectionClient, lake:
     total_rows = fresh_rows = 0
     pulls: dict[str, str] = {}
     checks: list[Future] = []
-    with (ThreadPoolExecutor(FETCHERS, thread_name_prefix="transactions-fetch") as pool,
-          ThreadPoolExecutor(PAGE_WORKERS, thread_name_prefix="transactions-page") as pager,
+    with (ThreadPoolExecutor(1, thread_name_prefix="transactions-fetch") as pool,
           ThreadPoolExecutor(2, thread_name_prefix="transactions-write") as io):
         def start_fetch(record_id: str) -> tuple[pa.Table | None, dt.date | None, Future]:
             existing = lake.read("transactions", record_id, schema=SCHEMA)
             start = pull_from(existing)
-            return existing, start, pool.submit(fetch, client, pager, record_id, start)
+            return existing, start, pool.submit(fetch, client, record_id, start)
 
-        ahead = {r: start_fetch(r) for r in ids[:FETCHERS]}
+        ahead = {r: start_fetch(r) for r in ids[:AHEAD]}
         group: dict[str, pa.Table] = {}
 
         def flush() -> None:
@@ -182,8 +125,8 @@ def transactions(context: AssetExecutionContext, client: ConnectionClient, lake:
 
         for i, record_id in enumerate(ids):
             existing, start, fetched = ahead.pop(record_id)
-            if i + FETCHERS < len(ids):
-                nxt = ids[i + FETCHERS]
+            if i + AHEAD < len(ids):
+                nxt = ids[i + AHEAD]
                 ahead[nxt] = start_fetch(nxt)
             fresh = fetched.result()
             del fetched
