@@ -115,6 +115,12 @@ class Products:
             return self._by_token(env, body["access_token"])
         return self._record(env, body["record"])
 
+    def _expired(self, rec: dict) -> bool:
+        """Unverified past the window: answered at once, though daily() marks it and sends
+        the error webhook a moment later."""
+        st = rec[INTERNAL]
+        return st["state"] == "unverified" and self.clock.now() >= st["created_ts"] + VERIFY_WINDOW
+
     def _check(self, rec: dict, product: str, *, auth_call: bool = False) -> None:
         """Raise what the record's state answers for `product`, if anything."""
         st = rec[INTERNAL]
@@ -132,7 +138,7 @@ class Products:
         if st["state"] == "login_required":
             raise ServiceError("RECORD_LOGIN_REQUIRED", "the user must log in again")
         account_id = st["accounts"][0] if st["accounts"] else ""
-        if st["state"] == "expired":
+        if st["state"] == "expired" or self._expired(rec):
             raise ServiceError("VERIFICATION_EXPIRED", "the record was not verified in 7 days",
                                extra={"account_id": account_id})
         if product not in rec["products"]:
@@ -536,7 +542,7 @@ class Products:
             self._save(rec)
             raise ServiceError("TOO_MANY_VERIFICATION_ATTEMPTS",
                                "the record is permanently locked; use another bank")
-        if st["state"] == "expired":
+        if st["state"] == "expired" or self._expired(rec):
             raise ServiceError("VERIFICATION_EXPIRED", "the record was not verified in 7 days",
                                extra={"account_id": st["accounts"][0]})
         if rec["verified"]:
