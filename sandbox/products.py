@@ -767,7 +767,10 @@ class Products:
                         or rec["status"].get("transactions", rec["status"].get("balance"))
                         != "ready"):
                     continue
-                self._periodic(env, rec, end)
+                try:
+                    self._periodic(env, rec, end)
+                except Exception:  # one record's failure must not cost the others their day
+                    log.exception("periodic products of %s failed", rec["_id"])
 
     def _periodic(self, env: str, rec: dict, end: float) -> None:
         parts = self._histories(rec, end)
