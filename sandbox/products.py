@@ -659,7 +659,11 @@ class Products:
             rec = self.records.get((doc["env"], doc["record"]))
             if not due or rec is None or rec[INTERNAL]["state"] != "active":
                 continue
-            self._pay(doc["env"], rec, sched["current_amount"], sched, day * DAY + 9 * 3600)
+            try:
+                self._pay(doc["env"], rec, sched["current_amount"], sched,
+                          day * DAY + 9 * 3600)
+            except Exception:  # the next schedule still pays
+                log.exception("recurring payment %s failed", doc["_id"])
 
     # -- callbacks that follow -----------------------------------------------------------
     def _callback_url(self, rec: dict, method: str) -> str:
