@@ -310,14 +310,17 @@ def _month(spec: AccountSpec, m: int) -> dict:
     credit = np.array([c[1] for c in cats])[cat]
     # scale the free-form flows so that a month spends about what comes in: balances drift
     # gently instead of running away or below zero
+    # months differ as real ones do: side income comes and goes, December spends more
     stream_total = sum(s["amount"] for s in prof["streams"])
-    free_in = prof["inflow"] * (0.4 if stream_total else 1.0)
+    in_factor = rng.lognormal(0.0, 0.15)
+    out_factor = rng.lognormal(0.0, 0.08) * (1.15 if m % 12 == 11 else 1.0)
+    free_in = prof["inflow"] * (0.4 if stream_total else 1.0) * in_factor
     total_in = amount[credit].sum()
     if total_in > 0:
         amount[credit] *= free_in / total_in
     total_out = amount[~credit].sum()
     if total_out > 0:
-        amount[~credit] *= (stream_total + free_in) * prof["spend_ratio"] / total_out
+        amount[~credit] *= (stream_total + free_in) * prof["spend_ratio"] * out_factor / total_out
     amount = np.maximum(100, np.round(amount)).astype(np.int64)
     pool = rng.integers(0, POOL, n)
     stream = np.full(n, -1, dtype=np.int8)
