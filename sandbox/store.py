@@ -32,15 +32,17 @@ create table if not exists tokens (
 """
 
 
-class Store:
-    def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.path = data_dir / "sandbox.sqlite3"
+class SqliteFile:
+    """One SQLite file in WAL mode, shared by the event loop and worker threads."""
+
+    def __init__(self, path: Path, schema: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("pragma journal_mode=wal")
         self._db.execute("pragma synchronous=normal")
-        self._db.executescript(SCHEMA)
+        self._db.executescript(schema)
 
     def close(self) -> None:
         with self._lock:
@@ -57,6 +59,11 @@ class Store:
                 self._db.execute("rollback")
                 raise
             self._db.execute("commit")
+
+
+class Store(SqliteFile):
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir / "sandbox.sqlite3", SCHEMA)
 
     def all(self, table: str) -> list[dict]:
         with self._lock:

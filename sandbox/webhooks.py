@@ -36,8 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sqlite3
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -46,7 +44,7 @@ import httpx
 import orjson
 
 from .clock import Clock, iso
-from .store import Store
+from .store import SqliteFile, Store
 
 log = logging.getLogger("sandbox.webhooks")
 
@@ -113,32 +111,11 @@ def _event_key(method: str | None, payload: dict) -> str:
                                           payload.get("paymentId")))
 
 
-class Deliveries:
+class Deliveries(SqliteFile):
     """The delivery queue on disk: one row per event sent (or to send) to one URL."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.RLock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("pragma journal_mode=wal")
-        self._db.execute("pragma synchronous=normal")
-        self._db.executescript(SCHEMA)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    @contextlib.contextmanager
-    def batch(self):
-        """One transaction for many writes (a trigger of 100 records is one commit)."""
-        with self._lock:
-            self._db.execute("begin")
-            try:
-                yield
-            except BaseException:
-                self._db.execute("rollback")
-                raise
-            self._db.execute("commit")
+        super().__init__(path, SCHEMA)
 
     def _rows(self, sql: str, args: Iterable = ()) -> list[dict]:
         with self._lock:
@@ -277,7 +254,7 @@ class Dispatcher:
         if not target:
             raise LookupError("no webhook URL is set for this environment and none was given")
         queued = 0
-        with self.db.batch():
+        with self.db.transaction():  # a trigger of 100 records is one commit
             for record in dict.fromkeys(records):
                 for d in self.db.latest_per_event(env, record):
                     self.enqueue(env, d["payload"], record=record, method=d["method"],
