@@ -26,7 +26,7 @@ from pathlib import Path
 import duckdb
 from dagster import AssetExecutionContext, ConfigurableResource, MaterializeResult, asset
 
-from resources.lake import Lake
+from resources.lake import Lake, fsync
 
 from .accounts import accounts
 from .balances import balances
@@ -183,9 +183,9 @@ def build(lake_root: Path | str, target: Path | str) -> list[str]:
                                        f"does not build over {lake_root}: {exc}") from exc
                 created.append(view.name)
             con.execute("checkpoint")
-        _fsync(tmp)
+        fsync(tmp)
         os.replace(tmp, target)
-        _fsync(target.parent)
+        fsync(target.parent)
     finally:
         tmp.unlink(missing_ok=True)
         tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
@@ -201,14 +201,6 @@ def _remove_stale(target: Path, older_than_s: float = 3600.0) -> None:
                 path.unlink()
         except FileNotFoundError:
             pass
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # the views read what these write; the warehouse is rebuilt after them, never during

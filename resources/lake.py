@@ -104,7 +104,7 @@ class Lake(ConfigurableResource):
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, key)
-            _fsync_dir(parent)
+            fsync(parent)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -128,8 +128,8 @@ class Lake(ConfigurableResource):
         return sorted(out)
 
 
-def _fsync_dir(path: str) -> None:
-    """Make the rename itself durable."""
+def fsync(path: str | os.PathLike) -> None:
+    """Flush a file, or a folder (so that a rename in it is durable), to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
