@@ -37,54 +37,26 @@ def _serve(app, host: str, port: int, ready: str, limit_concurrency: int | None 
     server.run(sockets=[sock])
 
 
-def _port(value: str) -> int:
-    try:
-        port = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"port must be an integer, not {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port must be 0-65535, not {port}")
-    return port
+def _number(kind: type, lo: float, hi: float, what: str, *, above_lo: bool = False):
+    """An argparse type: a `kind` number in [lo, hi] (or (lo, hi]), named in its errors."""
+    def parse(value: str):
+        try:
+            n = kind(value)
+        except ValueError:
+            article = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{what} must be {article}, not {value!r}") from None
+        if not (lo < n if above_lo else lo <= n) or not n <= hi:
+            low = f"more than {lo}" if above_lo else f"from {lo}"
+            raise argparse.ArgumentTypeError(f"{what} must be {low} to {hi}, not {value}")
+        return n
+    return parse
 
 
-def _positive(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, not {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
-
-
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {value!r}") from None
-    if not 0 < seconds <= 3600:
-        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600, not {value}")
-    return seconds
-
-
-def _count(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, not {value!r}") from None
-    if not 0 <= n <= 10**9:
-        raise argparse.ArgumentTypeError(f"must be from 0 to 10**9, not {n}")
-    return n
-
-
-def _minutes(value: str) -> float:
-    try:
-        minutes = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of minutes, not {value!r}") from None
-    if not 0 <= minutes <= 7 * 24 * 60:
-        raise argparse.ArgumentTypeError(f"must be from 0 to a week of minutes, not {value}")
-    return minutes
+_port = _number(int, 0, 65535, "port")
+_positive = _number(int, 1, 10**9, "the number")
+_count = _number(int, 0, 10**9, "the number")
+_seconds = _number(float, 0, 3600, "seconds", above_lo=True)
+_minutes = _number(float, 0, 7 * 24 * 60, "minutes")  # up to a week
 
 
 def _loopback(value: str) -> str:
@@ -273,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("demo", help="run the pipeline end to end on a fresh sandbox")
-    p.add_argument("--customers", type=int, default=3)
+    p.add_argument("--customers", type=_number(int, 1, 100, "customers"), default=3)
     p.add_argument("--home", help="data folder (default $LEDGERLAKE_HOME or ./data)")
     p.set_defaults(func=cmd_demo)
 
