@@ -17,18 +17,23 @@ RECORDS_PER_RUN = 100
 warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=BetaWarning)
 batched = BackfillPolicy.multi_run(max_partitions_per_run=RECORDS_PER_RUN)
 
-# where a run was asked for, from the tag the sensor and schedule set
-SOURCES = {"BALANCE": "callback", "PERIODIC_BALANCE": "periodic", "schedule": "schedule"}
-
-
 def record_ids(context: AssetExecutionContext) -> list[str]:
     """The records this run materializes, each checked before it names a file."""
     return [check_record_id(k) for k in context.partition_keys]
 
 
 def source_of(context: AssetExecutionContext) -> str:
-    """Why this run happened: callback, periodic, schedule, or manual (UI, backfill)."""
+    """Why this run fetched balances: callback, periodic, schedule, or manual (UI, backfill).
+
+    The sensor tags a run with every callback method it serves (`ledgerlake/methods`), the
+    schedule with its name.
+    """
     tags = context.run.tags
     if tags.get("ledgerlake/schedule"):
         return "schedule"
-    return SOURCES.get(tags.get("ledgerlake/method", ""), "manual")
+    methods = set((tags.get("ledgerlake/methods") or tags.get("ledgerlake/method", "")).split(","))
+    if "BALANCE" in methods:
+        return "callback"
+    if "PERIODIC_BALANCE" in methods:
+        return "periodic"
+    return "manual"

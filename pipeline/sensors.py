@@ -65,12 +65,14 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
 
     `existing` holds the asset names in the Definitions, `fetchable` those `ingest_job` can run
     (default: all of them); `status` each record's current status.
-    Within a batch, several events asking the same record for the same assets (one BALANCE
-    callback per account) make one run, keyed by the newest of them.
+    Within a batch, every event of one record (a connection's AUTH, ACCOUNTS, one BALANCE per
+    account, TRANSACTIONS, INCOME...) makes one run of all the assets they ask for, keyed by
+    the newest of them: a new record costs one run, and its income is checked against the
+    transactions fetched in the same run.
     """
     fetchable = existing if fetchable is None else fetchable
     partitions: list[str] = []
-    wanted: dict[tuple[str, tuple[str, ...]], list[Event]] = {}
+    wanted: dict[str, tuple[dict[str, None], list[Event]]] = {}
     observations: list[AssetObservation] = []
     notes: list[str] = []
     for ev in events:
@@ -103,15 +105,19 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
             notes.append(f"event {ev.id}: record {ev.record} is {status[ev.record]}; "
                          f"{ev.method} not fetched")
             continue
-        wanted.setdefault((ev.record, present), []).append(ev)
+        assets_of, evs = wanted.setdefault(ev.record, ({}, []))
+        assets_of.update(dict.fromkeys(present))
+        evs.append(ev)
     observations = [o for o in observations if o.asset_key.to_user_string() in existing]
     requests = []
-    for (record, assets), evs in wanted.items():
+    for record, (assets, evs) in wanted.items():
         last = evs[-1]
+        methods = ",".join(dict.fromkeys(e.method for e in evs))
         requests.append(RunRequest(
             run_key=f"inbox-{last.id}", job_name=ingest_job.name, partition_key=record,
             asset_selection=[AssetKey(a) for a in assets],
             tags={"ledgerlake/inbox_event": str(last.id), "ledgerlake/method": last.method,
+                  "ledgerlake/methods": methods[:1000],
                   "ledgerlake/inbox_events": ",".join(str(e.id) for e in evs)[:1000]},
         ))
     return partitions, requests, observations, notes

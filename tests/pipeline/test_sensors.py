@@ -59,17 +59,17 @@ def test_ready_products_become_runs_keyed_by_inbox_event(inbox, defs, instance, 
 
     result = evaluate(defs, instance)
     assert isinstance(result, SensorResult)
-    by_assets = {tuple(k.to_user_string() for k in rr.asset_selection): rr
-                 for rr in result.run_requests}
-    expected = {name for name in ("accounts", "balances", "transactions") if name in present}
-    assert {a for (a,) in by_assets} == expected
-    for (asset,), rr in by_assets.items():
-        assert rr.run_key == f"inbox-{ids[asset]}"
-        assert rr.partition_key == r1
-        assert rr.job_name == ingest_job.name
-        assert rr.tags["ledgerlake/inbox_event"] == str(ids[asset])
-    if "balances" in expected:  # one run for the record's two BALANCE callbacks
-        assert by_assets[("balances",)].tags["ledgerlake/inbox_events"] == f"{b1},{ids['balances']}"
+    expected = [name for name in ("accounts", "balances", "transactions") if name in present]
+    # every event of the record makes one run of all the assets they ask for
+    (rr,) = result.run_requests
+    assert [k.to_user_string() for k in rr.asset_selection] == expected
+    assert rr.run_key == f"inbox-{ids['transactions']}"  # keyed by the newest event
+    assert rr.partition_key == r1
+    assert rr.job_name == ingest_job.name
+    assert rr.tags["ledgerlake/inbox_event"] == str(ids["transactions"])
+    assert rr.tags["ledgerlake/inbox_events"] == ",".join(
+        str(i) for i in (ids["accounts"], b1, ids["balances"], ids["transactions"]))
+    assert rr.tags["ledgerlake/methods"] == "ACCOUNTS,BALANCE,TRANSACTIONS"
     (add,) = result.dynamic_partitions_requests
     assert list(add.partition_keys) == [r1]
     assert result.cursor == str(ids["transactions"])
