@@ -188,7 +188,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_dev(args: argparse.Namespace) -> int:
     from .demo import run_dev
 
-    return run_dev(port=args.port)
+    return run_dev(port=args.port, customers=args.customers)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -251,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("dev", help="sandbox, receiver and the Dagster UI on the same data")
     p.add_argument("--port", type=_port, default=3000, help="Dagster UI port")
+    p.add_argument("--customers", type=_number(int, 0, 100, "customers"), default=3,
+                   help="customers to create at start (default %(default)s)")
     p.set_defaults(func=cmd_dev)
     return parser
 

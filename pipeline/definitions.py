@@ -29,6 +29,9 @@ defs = dg.Definitions(
     jobs=[*PRODUCT_JOBS, ingest_job, refresh_job, replay_job, warehouse_job],
     sensors=[inbox_sensor],
     schedules=[daily_refresh, hourly_replay],
+    # steps fetch a record's product (I/O, a few MB): a process per step would cost seconds of
+    # imports each; runs execute in parallel instead (dagster.yaml, max_concurrent_runs)
+    executor=dg.in_process_executor,
     resources={
         "client": ConnectionClient(
             base_url=settings.api_url,

@@ -149,19 +149,31 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
     return 0
 
 
-def run_dev(port: int = 3000) -> int:
-    """Sandbox and receiver on fixed ports, then `dagster dev` on the same data until Ctrl-C."""
+def run_dev(port: int = 3000, customers: int = 3) -> int:
+    """Sandbox and receiver on fixed ports, a few customers, then `dagster dev` on the same
+    data until Ctrl-C: the daemon's sensor picks their callbacks up from the inbox."""
     home = Path(os.environ.get("LEDGERLAKE_HOME", "data")).resolve()
     home.mkdir(parents=True, exist_ok=True)
     sandbox, receiver, api, env = start_upstream(home, 8765, 8766)
-    api.close()
-    print(f"sandbox  {sandbox.url}\nreceiver {receiver.url}/callbacks/\n"
-          f"Dagster UI http://127.0.0.1:{port}", flush=True)
+    try:
+        if customers:
+            specs = [{"accounts": 1 + i % 3} for i in range(customers)]
+            api.post("sandbox/customers/create", json={"customers": specs}).raise_for_status()
+    finally:
+        api.close()
+    key = env["LEDGERLAKE_SECRET_KEY"]  # this run's throwaway sandbox key, not a real secret
+    print(f"sandbox    {sandbox.url}/sandbox/v2/  (key for this run: {key})\n"
+          f"receiver   {receiver.url}/callbacks/\n"
+          f"Dagster UI http://127.0.0.1:{port}\n"
+          f"{customers} customers created; more with:\n"
+          f"  curl -s -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' "
+          f"-d '{{\"customers\": [{{\"accounts\": 2}}]}}' "
+          f"{sandbox.url}/sandbox/v2/sandbox/customers/create", flush=True)
     child_env = {**os.environ, **env, "DAGSTER_HOME": str(dagster_home(home))}
     try:
         return subprocess.call([str(Path(sys.executable).with_name("dagster")), "dev", "-w",
                                 str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-                               env=child_env, cwd=REPO)
+                               env=child_env, cwd=home)
     except KeyboardInterrupt:
         return 0
     finally:
