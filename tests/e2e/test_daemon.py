@@ -1,0 +1,72 @@
+"""The real thing: dagster-daemon evaluates the inbox sensor and launches runs that land
+every product of new records in the lake, with the sandbox and receiver as real processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+REPO = Path(__file__).resolve().parents[2]
+PRODUCTS = ("accounts", "balance_history", "transactions", "income", "identity")
+
+
+@pytest.mark.slow
+def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
+    home = tmp_path / "home"
+    dagster_home = home / "dagster"
+    dagster_home.mkdir(parents=True)
+    (dagster_home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "LEDGERLAKE_HOME": str(home),
+           "LEDGERLAKE_INBOX": str(receiver.inbox), "LEDGERLAKE_API_URL": sandbox.url,
+           "LEDGERLAKE_ENVIRONMENT": "sandbox", "LEDGERLAKE_SECRET_KEY": sandbox.sandbox_key}
+    with sandbox.api() as api:
+        api.post("settings/webhook", json={"url": receiver.callback_url,
+                                           "token": receiver.token}).raise_for_status()
+        made = api.post("sandbox/customers/create",
+                        json={"customers": [{"accounts": 2, "months": 2}, {"months": 2}]})
+        assert made.status_code == 200, made.text
+    records = [c["record"] for c in made.json()["data"]["customers"]]
+
+    log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115
+    daemon = subprocess.Popen(
+        [str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w",
+         str(REPO / "workspace.yaml")], cwd=home, env=env, stdout=log, stderr=log)
+
+    def landed() -> bool:
+        return all((home / "lake" / table / f"record_id={r}" / "part-0.parquet").exists()
+                   for table in PRODUCTS for r in records)
+
+    try:
+        deadline = time.monotonic() + 240
+        while not landed():
+            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()[-3000:]
+            time.sleep(1)
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+        log.close()
+
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    try:
+        with DagsterInstance.get() as instance:
+            runs = instance.get_run_records(RunsFilter(job_name="ingest_job"))
+            assert sorted(set(instance.get_dynamic_partitions("records"))) == sorted(records)
+    finally:
+        del os.environ["DAGSTER_HOME"]
+    assert {r.dagster_run.status for r in runs} == {DagsterRunStatus.SUCCESS}
+    assert {r.dagster_run.tags["dagster/partition"] for r in runs} == set(records)
+    for r in records:
+        table = pq.read_table(home / "lake" / "balance_history" / f"record_id={r}"
+                              / "part-0.parquet")
+        assert set(table["source"].to_pylist()) == {"callback"}  # fetched on BALANCE
