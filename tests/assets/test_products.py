@@ -298,3 +298,48 @@ def test_failed_validation_writes_nothing(tmp_path):
         == before
     assert [p.name for p in (tmp_path / "transactions" / "record_id=rec1").iterdir()] \
         == ["part-0.parquet"]  # no temporary file left behind
+
+
+def run_range(assets, keys: list[str], res: dict):
+    """One run over a range of records, as a backfill makes it."""
+    defs = dg.Definitions(assets=assets, resources=res,
+                          jobs=[dg.define_asset_job("batch", selection=assets)])
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("records", keys)
+        return defs.resolve_job_def("batch").execute_in_process(
+            instance=instance, raise_on_error=False,
+            tags={"dagster/asset_partition_range_start": keys[0],
+                  "dagster/asset_partition_range_end": keys[-1]})
+
+
+def test_a_large_batch_lands_in_worker_processes(shared_sandbox, tmp_path):
+    from assets.transactions import POOL_MIN_RECORDS
+
+    made = [create(shared_sandbox, accounts=1, months=1, volume=5)
+            for _ in range(POOL_MIN_RECORDS + 2)]
+    keys = [m["record"] for m in made]
+    out = run_range([transactions], keys, resources(shared_sandbox, tmp_path))
+    assert out.success, failure_text(out)
+    for key in keys:
+        table = read(tmp_path, "transactions", key)
+        assert table.num_rows == total_transactions(shared_sandbox, key) > 0
+    checks = {c.check_name: c.passed for c in out.get_asset_check_evaluations()}
+    assert checks == {"running_balance_reconciles": True}
+
+
+def test_a_failure_in_a_worker_fails_the_run_and_writes_nothing(tmp_path):
+    from assets.transactions import POOL_MIN_RECORDS
+
+    keys = [f"rec{i:02d}" for i in range(POOL_MIN_RECORDS + 1)]
+    bad = BadPages()
+    try:
+        res = {"client": ConnectionClient(base_url=bad.url, secret_key="sk_test_x",
+                                          environment="sandbox"),
+               "lake": Lake(root=str(tmp_path))}
+        out = run_range([transactions], keys, res)
+    finally:
+        bad.close()
+    assert not out.success
+    text = failure_text(out)
+    assert "exactly one of debit and credit" in text and "nothing was written" in text
+    assert not list(tmp_path.rglob("*.parquet"))
