@@ -10,6 +10,7 @@ from dagster import (
 )
 
 from resources.client import ConnectionClient
+from resources.columns import ref
 from resources.lake import Lake
 
 from .checks import accounts_belong_to_record
@@ -38,9 +39,6 @@ def to_table(accounts: list[dict]) -> pa.Table:
     """The service's Account objects as rows of SCHEMA (a few per record: rows are fine)."""
     def col(key):
         return [a.get(key) for a in accounts]
-
-    def ref(value):  # bank and customer come as an object or as an id
-        return value.get("_id") if isinstance(value, dict) else value
 
     customers = [a.get("customer") if isinstance(a.get("customer"), dict) else {}
                  for a in accounts]

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from resources.client import ConnectionClient
+from resources.columns import ref
 from resources.lake import Lake
 
 from .metadata import describe
@@ -36,13 +37,10 @@ PERIODIC = pa.schema([
 ])
 
 
-def _ref(value):
-    return value.get("_id") if isinstance(value, dict) else value
-
 
 def snapshot(items: list[dict], fetched_at: dt.datetime, source: str) -> pa.Table:
     return pa.table({
-        "account_id": [_ref(b.get("account")) for b in items],
+        "account_id": [ref(b.get("account")) for b in items],
         "fetched_at": pa.array([fetched_at] * len(items), UTC_MS),
         "available_balance": pa.array([b.get("available_balance") for b in items],
                                       pa.float64()),
@@ -58,7 +56,7 @@ def periodic(items: list[dict]) -> pa.Table:
     """The service's `periodic` series of every account, one row per account and day."""
     rows: dict[tuple[str, str], dict] = {}
     for b in items:
-        account = _ref(b.get("account"))
+        account = ref(b.get("account"))
         series = b.get("periodic") or {}
         for kind in ("available_balance", "ledger_balance"):
             for point in series.get(kind) or []:

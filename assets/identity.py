@@ -4,6 +4,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from resources.client import ConnectionClient
+from resources.columns import ref
 from resources.lake import Lake
 
 from .metadata import describe
@@ -20,16 +21,13 @@ SCHEMA = pa.schema(
     + [(c, pa.list_(pa.string())) for c in LISTS])
 
 
-def _ref(value):
-    return value.get("_id") if isinstance(value, dict) else value
-
 
 def to_table(items: list[dict]) -> pa.Table:
     def text(item, key):
         v = item.get(key)
         return None if v in (None, "") else str(v)
 
-    cols = {"customer_id": [_ref(i.get("customer")) for i in items]}
+    cols = {"customer_id": [ref(i.get("customer")) for i in items]}
     cols |= {c: [text(i, c) for i in items] for c in TEXT}
     cols["dob"] = pa.array([text(i, "dob") and text(i, "dob")[:10] for i in items],
                            pa.string()).cast(pa.date32())

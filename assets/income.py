@@ -11,6 +11,7 @@ from dagster import (
 )
 
 from resources.client import ConnectionClient
+from resources.columns import ref
 from resources.lake import Lake
 
 from .checks import income_matches_transactions
@@ -50,9 +51,6 @@ STREAMS = pa.schema([
 ])
 
 
-def _ref(value):
-    return value.get("_id") if isinstance(value, dict) else value
-
 
 def _date(value) -> str | None:
     return str(value)[:10] if value else None
@@ -66,7 +64,7 @@ def summary_table(income: dict) -> pa.Table:
 
     row = {
         "income_id": income.get("_id"),
-        "customer_id": _ref(income.get("customer")),
+        "customer_id": ref(income.get("customer")),
         "confidence": income.get("confidence"),
         "number_of_transactions": income.get("number_of_transactions"),
         "average_monthly_income": s.get("average_monthly_income"),
@@ -93,7 +91,7 @@ def streams_table(income: dict) -> pa.Table:
 
     return pa.table({
         "stream_id": [s.get("stream_id") for s in streams],
-        "account_ids": [[_ref(a) for a in (s.get("account") or [])] for s in streams],
+        "account_ids": [[ref(a) for a in (s.get("account") or [])] for s in streams],
         "type": [s.get("type") for s in streams],
         "monthly_amount": pa.array([s.get("monthly_amount") for s in streams], pa.float64()),
         "number_of_transactions": pa.array([s.get("number_of_transactions") for s in streams],

@@ -59,6 +59,11 @@ TRANSACTION_SCHEMA = pa.schema([
 ])
 
 
+def ref(value: object) -> object:
+    """The id of a referenced document: the service sends some as an id, some as an object."""
+    return value.get("_id") if isinstance(value, dict) else value
+
+
 def transactions_batch(rows: list[dict]) -> pa.RecordBatch:
     """One page of `/transactions/get` (`data.transaction`) as a batch of TRANSACTION_SCHEMA."""
     try:
