@@ -20,6 +20,18 @@ CURSOR_KEY = "ledgerlake/local_inbox_cursor"
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
+def stop_process(proc: subprocess.Popen, timeout_s: float = 15.0) -> None:
+    """SIGTERM, and SIGKILL if it has not exited within `timeout_s`."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class Server:
     """A `ledgerlake <kind>` server in a child process, on a free loopback port."""
 
@@ -68,13 +80,8 @@ class Server:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc:
+            stop_process(self.proc)
 
     def __enter__(self) -> Server:
         return self.start()

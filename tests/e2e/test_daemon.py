@@ -13,6 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
+from pipeline.local import stop_process
+
 REPO = Path(__file__).resolve().parents[2]
 PRODUCTS = ("accounts", "balance_history", "transactions", "income", "identity")
 
@@ -50,11 +52,7 @@ def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
             assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()[-3000:]
             time.sleep(1)
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
+        stop_process(daemon, timeout_s=30)
         log.close()
 
     os.environ["DAGSTER_HOME"] = str(dagster_home)

@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from pipeline.local import stop_process
+
 REPO = Path(__file__).resolve().parents[2]
 
 QUERY = """
@@ -81,11 +83,7 @@ def test_webserver_loads_code_location(tmp_path):
             assert time.monotonic() < deadline, body
             time.sleep(0.5)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, timeout_s=30)
         log.close()
 
     assert body["data"]["workspaceOrError"]["__typename"] == "Workspace", body
