@@ -37,24 +37,28 @@ def _serve(app, host: str, port: int, ready: str, limit_concurrency: int | None 
     server.run(sockets=[sock])
 
 
-def _number(kind: type, lo: float, hi: float, what: str, *, above_lo: bool = False):
-    """An argparse type: a `kind` number in [lo, hi] (or (lo, hi]), named in its errors."""
+def _number(kind: type, lo: float, hi: float | None, what: str, *, above_lo: bool = False):
+    """An argparse type: a `kind` number from `lo` (or above it) to `hi` (None: no upper
+    bound), named in its errors."""
     def parse(value: str):
         try:
             n = kind(value)
         except ValueError:
             article = "an integer" if kind is int else "a number"
             raise argparse.ArgumentTypeError(f"{what} must be {article}, not {value!r}") from None
-        if not (lo < n if above_lo else lo <= n) or not n <= hi:
-            low = f"more than {lo}" if above_lo else f"from {lo}"
-            raise argparse.ArgumentTypeError(f"{what} must be {low} to {hi}, not {value}")
+        low_ok = lo < n if above_lo else lo <= n
+        if not low_ok or (hi is not None and not n <= hi):
+            low = f"more than {lo}" if above_lo else (f"from {lo}" if hi is not None
+                                                      else f"at least {lo}")
+            high = f" to {hi}" if hi is not None else ""
+            raise argparse.ArgumentTypeError(f"{what} must be {low}{high}, not {value}")
         return n
     return parse
 
 
 _port = _number(int, 0, 65535, "port")
-_positive = _number(int, 1, 10**9, "the number")
-_count = _number(int, 0, 10**9, "the number")
+_positive = _number(int, 1, None, "the number")
+_count = _number(int, 0, None, "the number")
 _seconds = _number(float, 0, 3600, "seconds", above_lo=True)
 _minutes = _number(float, 0, 7 * 24 * 60, "minutes")  # up to a week
 
