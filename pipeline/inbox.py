@@ -377,10 +377,6 @@ class Inbox:
         with self._lock:
             return self._db.execute("select count(*) from events").fetchone()[0]
 
-    def identities(self) -> list[str]:
-        with self._lock:
-            return [r[0] for r in self._db.execute("select identity from events order by id")]
-
     def dead_letters(self) -> list[tuple[str, bytes]]:
         with self._lock:
             return [(r[0], bytes(r[1])) for r in self._db.execute(

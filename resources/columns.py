@@ -92,7 +92,3 @@ def transactions_batch(rows: list[dict]) -> pa.RecordBatch:
         f("ref"), f("branch"), f("code"), f("env"),
         times["created_at"], times["last_updated"],
     ], schema=TRANSACTION_SCHEMA)
-
-
-def empty_transactions() -> pa.Table:
-    return TRANSACTION_SCHEMA.empty_table()

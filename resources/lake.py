@@ -59,12 +59,6 @@ class Lake(ConfigurableResource):
     def is_local(self) -> bool:
         return "://" not in self.root
 
-    def uri(self, *parts: str) -> str:
-        """A path (local) or URI (s3) under the root, as readers like DuckDB want it."""
-        if self.is_local:
-            return str(Path(self._resolve()[1], *parts))
-        return "/".join([self.root.rstrip("/"), *parts])
-
     def _key(self, table: str, record_id: str | None) -> str:
         _, base = self._resolve()
         folder = [base, _check_table(table)]
@@ -109,10 +103,6 @@ class Lake(ConfigurableResource):
             Path(tmp).unlink(missing_ok=True)
             raise
         return key
-
-    # the first cut's name, kept for callers that write a record's partition
-    def write_partition(self, table: str, record_id: str, data: pa.Table) -> str:
-        return self.write(table, record_id, data)
 
     def partitions(self, table: str) -> list[str]:
         """Record ids that have a partition of `table`."""

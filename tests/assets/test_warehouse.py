@@ -261,9 +261,9 @@ def test_only_views_whose_tables_exist(tmp_path):
     lake = Lake(root=str(tmp_path / "lake"))
     target = tmp_path / "w.duckdb"
     assert build(lake.root, target) == []
-    lake.write_partition("accounts", "r1", accounts_table(["a"]))
+    lake.write("accounts", "r1", accounts_table(["a"]))
     assert build(lake.root, target) == ["accounts"]
-    lake.write_partition("balance_periodic", "r1", pa.table({
+    lake.write("balance_periodic", "r1", pa.table({
         "account_id": ["a", "a"],
         "date": pa.array([dt.date(2025, 1, 1), dt.date(2025, 1, 3)], pa.date32()),
         "available_balance": [5.0, 7.0], "ledger_balance": [5.0, 7.0]}))
@@ -286,8 +286,8 @@ def test_only_views_whose_tables_exist(tmp_path):
 
 def test_record_id_from_the_folder_stays_a_string(tmp_path):
     lake = Lake(root=str(tmp_path / "lake"))
-    lake.write_partition("accounts", "000123", accounts_table(["a"]))
-    lake.write_partition("accounts", "r2", accounts_table(["b", "c"]).drop(["nuban"]))
+    lake.write("accounts", "000123", accounts_table(["a"]))
+    lake.write("accounts", "r2", accounts_table(["b", "c"]).drop(["nuban"]))
     build(lake.root, tmp_path / "w.duckdb")
     got = query(tmp_path / "w.duckdb", "select record_id, account_id, nuban from accounts "
                                        "order by account_id")
@@ -316,7 +316,7 @@ def test_a_view_that_fails_leaves_the_published_file_as_it_was(tmp_path, monkeyp
     import assets.warehouse as wh
 
     lake = Lake(root=str(tmp_path / "lake"))
-    lake.write_partition("accounts", "r1", accounts_table(["a"]))
+    lake.write("accounts", "r1", accounts_table(["a"]))
     target = tmp_path / "w.duckdb"
     build(lake.root, target)
     before = target.read_bytes()
@@ -333,7 +333,7 @@ def test_a_view_that_fails_leaves_the_published_file_as_it_was(tmp_path, monkeyp
 
 def test_a_build_clears_what_a_killed_build_left(tmp_path):
     lake = Lake(root=str(tmp_path / "lake"))
-    lake.write_partition("accounts", "r1", accounts_table(["a"]))
+    lake.write("accounts", "r1", accounts_table(["a"]))
     target = tmp_path / "w.duckdb"
     old = tmp_path / ".w.duckdb.0123abcd.tmp"
     fresh = tmp_path / ".w.duckdb.4567cdef.tmp"  # perhaps a build running right now
@@ -366,9 +366,9 @@ print(json.dumps(seen))
 
 def test_readers_never_block_a_refresh_nor_see_half_a_file(tmp_path):
     small, big = Lake(root=str(tmp_path / "small")), Lake(root=str(tmp_path / "big"))
-    small.write_partition("accounts", "r1", accounts_table(["a"]))
-    big.write_partition("accounts", "r1", accounts_table(["a", "b", "c"]))
-    big.write_partition("balance_periodic", "r1", pa.table({
+    small.write("accounts", "r1", accounts_table(["a"]))
+    big.write("accounts", "r1", accounts_table(["a", "b", "c"]))
+    big.write("balance_periodic", "r1", pa.table({
         "account_id": ["a"], "date": pa.array([dt.date(2025, 1, 1)], pa.date32()),
         "available_balance": [1.0], "ledger_balance": [1.0]}))
     target = tmp_path / "w.duckdb"
@@ -404,7 +404,7 @@ def test_the_warehouse_asset_materializes_with_its_resources(tmp_path):
     from assets.warehouse import Warehouse, warehouse
 
     lake = Lake(root=str(tmp_path / "lake"))
-    lake.write_partition("accounts", "r1", accounts_table(["a", "b"]))
+    lake.write("accounts", "r1", accounts_table(["a", "b"]))
     target = tmp_path / "out" / "w.duckdb"
     result = materialize([warehouse], resources={
         "lake": lake, "warehouse_db": Warehouse(path=str(target))})

@@ -41,10 +41,10 @@ def lines(account: str, n: int, start: float) -> pa.Table:
 def warehouse(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("home")
     lake = Lake(root=str(home / "lake"))
-    lake.write_partition("accounts", "rec1", pa.table({
+    lake.write("accounts", "rec1", pa.table({
         "account_id": ["acc1", "acc2"], "nuban": ["0123456789", "9876543210"],
         "name": ["ADA OBI", "ADA OBI ENTERPRISES"]}))
-    lake.write_partition("transactions", "rec1", pa.concat_tables(
+    lake.write("transactions", "rec1", pa.concat_tables(
         [lines("acc1", 6, 1000.0), lines("acc2", 3, 50.0)]))
     target = home / "warehouse.duckdb"
     build(lake.root, target)
