@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.local import Server
 from resources.client import ConnectionClient
+from tests.conftest import Sandbox, start_sandbox
 
 
 def client_for(box, env: str = "sandbox", **kw) -> ConnectionClient:
@@ -33,22 +31,11 @@ def make_customers(client: ConnectionClient, *specs: dict, ready: bool = True) -
     return made
 
 
-@dataclass
-class Box:
-    url: str
-    sandbox_key: str
-    production_key: str
-    server: Server
-
-
 @contextlib.contextmanager
-def sandbox_with(tmp: Path, *options: str) -> Iterator[Box]:
+def sandbox_with(tmp: Path, *options: str) -> Iterator[Sandbox]:
     """A fresh sandbox started with extra command-line options (say `--rate-limit 2`)."""
-    prod, sand = "sk_live_" + secrets.token_hex(12), "sk_test_" + secrets.token_hex(12)
-    server = Server("sandbox", "--data-dir", str(tmp / "sandbox"), *options,
-                    env={"LEDGERLAKE_PRODUCTION_KEY": prod, "LEDGERLAKE_SANDBOX_KEY": sand},
-                    log_path=tmp / "sandbox.log").start()
+    box = start_sandbox(tmp / "sandbox", *options)
     try:
-        yield Box(server.url, sand, prod, server)
+        yield box
     finally:
-        server.stop()
+        box.server.stop()
