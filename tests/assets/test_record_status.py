@@ -11,31 +11,24 @@ from resources.callbacks import CallbackLog
 from resources.lake import Lake
 
 
-def callback(record, customer, method, code, at, status="is_success"):
-    return {"type": "CALLBACK", "method": method, "callback_type": method,
-            "callback_code": code, "code": code, "status": status, "record": record,
-            "recordId": record, "customerId": customer, "started_at": at, "ended_at": at}
-
-
-def test_record_status_table(tmp_path):
+def test_record_status_table(tmp_path, make):
     inbox_path = tmp_path / "inbox.sqlite3"
     with Inbox(inbox_path) as inbox:
-        inbox.add(callback("r1", "c1", "AUTH", "AUTH_SUCCESS", "2026-11-01T00:00:00.000Z"))
-        inbox.add(callback("r1", "c1", "TRANSACTIONS", "PRODUCT_IS_READY",
-                           "2026-11-01T00:01:00.000Z"))
-        inbox.add(callback("r1", "c1", "PERIODIC_TRANSACTIONS", "PRODUCT_IS_READY",
-                           "2026-11-02T00:00:00.000Z"))
-        inbox.add(callback("r1", "c1", "INCOME", "INCOME_FAILED", "2026-11-01T00:02:00.000Z",
-                           status="is_failed"))
-        inbox.add(callback("r2", "c2", "ACCOUNTS", "ACCOUNTS_SUCCESS",
-                           "2026-11-01T00:00:00.000Z"))
-        inbox.add({"event": "USER_DISCONNECT", "message": "bye",
-                   "data": {"customer": "c2", "accounts": [],
-                            "disconnected_at": "2026-11-03T00:00:00.000Z"}})
+        def add(record, customer, method, code, at, **kw):
+            inbox.add(make.callback(record, method, code, customer=customer, ended_at=at, **kw))
 
-    out = dg.materialize([record_status], resources={
-        "callback_log": CallbackLog(inbox_path=str(inbox_path)),
-        "lake": Lake(root=str(tmp_path / "lake"))})
+        add("r1", "c1", "AUTH", "AUTH_SUCCESS", "2026-11-01T00:00:00.000Z")
+        add("r1", "c1", "TRANSACTIONS", "PRODUCT_IS_READY", "2026-11-01T00:01:00.000Z")
+        add("r1", "c1", "PERIODIC_TRANSACTIONS", "PRODUCT_IS_READY", "2026-11-02T00:00:00.000Z")
+        add("r1", "c1", "INCOME", "INCOME_FAILED", "2026-11-01T00:02:00.000Z",
+            status="is_failed")
+        add("r2", "c2", "ACCOUNTS", "ACCOUNTS_SUCCESS", "2026-11-01T00:00:00.000Z")
+        inbox.add(make.disconnect("c2", "2026-11-03T00:00:00.000Z"))
+
+    with dg.instance_for_test() as instance:  # its own instance: no state left by other tests
+        out = dg.materialize([record_status], instance=instance, resources={
+            "callback_log": CallbackLog(inbox_path=str(inbox_path)),
+            "lake": Lake(root=str(tmp_path / "lake"))})
     assert out.success
     rows = {r["record_id"]: r for r in
             pq.read_table(tmp_path / "lake" / "records" / "part-0.parquet").to_pylist()}

@@ -19,26 +19,15 @@ def test_batches_are_contiguous_and_bounded():
     assert list(batches(keys, set(keys), size=100)) == [("a", "h", 8)]
 
 
-def callback(record: str, customer: str) -> dict:
-    return {"type": "CALLBACK", "method": "ACCOUNTS", "callback_type": "ACCOUNTS",
-            "callback_code": "ACCOUNTS_SUCCESS", "code": "ACCOUNTS_SUCCESS",
-            "status": "is_success", "record": record, "recordId": record,
-            "customerId": customer, "started_at": "2026-11-01T00:00:00.000Z",
-            "ended_at": "2026-11-01T00:00:01.000Z"}
-
-
 @pytest.fixture
-def inbox_with_states(tmp_path, monkeypatch):
+def inbox_with_states(tmp_path, monkeypatch, make):
     path = tmp_path / "inbox.sqlite3"
     monkeypatch.setenv("LEDGERLAKE_INBOX", str(path))
     with Inbox(path) as inbox:
         for i in range(6):
-            inbox.add(callback(f"rec{i}", f"cust{i}"))
-        inbox.add({"event": "USER_DISCONNECT", "message": "gone",
-                   "data": {"customer": "cust2", "accounts": [],
-                            "disconnected_at": "2026-11-02T00:00:00.000Z"}})
-        inbox.add({"event": "USER_REAUTH", "message": "login changed",
-                   "data": {"customer": "cust4", "deauthorized_at": "2026-11-02T00:00:00.000Z"}})
+            inbox.add(make.callback(f"rec{i}", customer=f"cust{i}"))
+        inbox.add(make.disconnect("cust2", "2026-11-02T00:00:00.000Z"))
+        inbox.add(make.reauth("cust4", "2026-11-02T00:00:00.000Z"))
         states = {r: s.status for r, s in inbox.records().items()}
     assert states["rec2"] == "disconnected" and states["rec4"] == "reauth_required"
     return path
