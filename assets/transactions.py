@@ -123,19 +123,18 @@ def land_records(client: ConnectionClient, lake: Lake, ids: list[str],
     checks: list[Future] = []
     with (ThreadPoolExecutor(1, thread_name_prefix="transactions-fetch") as pool,
           ThreadPoolExecutor(2, thread_name_prefix="transactions-write") as io):
+        lone = split and len(ids) == 1  # the sensor's runs: one record, maybe a big one
+
         def start_fetch(record_id: str) -> tuple[pa.Table | None, dt.date | None, Future]:
             existing = lake.read("transactions", record_id, schema=SCHEMA)
             start = pull_from(existing)
-            return existing, start, pool.submit(fetch, client, record_id, start)
+            if not lone:
+                return existing, start, pool.submit(fetch, client, record_id, start)
+            done: Future = Future()  # fetched here: worker processes fork from this thread
+            done.set_result(fetch_split(client, record_id, start))
+            return existing, start, done
 
-        if len(ids) == 1 and split:  # a lone record (the sensor's runs): maybe a big one
-            existing = lake.read("transactions", ids[0], schema=SCHEMA)
-            start = pull_from(existing)
-            done: Future = Future()
-            done.set_result(fetch_split(client, ids[0], start))
-            ahead = {ids[0]: (existing, start, done)}
-        else:
-            ahead = {r: start_fetch(r) for r in ids[:AHEAD]}
+        ahead = {r: start_fetch(r) for r in ids[:AHEAD]}
         group: dict[str, pa.Table] = {}
 
         def flush() -> None:
