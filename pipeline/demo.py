@@ -81,6 +81,14 @@ def start_upstream(home: Path, sandbox_port: int = 0, receiver_port: int = 0):
     return sandbox, receiver, api, env
 
 
+def create_customers(api: httpx.Client, n: int) -> list[str]:
+    """`n` sandbox customers of one to three accounts; their record ids."""
+    made = api.post("sandbox/customers/create",
+                    json={"customers": [{"accounts": 1 + i % 3} for i in range(n)]})
+    made.raise_for_status()
+    return [c["record"] for c in made.json()["data"]["customers"]]
+
+
 def wait_for_events(inbox_path: Path, expected: int, timeout_s: float = 60.0,
                     settle_s: float = 0.0) -> int:
     """Wait until the inbox holds `expected` events, then until it stops growing for
@@ -112,10 +120,7 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
         _say(f"sandbox at {sandbox.url}, receiver at {receiver.url}")
         os.environ.update(env)
         os.environ["DAGSTER_HOME"] = str(dagster_home(home))
-        specs = [{"accounts": 1 + i % 3} for i in range(customers)]
-        made = api.post("sandbox/customers/create", json={"customers": specs})
-        made.raise_for_status()
-        records = [c["record"] for c in made.json()["data"]["customers"]]
+        records = create_customers(api, customers)
         _say(f"created {len(records)} customers; waiting for their callbacks")
         got = wait_for_events(home / "inbox.sqlite3", len(records), settle_s=2.0)
         _say(f"inbox holds {got} callbacks")
@@ -157,8 +162,7 @@ def run_dev(port: int = 3000, customers: int = 3) -> int:
     sandbox, receiver, api, env = start_upstream(home, 8765, 8766)
     try:
         if customers:
-            specs = [{"accounts": 1 + i % 3} for i in range(customers)]
-            api.post("sandbox/customers/create", json={"customers": specs}).raise_for_status()
+            create_customers(api, customers)
     finally:
         api.close()
     key = env["LEDGERLAKE_SECRET_KEY"]  # this run's throwaway sandbox key, not a real secret
