@@ -4,6 +4,10 @@ Arrow schemas already fix the types; these models check the values: NUBANs of 10
 currency codes, exactly one of debit and credit, ids unique in a partition, dates that
 parse. `validate` raises ValidationFailed naming the failing rows, and the caller writes
 nothing.
+
+Text columns reach pandas as Arrow-backed strings (`string[pyarrow]`), not Python objects:
+pandera then checks their dtype once, not every value, and `isin`/`str_matches` run in
+Arrow; validating transactions went from ~1.5 to ~0.4 us a row (bench/README.md).
 """
 
 from __future__ import annotations
@@ -27,13 +31,22 @@ def _ts(**kw):
     return pa.Field(dtype_kwargs=TS, ge=EARLIEST, **kw)
 
 
+def _text(**kw):
+    return pa.Field(dtype_kwargs={"storage": "pyarrow"}, **kw)
+
+
+Text = Series[pd.StringDtype]
+ARROW_TEXT = {pa_arrow.string(): pd.StringDtype("pyarrow"),
+              pa_arrow.large_string(): pd.StringDtype("pyarrow")}.get
+
+
 class Accounts(pa.DataFrameModel):
-    account_id: Series[str] = pa.Field(unique=True, str_matches=r"^[A-Za-z0-9_-]{1,64}$")
-    nuban: Series[str] = pa.Field(str_matches=r"^\d{10}$")
-    name: Series[str] = pa.Field(nullable=True)
-    type: Series[str] = pa.Field(nullable=True)
-    currency: Series[str] = pa.Field(isin=CURRENCIES)
-    customer_id: Series[str]
+    account_id: Text = _text(unique=True, str_matches=r"^[A-Za-z0-9_-]{1,64}$")
+    nuban: Text = _text(str_matches=r"^\d{10}$")
+    name: Text = _text(nullable=True)
+    type: Text = _text(nullable=True)
+    currency: Text = _text(isin=CURRENCIES)
+    customer_id: Text = _text()
     created_at: Series[pd.DatetimeTZDtype] = _ts(nullable=True)
 
     class Config:
@@ -41,15 +54,15 @@ class Accounts(pa.DataFrameModel):
 
 
 class Transactions(pa.DataFrameModel):
-    transaction_id: Series[str] = pa.Field(unique=True)
-    account_id: Series[str]
+    transaction_id: Text = _text(unique=True)
+    account_id: Text = _text()
     trans_date: Series[pd.DatetimeTZDtype] = _ts()
     debit: Series[float] = pa.Field(nullable=True, ge=0)
     credit: Series[float] = pa.Field(nullable=True, ge=0)
     amount: Series[float]
     balance: Series[float] = pa.Field(nullable=True)
-    currency: Series[str] = pa.Field(isin=CURRENCIES)
-    narration: Series[str] = pa.Field(nullable=True)
+    currency: Text = _text(isin=CURRENCIES)
+    narration: Text = _text(nullable=True)
 
     class Config:
         strict = False
@@ -65,12 +78,12 @@ class Transactions(pa.DataFrameModel):
 
 
 class BalanceHistory(pa.DataFrameModel):
-    account_id: Series[str]
+    account_id: Text = _text()
     fetched_at: Series[pd.DatetimeTZDtype] = _ts()
     available_balance: Series[float] = pa.Field(nullable=True)
     ledger_balance: Series[float] = pa.Field(nullable=True)
-    currency: Series[str] = pa.Field(isin=CURRENCIES, nullable=True)
-    source: Series[str] = pa.Field(isin=["callback", "periodic", "schedule", "manual"])
+    currency: Text = _text(isin=CURRENCIES, nullable=True)
+    source: Text = _text(isin=["callback", "periodic", "schedule", "manual"])
 
     class Config:
         strict = False
@@ -78,7 +91,7 @@ class BalanceHistory(pa.DataFrameModel):
 
 
 class BalancePeriodic(pa.DataFrameModel):
-    account_id: Series[str]
+    account_id: Text = _text()
     date: Series[pd.Timestamp]
     available_balance: Series[float] = pa.Field(nullable=True)
     ledger_balance: Series[float] = pa.Field(nullable=True)
@@ -89,7 +102,7 @@ class BalancePeriodic(pa.DataFrameModel):
 
 
 class Income(pa.DataFrameModel):
-    customer_id: Series[str] = pa.Field(unique=True)
+    customer_id: Text = _text(unique=True)
     confidence: Series[float] = pa.Field(nullable=True, ge=0, le=100)
     number_of_transactions: Series[int] = pa.Field(ge=0)
     average_monthly_income: Series[float] = pa.Field(nullable=True, ge=0)
@@ -100,7 +113,7 @@ class Income(pa.DataFrameModel):
 
 
 class IncomeStreams(pa.DataFrameModel):
-    stream_id: Series[str] = pa.Field(unique=True)
+    stream_id: Text = _text(unique=True)
     monthly_amount: Series[float] = pa.Field(ge=0)
     number_of_transactions: Series[int] = pa.Field(ge=0)
     first_date: Series[pd.Timestamp] = pa.Field(nullable=True)
@@ -116,9 +129,9 @@ class IncomeStreams(pa.DataFrameModel):
 
 
 class Identity(pa.DataFrameModel):
-    customer_id: Series[str] = pa.Field(unique=True)
-    bvn: Series[str] = pa.Field(nullable=True, str_matches=r"^\d{11}$")
-    fullname: Series[str] = pa.Field(nullable=True)
+    customer_id: Text = _text(unique=True)
+    bvn: Text = _text(nullable=True, str_matches=r"^\d{11}$")
+    fullname: Text = _text(nullable=True)
     dob: Series[pd.Timestamp] = pa.Field(nullable=True, ge=pd.Timestamp("1900-01-01"))
 
     class Config:
@@ -126,11 +139,11 @@ class Identity(pa.DataFrameModel):
 
 
 class Payments(pa.DataFrameModel):
-    payment_id: Series[str] = pa.Field(unique=True)
-    callback_type: Series[str] = pa.Field(isin=["PAYMENT", "PAYMENT_RECURRING"])
-    status: Series[str]
+    payment_id: Text = _text(unique=True)
+    callback_type: Text = _text(isin=["PAYMENT", "PAYMENT_RECURRING"])
+    status: Text = _text()
     amount_kobo: Series[int] = pa.Field(ge=0)
-    currency: Series[str] = pa.Field(isin=CURRENCIES, nullable=True)
+    currency: Text = _text(isin=CURRENCIES, nullable=True)
 
     class Config:
         strict = False
@@ -138,7 +151,7 @@ class Payments(pa.DataFrameModel):
 
 def validate(model: type[pa.DataFrameModel], table: pa_arrow.Table, what: str) -> pd.DataFrame:
     """Validate `table` against `model`; raise ValidationFailed naming the failing rows."""
-    df = table.to_pandas(date_as_object=False)
+    df = table.to_pandas(date_as_object=False, types_mapper=ARROW_TEXT)
     try:
         return model.validate(df, lazy=True)
     except SchemaErrors as err:
