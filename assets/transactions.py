@@ -8,7 +8,9 @@ the newer copy winning.
 import datetime as dt
 import gc
 import multiprocessing
+import os
 import sys
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -232,27 +234,49 @@ def land_in_workers(client: ConnectionClient, lake: Lake, ids: list[str]) -> Lan
     return out
 
 
-def _fetch_pages(args: tuple) -> pa.Table:
-    record_id, start, first, last = args
-    return _worker["client"].transactions(record_id, from_date=start, first_page=first,
-                                          last_page=last).select(SCHEMA.names)
+def _fetch_pages(args: tuple) -> str:
+    record_id, start, first, last, folder = args
+    table = _worker["client"].transactions(record_id, from_date=start, first_page=first,
+                                           last_page=last).select(SCHEMA.names)
+    path = f"{folder}/pages-{first}.arrow"
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+        out.write_table(table)
+    return path
+
+
+def _handoff_folder(rows: int) -> str | None:
+    """Where workers leave their pages for the parent: memory (tmpfs) when it has room to
+    spare (a container's /dev/shm may be 64 MiB), else the temporary folder."""
+    try:
+        shm = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    room = shm.f_bavail * shm.f_frsize
+    return "/dev/shm" if room > 1024 * rows and os.access("/dev/shm", os.W_OK) else None
 
 
 def fetch_split(client: ConnectionClient, record_id: str, start: dt.date | None) -> pa.Table:
     """One record's pull; a big one is fetched as WORKERS page ranges side by side.
 
     The service's order is stable (date, then id), so the ranges join in order; a line that
-    moved across a boundary while we read is caught by `dedupe`.
+    moved across a boundary while we read is caught by `dedupe`. Each worker hands its range
+    over as an Arrow file the parent maps, not through the pool's pipe: pickling 100,000
+    rows there and back cost ~0.4 s.
     """
     total = client.transaction_total(record_id, from_date=start)
     if total < SPLIT_ROWS or sys.platform != "linux":
         return fetch(client, record_id, start)
     pages = -(-total // client.page_size)
     cut = [1 + pages * k // WORKERS for k in range(WORKERS)]
-    ranges = [(record_id, start, a, b - 1) for a, b in zip(cut, cut[1:], strict=False)]
-    ranges.append((record_id, start, cut[-1], None))  # the last range runs to the end
-    with _workers(client) as pool:
-        return dedupe(pa.concat_tables(pool.map(_fetch_pages, ranges)))
+    bounds = [(a, b - 1) for a, b in zip(cut, cut[1:], strict=False)]
+    bounds.append((cut[-1], None))  # the last range runs to the end
+    with (tempfile.TemporaryDirectory(prefix="ledgerlake-", dir=_handoff_folder(total)) as folder,
+          _workers(client) as pool):
+        paths = list(pool.map(_fetch_pages, [(record_id, start, a, b, folder)
+                                             for a, b in bounds]))
+        # mapped, then unlinked with the folder: the pages stay readable while referenced
+        parts = [pa.ipc.open_file(pa.memory_map(p)).read_all() for p in paths]
+    return dedupe(pa.concat_tables(parts))
 
 
 @asset(
