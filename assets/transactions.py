@@ -207,7 +207,7 @@ def _land_chunk(ids: list[str]) -> Landed:
     return land_records(_worker["client"], _worker["lake"], ids)
 
 
-def _warm() -> None:
+def warm() -> None:
     """Pay in the parent, once, what each forked worker would otherwise pay on its first
     record: pandera builds its validators on first use (~0.3 s) and the trust store loads
     (~20 ms). A backfill forks two workers a run, so this was ~0.6 s of CPU a run."""
@@ -218,7 +218,7 @@ def _warm() -> None:
 
 
 def _workers(client: ConnectionClient, lake: Lake | None = None) -> ProcessPoolExecutor:
-    _warm()
+    warm()
     config = {name: getattr(client, name) for name in type(client).model_fields}
     return ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("fork"),
                                initializer=_start_worker,
