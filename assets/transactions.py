@@ -182,8 +182,8 @@ def land_records(client: ConnectionClient, lake: Lake, ids: list[str],
 
 
 # -- many records: two worker processes ------------------------------------------------------
-# One process tops out at one core (the GIL: httpx, orjson and Arrow per page, pandera and
-# Parquet per record); a backfill of many records lands them in WORKERS forked processes,
+# One process tops out at one core (the GIL: httpx per page, pandera and Parquet per
+# record); a backfill of many records lands them in WORKERS forked processes,
 # CHUNK records at a time, while the sandbox or service serves both. Small runs (the
 # sensor's: one record) stay in process, where a fork would cost more than it saves.
 WORKERS = 2

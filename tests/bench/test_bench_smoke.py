@@ -39,6 +39,7 @@ def test_bench_writes_its_results(tmp_path):
         assert {"floor", "ledgerlake"} <= size["contenders"].keys()
         for c in size["contenders"].values():
             assert c["rows_per_s"] > 0 and c["peak_rss_mb"] > 0 and c["runs"] == 1
+            assert c["peak_tree_mb"] > 0  # sampled over the process and its workers
         assert size["ledgerlake_over_floor"] > 0
     assert result["sizes"]["3 records"]["records"] == 3
     lat = result["latency"]
