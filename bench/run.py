@@ -555,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         key = "sk_test_" + secrets.token_hex(12)
         server = Server("sandbox", "--data-dir", str(work / "sandbox"), "--seed",
                         str(args.seed), "--rate-limit", "0", "--addition-limit", "1000000",
+                        "--freeze-clock",  # no new lines appear while the contenders read
                         env={"LEDGERLAKE_SANDBOX_KEY": key,
                              "LEDGERLAKE_PRODUCTION_KEY": "sk_live_" + secrets.token_hex(12)},
                         log_path=work / "sandbox.log").start()

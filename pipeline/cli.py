@@ -82,7 +82,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
             if not flag and not os.environ.get(var)]
     app = create_app(Path(args.data_dir), keys, seed=args.seed,
                      webhook_timeout_s=args.webhook_timeout, rate_limit=args.rate_limit,
-                     addition_limit=args.addition_limit)
+                     addition_limit=args.addition_limit, freeze_clock=args.freeze_clock)
     ready = ("sandbox ready: production {url}/v2/  sandbox {url}/sandbox/v2/  "
              f"data {Path(args.data_dir).resolve()}")
     if made:  # keys we invented must be told, or nobody could call us
@@ -215,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="records an environment may hold (ADDITION_LIMIT; default %(default)s)")
     p.add_argument("--webhook-timeout", type=_seconds, default=10.0, metavar="S",
                    help="seconds a receiver has to answer a callback (default %(default)s)")
+    p.add_argument("--freeze-clock", action="store_true",
+                   help="the sandbox clock stands at start and moves only by clock/advance, "
+                        "so the data stays the same however long you read it (benchmarks)")
     p.set_defaults(func=cmd_sandbox)
 
     p = sub.add_parser("receiver", help="receive callbacks into the inbox")

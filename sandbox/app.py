@@ -169,11 +169,11 @@ class Service(Products):
 
     def __init__(self, data_dir: Path, keys: Keys, seed: int = 42,
                  webhook_timeout_s: float = 10.0, rate_limit: float = 1000.0,
-                 addition_limit: int = 100_000) -> None:
+                 addition_limit: int = 100_000, freeze_clock: bool = False) -> None:
         self.store = Store(data_dir)
         self.keys = keys
         self.seed = seed
-        self.clock = Clock(self.store.get_meta("clock_offset", 0.0))
+        self.clock = Clock(self.store.get_meta("clock_offset", 0.0), frozen=freeze_clock)
         self.webhooks = Dispatcher(self.store, self.clock, timeout_s=webhook_timeout_s)
         self.banks = datagen.bank_objects(seed)
         self.public_base = ""  # learnt from the first request, for callback_url
@@ -438,9 +438,10 @@ class _App(Starlette):
 
 def create_app(data_dir: Path, keys: Keys, *, seed: int = 42,
                webhook_timeout_s: float = 10.0, rate_limit: float = 1000.0,
-               addition_limit: int = 100_000) -> Starlette:
+               addition_limit: int = 100_000, freeze_clock: bool = False) -> Starlette:
     service = Service(Path(data_dir), keys, seed=seed, webhook_timeout_s=webhook_timeout_s,
-                      rate_limit=rate_limit, addition_limit=addition_limit)
+                      rate_limit=rate_limit, addition_limit=addition_limit,
+                      freeze_clock=freeze_clock)
 
     async def calendar():  # wall time moves the sandbox clock too
         while True:

@@ -4,6 +4,8 @@ clients, and the knobs that reach large records."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import datetime as dt
+import time
 
 import httpx
 import pytest
@@ -148,3 +150,16 @@ def test_knobs_reach_10000_records(tmp_path):
             assert ok(api.post("record/get", json={"record": last}))["record"]["_id"] == last
     finally:
         box.server.stop()
+
+
+def test_a_frozen_clock_moves_only_when_advanced(tmp_path):
+    box = start_sandbox(tmp_path / "frozen", "--freeze-clock")
+    try:
+        with box.api() as api:
+            first = ok(api.post("sandbox/clock/advance", json={"seconds": 1}))["now"]
+            time.sleep(1.5)  # on a running clock the next answer would be >= 2.5 s later
+            second = ok(api.post("sandbox/clock/advance", json={"seconds": 1}))["now"]
+    finally:
+        box.server.stop()
+    stamps = [dt.datetime.fromisoformat(s.replace("Z", "+00:00")) for s in (first, second)]
+    assert (stamps[1] - stamps[0]).total_seconds() == pytest.approx(1.0, abs=0.002)
