@@ -1,4 +1,5 @@
-"""Fixtures of the client's tests: the scripted fault server (see faults.py)."""
+"""Fixtures of the client's tests: the scripted fault server (see faults.py) and one
+client of the module's shared sandbox."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from faults import FaultServer
+from sandboxes import client_for
 
 
 @pytest.fixture
@@ -15,3 +17,10 @@ def faulty() -> Iterator[FaultServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(shared_sandbox):
+    """A client of the module's shared sandbox, closed after the module."""
+    with client_for(shared_sandbox) as c:
+        yield c

@@ -14,12 +14,6 @@ REQUEST_ID = re.compile(r"^[0-9a-f]{24}$")
 
 
 @pytest.fixture(scope="module")
-def client(shared_sandbox):
-    with client_for(shared_sandbox) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def customers(client):
     """Two customers: one with five accounts (paging), one with one."""
     return make_customers(client, {"accounts": 5, "months": 1}, {"accounts": 1, "months": 1},

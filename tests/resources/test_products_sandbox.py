@@ -16,12 +16,6 @@ from resources.errors import AuthError, InvalidInput, InvalidRequest, RecordErro
 
 
 @pytest.fixture(scope="module")
-def client(shared_sandbox):
-    with client_for(shared_sandbox) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def two(client):
     """Two accounts with three months of history (over 2,000 lines), and one small customer."""
     return make_customers(client, {"accounts": 2, "months": 3, "volume": 12},

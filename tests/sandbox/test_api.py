@@ -81,19 +81,23 @@ def test_accounts_by_record_and_customer(shared_sandbox, made):
         assert ISO.match(a["created_at"]) and ISO.match(a["last_updated"])
 
 
+def all_transactions(api, **target: str) -> list[dict]:
+    """Every line of a record or account, following nextPage 100 at a time."""
+    lines, page = [], 1
+    while page:
+        data = ok(api.post("transactions/get", json={**target, "page": page, "limit": 100}))
+        lines += data["transaction"]
+        page = data["pagination"]["nextPage"]
+    return lines
+
+
 def test_balance_agrees_with_the_last_transaction(shared_sandbox, made):
     c = made[0]
     with shared_sandbox.api() as api:
         balances = ok(api.post("balance/get", json={"record": c["record"]}))["balance"]
         assert len(balances) == 3
         for bal in balances:
-            lines = []
-            page = 1
-            while page:
-                data = ok(api.post("transactions/get",
-                                   json={"account": bal["account"], "page": page, "limit": 100}))
-                lines += data["transaction"]
-                page = data["pagination"]["nextPage"]
+            lines = all_transactions(api, account=bal["account"])
             assert lines, "three months at six a day make lines"
             assert bal["ledger_balance"] == lines[-1]["balance"]
             assert isinstance(bal["available_balance"], float)
@@ -134,13 +138,7 @@ def test_income_agrees_with_the_transactions(shared_sandbox, made):
     c = made[0]
     with shared_sandbox.api() as api:
         income = ok(api.post("income/get", json={"record": c["record"]}))["income"]
-        lines = []
-        page = 1
-        while page:
-            data = ok(api.post("transactions/get",
-                               json={"record": c["record"], "page": page, "limit": 100}))
-            lines += data["transaction"]
-            page = data["pagination"]["nextPage"]
+        lines = all_transactions(api, record=c["record"])
     stream_lines = [t for t in lines if "income" in t["notes"]["topics"]]
     assert income["number_of_transactions"] == len(stream_lines)
     assert sum(s["number_of_transactions"] for s in income["streams"]) == len(stream_lines)
