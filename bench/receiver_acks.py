@@ -132,7 +132,7 @@ def acks(work: Path, concurrency: int, n: int, rounds: int) -> dict:
             rates.append(n / seconds)
             floors.append(n / floor_s)
             lat += latencies
-    with Inbox(inbox) as ib:
+    with Inbox(inbox, create=True) as ib:
         stored = sorted(e.record for e in ib.after(0, len(records) * 2))
     assert stored == records, "an acknowledged callback is missing or doubled"
     return {"concurrency": concurrency, "callbacks_per_round": n, "rounds": rounds,
@@ -151,7 +151,7 @@ def acks(work: Path, concurrency: int, n: int, rounds: int) -> dict:
 def per_event_commit(work: Path, n: int) -> float:
     """One transaction, one disk sync, per event, in process: no group commit."""
     path = work / f"single-{secrets.token_hex(4)}.sqlite3"
-    with Inbox(path) as ib:
+    with Inbox(path, create=True) as ib:
         bodies = [callback(f"single-{i}", i) for i in range(n)]
         started = time.perf_counter()
         for b in bodies:
@@ -177,7 +177,7 @@ def latency(work: Path, interval_s: float, samples: int, spread_s: float) -> dic
                 log_path=work / "receiver-latency.log") as server, \
             DagsterInstance.ephemeral() as instance:
         url = server.url + "/callbacks/"
-        Inbox(inbox).close()  # the file exists before the first evaluation
+        Inbox(inbox, create=True).close()  # the file exists before the first evaluation
         rng = random.Random(7)
         moments = sorted(rng.uniform(0, spread_s) for _ in range(samples))
 

@@ -96,7 +96,7 @@ def wait_for_events(inbox_path: Path, expected: int, timeout_s: float = 60.0,
     from .inbox import Inbox
 
     deadline = time.monotonic() + timeout_s
-    inbox = Inbox(inbox_path)
+    inbox = Inbox(inbox_path, create=True)  # the receiver may not have written yet
     try:
         while (n := inbox.count()) < expected and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -83,6 +83,24 @@ class InvalidEvent(ValueError):
     """A body that is not a callback or connection event we can act on."""
 
 
+class InboxMissing(FileNotFoundError):
+    """The inbox file is not there: only the receiver creates it."""
+
+
+# Members that tell two occurrences of one method on one record apart (docs/interface.md,
+# "Event identity"): two payments in one window are two events, not a redelivery. Each is part
+# of the identity only when the payload carries it, so the identity of every other callback is
+# what it always was.
+NAMING_MEMBERS: dict[str, tuple[str, ...]] = {
+    "PAYMENT": ("paymentId", "link", "schedule", "garnishment", "payment"),
+    "PAYMENT_RECURRING": ("paymentId", "link", "schedule", "garnishment", "payment"),
+    "TRANSACTIONS": ("newTransactions",),
+    "PERIODIC_TRANSACTIONS": ("newTransactions",),
+}
+# of a nested payment object, only what names it (its other members may be restated)
+PAYMENT_NAMES = ("_id", "status")
+
+
 @dataclass(frozen=True)
 class Event:
     id: int
@@ -162,6 +180,26 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+def _naming_members(method: str, payload: dict) -> dict | None:
+    """The members of `payload` that name this occurrence of `method`, canonical (sorted
+    keys), or None when it carries none of them."""
+    out = {}
+    for key in NAMING_MEMBERS.get(method, ()):
+        if key not in payload:
+            continue
+        value = payload[key]
+        if key == "payment" and isinstance(value, dict):
+            value = {k: value.get(k) for k in PAYMENT_NAMES}
+        out[key] = value
+    if not out:
+        return None
+    try:  # canonical: the same members in another order are the same event
+        return orjson.loads(orjson.dumps(out, option=orjson.OPT_SORT_KEYS))
+    except (TypeError, RecursionError):
+        raise InvalidEvent(f"{method} callback members {sorted(out)} are not plain JSON "
+                           "or are nested too deeply") from None
+
+
 def describe(payload: object) -> dict:
     """The fields that name an event; raises InvalidEvent, naming the fault, for anything else."""
     if not isinstance(payload, dict):
@@ -181,12 +219,15 @@ def describe(payload: object) -> dict:
         _stamp(started, "callback started_at")  # checked even when ended_at is there
         customer = payload.get("customerId")
         # serverResponse and the rest may differ between deliveries of one event
+        identity = ["callback", method, code, record, account, started, ended]
+        naming = _naming_members(method, payload)
+        if naming:
+            identity.append(naming)
         return {"kind": "callback", "method": method, "code": code,
                 "status": _name(payload.get("status"), "callback status", optional=True),
                 "record": record, "account": account,
                 "customer": customer if isinstance(customer, str) else None,
-                "occurred_at": occurred,
-                "identity": ["callback", method, code, record, account, started, ended]}
+                "occurred_at": occurred, "identity": identity}
     event = payload.get("event")
     data = payload.get("data")
     if event is not None or data is not None:
@@ -219,11 +260,14 @@ def describe(payload: object) -> dict:
                 orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()
         except (TypeError, RecursionError):  # deeper than orjson writes (255 levels)
             raise InvalidEvent("connection event data is nested too deeply") from None
+        identity = ["connection", event, customer, stamp, extra, record]
+        if accounts:  # one customer's disconnects of two records at one time are two events
+            identity.append(sorted(accounts))
         return {"kind": "connection", "method": event, "code": event, "status": None,
                 "record": record, "account": None, "customer": customer,
                 "accounts": accounts, "occurred_at": occurred,
                 # the record too, when named: one customer's two records are two events
-                "identity": ["connection", event, customer, stamp, extra, record]}
+                "identity": identity}
     raise InvalidEvent("body has neither a callback's method and callback_code "
                        "nor a connection event's event and data")
 
@@ -231,8 +275,14 @@ def describe(payload: object) -> dict:
 class Inbox:
     """One SQLite connection, used from any thread (serialised by a lock)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, create: bool = False) -> None:
+        """Open the inbox at `path`; `create=True` (the receiver's) makes it if missing. Any
+        other reader of a missing inbox gets InboxMissing naming the path, not a new empty
+        file that hides a wrong setting."""
         self.path = Path(path)
+        if not create and not self.path.is_file():
+            raise InboxMissing(f"no inbox at {self.path}: start the receiver with --inbox "
+                               f"{self.path} (or set LEDGERLAKE_INBOX to the file it writes)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         # a reader or a second writer waits for the lock instead of failing

@@ -95,7 +95,7 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
                auth_header: str | None = None, max_body: int = MAX_BODY) -> Starlette:
     if not token:
         raise ValueError("the receiver needs a token: callbacks without one are refused")
-    inbox = Inbox(inbox_path)
+    inbox = Inbox(inbox_path, create=True)
     writer = GroupWriter(inbox)
     expected = _digest(token)
     header = auth_header.strip().lower() if auth_header else None

@@ -14,7 +14,7 @@ from resources.lake import Lake
 
 
 def payment_events(inbox_path, record: str) -> list:
-    with Inbox(inbox_path) as inbox:
+    with Inbox(inbox_path, create=True) as inbox:
         return [e for e in inbox.after(0, 10_000)
                 if e.record == record and e.method in ("PAYMENT", "PAYMENT_RECURRING")]
 

@@ -13,7 +13,7 @@ from resources.lake import Lake
 
 def test_record_status_table(tmp_path, make):
     inbox_path = tmp_path / "inbox.sqlite3"
-    with Inbox(inbox_path) as inbox:
+    with Inbox(inbox_path, create=True) as inbox:
         def add(record, customer, method, code, at, **kw):
             inbox.add(make.callback(record, method, code, customer=customer, ended_at=at, **kw))
 

@@ -12,7 +12,7 @@ from pipeline.inbox import Inbox, InvalidEvent, describe
 
 @pytest.fixture
 def inbox(tmp_path):
-    with Inbox(tmp_path / "inbox.sqlite3") as ib:
+    with Inbox(tmp_path / "inbox.sqlite3", create=True) as ib:
         yield ib
 
 
@@ -153,7 +153,7 @@ def test_cursor_reads_in_bounded_batches(inbox, make):
 
 def test_a_second_process_sees_committed_events(tmp_path, make):
     path = tmp_path / "shared.sqlite3"
-    with Inbox(path) as writer, Inbox(path) as reader:
+    with Inbox(path, create=True) as writer, Inbox(path, create=True) as reader:
         writer.add(make.callback("r1"))
         assert reader.count() == 1
 
@@ -166,3 +166,60 @@ def test_a_redelivery_72_hours_later_is_still_the_same_event(inbox, make, monkey
     later = time.time() + 73 * 3600
     monkeypatch.setattr("pipeline.inbox.time.time", lambda: later)
     assert inbox.add({**body, "serverResponse": {"status": 502}}) == (first, False)
+
+
+def _payment(make, rec: str, pid: str, **extra) -> dict:
+    return {**make.callback(rec, "PAYMENT", "PAYMENT_SUCCESS", ended_at="2026-01-01T01:00:00.000Z"),
+            "paymentId": pid, "link": None, "garnishment": {"amount_collected": 5000},
+            "schedule": {"current_amount": 5000, "paymentId": pid},
+            "payment": {"_id": pid, "status": "success", "amount": 5000}, **extra}
+
+
+def test_two_payments_in_one_window_are_two_events(inbox, make):
+    """A payment's id names the event: the second payment of a record in the same window is
+    not a redelivery of the first (they were one event before paymentId joined the identity)."""
+    rec = make.record_id()
+    first, second = _payment(make, rec, "pay1"), _payment(make, rec, "pay2")
+    assert [inbox.add(p)[1] for p in (first, second)] == [True, True]
+    # a redelivery of either, with a new serverResponse and its members in another order,
+    # is still one event
+    again = dict(reversed(list({**second, "serverResponse": {"status": 500}}.items())))
+    again["schedule"] = dict(reversed(list(second["schedule"].items())))
+    assert inbox.add(again)[1] is False
+    assert inbox.count() == 2
+
+
+@pytest.mark.parametrize("member,value", [
+    ("link", "lnk_2"), ("garnishment", {"amount_collected": 2500}),
+    ("schedule", {"current_amount": 5000, "paymentId": "pay0", "history": ["pay0", "pay1"]}),
+])
+def test_each_payment_member_names_a_new_event(inbox, make, member, value):
+    rec = make.record_id()
+    base = _payment(make, rec, "pay1")
+    assert inbox.add(base)[1] and inbox.add({**base, member: value})[1]
+
+
+def test_new_transactions_count_names_a_transactions_event(inbox, make):
+    rec = make.record_id()
+    base = {**make.callback(rec, "TRANSACTIONS", "PRODUCT_IS_READY",
+                            ended_at="2026-01-01T01:00:00.000Z"), "newTransactions": 5}
+    assert inbox.add(base)[1] and inbox.add({**base, "newTransactions": 7})[1]
+    assert not inbox.add(dict(base))[1]
+
+
+def test_disconnects_of_different_accounts_at_one_time_are_two_events(inbox):
+    def gone(accounts):
+        return {"event": "USER_DISCONNECT", "message": "bye",
+                "data": {"customer": "cust1", "accounts": accounts,
+                         "disconnected_at": "2026-01-01T00:00:00.000Z"}}
+    assert inbox.add(gone(["a1"]))[1] and inbox.add(gone(["a2"]))[1]
+    assert not inbox.add(gone(["a2"]))[1]
+
+
+def test_a_reader_never_creates_a_missing_inbox(tmp_path):
+    from pipeline.inbox import InboxMissing
+
+    path = tmp_path / "nowhere" / "inbox.sqlite3"
+    with pytest.raises(InboxMissing, match=str(path)):
+        Inbox(path)
+    assert not path.exists() and not path.parent.exists()

@@ -85,7 +85,7 @@ def test_the_configured_auth_header_is_accepted(tmp_path, make):
         bad = HTTP.post(url, json=make.callback("r2"), headers={"Service-Auth": "nope"})
         other = HTTP.post(url, json=make.callback("r3"), headers={"Other-Auth": token})
     assert (ok.status_code, bad.status_code, other.status_code) == (200, 401, 401)
-    with Inbox(inbox) as ib:
+    with Inbox(inbox, create=True) as ib:
         assert [e.record for e in ib.after(0)] == ["r1"]
 
 
@@ -235,7 +235,7 @@ def test_killed_and_restarted_between_deliveries_loses_and_doubles_nothing(tmp_p
     acked_before_kill = set(acked)
     assert 300 <= len(acked_before_kill) < 600
 
-    with Inbox(inbox_path) as inbox:  # every acknowledged event survived the kill
+    with Inbox(inbox_path, create=True) as inbox:  # every acknowledged event survived the kill
         present = {e.record for e in inbox.after(0, 10_000)}
     assert {f"rec{i:04d}" for i in acked_before_kill} <= present
 
@@ -250,7 +250,7 @@ def test_killed_and_restarted_between_deliveries_loses_and_doubles_nothing(tmp_p
             bodies[i] = {**bodies[i], "serverResponse": {"success": False, "error": "timeout"}}
         deliver(url, sorted(acked_before_kill)[:50])
     assert len(acked) == 600
-    with Inbox(inbox_path) as inbox:
+    with Inbox(inbox_path, create=True) as inbox:
         events = inbox.after(0, 10_000)
         assert len(events) == inbox.count() == 600
     assert sorted(e.record for e in events) == [f"rec{i:04d}" for i in range(600)]
@@ -265,7 +265,7 @@ def test_the_sandbox_redelivers_to_a_receiver_killed_and_restarted(sandbox, tmp_
     expected = ["ACCOUNTS", "AUTH", "BALANCE", "IDENTITY", "INCOME", "TRANSACTIONS"]
 
     def methods() -> dict[str, list[str]]:
-        with Inbox(inbox_path) as ib:
+        with Inbox(inbox_path, create=True) as ib:
             out: dict[str, list[str]] = {}
             for e in ib.after(0, 10_000):
                 out.setdefault(e.record, []).append(e.method)

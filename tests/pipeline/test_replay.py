@@ -17,7 +17,7 @@ HOUR = 3600.0
 
 @pytest.fixture
 def inbox(tmp_path):
-    with Inbox(tmp_path / "inbox.sqlite3") as ib:
+    with Inbox(tmp_path / "inbox.sqlite3", create=True) as ib:
         yield ib
 
 

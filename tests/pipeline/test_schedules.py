@@ -23,7 +23,7 @@ def test_batches_are_contiguous_and_bounded():
 def inbox_with_states(tmp_path, monkeypatch, make):
     path = tmp_path / "inbox.sqlite3"
     monkeypatch.setenv("LEDGERLAKE_INBOX", str(path))
-    with Inbox(path) as inbox:
+    with Inbox(path, create=True) as inbox:
         for i in range(6):
             inbox.add(make.callback(f"rec{i}", customer=f"cust{i}"))
         inbox.add(make.disconnect("cust2", "2026-11-02T00:00:00.000Z"))

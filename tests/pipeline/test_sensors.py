@@ -16,7 +16,7 @@ from pipeline.sensors import BATCH, READY, inbox_sensor
 def inbox(tmp_path, monkeypatch):
     path = tmp_path / "inbox.sqlite3"
     monkeypatch.setenv("LEDGERLAKE_INBOX", str(path))
-    with Inbox(path) as ib:
+    with Inbox(path, create=True) as ib:
         yield ib
 
 
