@@ -1,22 +1,21 @@
 """The accounts of each record, fetched from `/accounts/get` into the lake."""
 
 import pyarrow as pa
-from dagster import (
-    AssetCheckResult,
-    AssetCheckSpec,
-    AssetExecutionContext,
-    MaterializeResult,
-    asset,
-)
+from dagster import AssetExecutionContext
 
 from resources.client import ConnectionClient
 from resources.columns import ref
 from resources.lake import Lake
 
 from .checks import accounts_belong_to_record
-from .metadata import describe
-from .partitions import batched, record_ids, records
+from .metadata import record_metadata
+from .partitions import records
+from .publish import Check, Landing, land_each, product
 from .schemas import Accounts, validate
+
+ACCOUNT_HAS_RECORD = Check("account_has_record", "every account names its record, and the "
+                                                 "record is a known partition; a record that "
+                                                 "fails keeps its previously published accounts")
 
 UTC_MS = pa.timestamp("ms", tz="UTC")
 SCHEMA = pa.schema([
@@ -58,26 +57,22 @@ def to_table(accounts: list[dict]) -> pa.Table:
     }, schema=SCHEMA)
 
 
-@asset(
-    partitions_def=records, backfill_policy=batched, group_name="products",
-    kinds={"parquet"},
-    check_specs=[AssetCheckSpec("account_has_record", asset="accounts", blocking=True,
-                                description="every account names its record, and the record "
-                                            "is a known partition")],
-)
+@product("accounts", checks=[ACCOUNT_HAS_RECORD],
+         description="Every account of the record: NUBAN, name, type, currency, bank, owner")
 def accounts(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
-    """Every account of the record: NUBAN, name, type, currency, bank and owner."""
     known = set(context.instance.get_dynamic_partitions(records.name))
-    tables, paths, problems = [], [], []
-    for record_id in record_ids(context):
+
+    def land(record_id: str) -> Landing:
         raw = client.accounts(record_id)
         table = to_table(raw)
         validate(Accounts, table, f"accounts of record {record_id}")
-        paths.append(lake.write("accounts", record_id, table, schema=SCHEMA))
-        tables.append(table)
-        problems += accounts_belong_to_record(record_id, raw, known)
-        context.log.info("record %s: %d accounts", record_id, table.num_rows)
-    total = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
-    yield MaterializeResult(metadata=describe(total, paths))
-    yield AssetCheckResult(check_name="account_has_record", passed=not problems,
-                           metadata={"problems": problems[:50]})
+        problems = accounts_belong_to_record(record_id, raw, known)
+        path = None if problems else lake.write("accounts", record_id, table, schema=SCHEMA)
+        context.log.info("record %s: %d accounts%s", record_id, table.num_rows,
+                         "" if path else " (not published: a check failed)")
+        return Landing(record_id, published=path is not None,
+                       metadata=record_metadata(table, path),
+                       problems={ACCOUNT_HAS_RECORD.name: problems})
+
+    land_each(context, "accounts", land, [ACCOUNT_HAS_RECORD])
+    yield from ()

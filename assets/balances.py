@@ -1,30 +1,32 @@
 """Balances of each record: a snapshot appended per fetch, beside the service's own history.
 
 `balance_history` grows by one row per account at every BALANCE or PERIODIC_BALANCE
-callback, scheduled refresh or manual run; `balance_periodic` is the service's end-of-day
-series, replaced whole at each fetch.
+callback, scheduled refresh or manual run: each snapshot is appended as a file of its own, so
+a callback's run and the daily refresh fetching the same record at once both land (nothing is
+read back and rewritten). `balance_periodic` is the service's end-of-day series, replaced
+whole at each fetch (two writers write the same series: the last one is as good as the first).
 """
 
 import datetime as dt
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext
 
 from resources.client import ConnectionClient
-from resources.columns import ref
+from resources.columns import MONEY, money, ref
 from resources.lake import Lake
 
-from .metadata import describe
-from .partitions import batched, record_ids, records, source_of
+from .metadata import record_metadata
+from .partitions import source_of
+from .publish import Landing, land_each, product
 from .schemas import BalanceHistory, BalancePeriodic, validate
 
 UTC_MS = pa.timestamp("ms", tz="UTC")
 HISTORY = pa.schema([
     ("account_id", pa.string()),
     ("fetched_at", UTC_MS),
-    ("available_balance", pa.float64()),
-    ("ledger_balance", pa.float64()),
+    ("available_balance", MONEY),
+    ("ledger_balance", MONEY),
     ("currency", pa.string()),
     ("source", pa.string()),
     ("service_updated_at", UTC_MS),
@@ -32,8 +34,8 @@ HISTORY = pa.schema([
 PERIODIC = pa.schema([
     ("account_id", pa.string()),
     ("date", pa.date32()),
-    ("available_balance", pa.float64()),
-    ("ledger_balance", pa.float64()),
+    ("available_balance", MONEY),
+    ("ledger_balance", MONEY),
 ])
 
 
@@ -42,9 +44,8 @@ def snapshot(items: list[dict], fetched_at: dt.datetime, source: str) -> pa.Tabl
     return pa.table({
         "account_id": [ref(b.get("account")) for b in items],
         "fetched_at": pa.array([fetched_at] * len(items), UTC_MS),
-        "available_balance": pa.array([b.get("available_balance") for b in items],
-                                      pa.float64()),
-        "ledger_balance": pa.array([b.get("ledger_balance") for b in items], pa.float64()),
+        "available_balance": money([b.get("available_balance") for b in items]),
+        "ledger_balance": money([b.get("ledger_balance") for b in items]),
         "currency": pa.array([b.get("currency") for b in items], pa.string()),
         "source": [source] * len(items),
         "service_updated_at": pa.array([b.get("last_updated") for b in items],
@@ -66,35 +67,28 @@ def periodic(items: list[dict]) -> pa.Table:
     return pa.table({
         "account_id": [k[0] for k in keys],
         "date": pa.array([k[1] for k in keys], pa.string()).cast(pa.date32()),
-        "available_balance": pa.array([rows[k].get("available_balance") for k in keys],
-                                      pa.float64()),
-        "ledger_balance": pa.array([rows[k].get("ledger_balance") for k in keys],
-                                   pa.float64()),
+        "available_balance": money([rows[k].get("available_balance") for k in keys]),
+        "ledger_balance": money([rows[k].get("ledger_balance") for k in keys]),
     }, schema=PERIODIC)
 
 
-@asset(partitions_def=records, backfill_policy=batched, group_name="products",
-       kinds={"parquet"})
+@product("balances", description="Available and ledger balance of every account, as a "
+                                  "history of snapshots beside the service's daily series")
 def balances(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
-    """Available and ledger balance of every account, as a history of snapshots."""
     source = source_of(context)
-    tables, paths = [], []
-    for record_id in record_ids(context):
+
+    def land(record_id: str) -> Landing:
         items = client.balance(record_id)
-        now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-        fresh = snapshot(items, now, source)
-        old = lake.read("balance_history", record_id, schema=HISTORY)
-        if old is not None:  # a rerun within the same second replaces its own snapshot
-            same = pc.equal(old["fetched_at"], pa.scalar(now, UTC_MS))
-            old = old.filter(pc.invert(same))
-        history = pa.concat_tables([old, fresh]) if old is not None else fresh
-        series = periodic(items)
-        validate(BalanceHistory, history, f"balance history of record {record_id}")
+        # milliseconds: two runs fetching one record at once keep two snapshots
+        now = dt.datetime.now(dt.UTC)
+        now = now.replace(microsecond=now.microsecond // 1000 * 1000)
+        fresh, series = snapshot(items, now, source), periodic(items)
+        validate(BalanceHistory, fresh, f"balance snapshot of record {record_id}")
         validate(BalancePeriodic, series, f"periodic balances of record {record_id}")
-        paths.append(lake.write("balance_history", record_id, history, schema=HISTORY))
+        path = lake.append("balance_history", record_id, fresh, schema=HISTORY)
         lake.write("balance_periodic", record_id, series, schema=PERIODIC)
-        tables.append(fresh)
-        context.log.info("record %s: %d balances (%s), %d snapshots, %d periodic days",
-                         record_id, fresh.num_rows, source, history.num_rows, series.num_rows)
-    total = pa.concat_tables(tables) if tables else HISTORY.empty_table()
-    return MaterializeResult(metadata={**describe(total, paths), "source": source})
+        return Landing(record_id, published=True, metadata=record_metadata(
+            fresh, path, source=source, periodic_days=series.num_rows))
+
+    land_each(context, "balances", land)
+    yield from ()

@@ -1,14 +1,14 @@
 """Identity of each record's customer (`/identity/get`): BVN, names, contacts, origin."""
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext
 
 from resources.client import ConnectionClient
 from resources.columns import ref
 from resources.lake import Lake
 
-from .metadata import describe
-from .partitions import batched, record_ids, records
+from .metadata import record_metadata
+from .publish import Landing, land_each, product
 from .schemas import Identity, validate
 
 TEXT = ["bvn", "nin", "firstname", "middlename", "lastname", "fullname", "gender",
@@ -36,15 +36,13 @@ def to_table(items: list[dict]) -> pa.Table:
     return pa.table(cols).select(SCHEMA.names).cast(SCHEMA)
 
 
-@asset(partitions_def=records, backfill_policy=batched, group_name="products",
-       kinds={"parquet"})
+@product("identity", description="Who the record's customer is, as their bank knows them")
 def identity(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
-    """Who the record's customer is, as their bank knows them."""
-    tables, paths = [], []
-    for record_id in record_ids(context):
+    def land(record_id: str) -> Landing:
         table = to_table(client.identity(record_id))
         validate(Identity, table, f"identity of record {record_id}")
-        paths.append(lake.write("identity", record_id, table, schema=SCHEMA))
-        tables.append(table)
-    total = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
-    return MaterializeResult(metadata=describe(total, paths))
+        path = lake.write("identity", record_id, table, schema=SCHEMA)
+        return Landing(record_id, published=True, metadata=record_metadata(table, path))
+
+    land_each(context, "identity", land)
+    yield from ()

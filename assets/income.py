@@ -1,46 +1,49 @@
-"""Income of each record (`/income/get`): a summary row and one row per income stream."""
+"""Income of each record (`/income/get`): a summary row and one row per income stream.
+
+Income is derived from the record's transactions, so it is checked against them, but the two
+arrive by separate callbacks, in any order: the check runs when the second of them lands
+(here when transactions are already in the lake, else from the transactions asset). It
+reports and does not hold income back: either side may be the stale one.
+"""
 
 import pyarrow as pa
-from dagster import (
-    AssetCheckResult,
-    AssetCheckSpec,
-    AssetExecutionContext,
-    AssetKey,
-    MaterializeResult,
-    asset,
-)
+from dagster import AssetExecutionContext
 
 from resources.client import ConnectionClient
-from resources.columns import ref
+from resources.columns import MONEY, TRANSACTION_SCHEMA, money, ref
 from resources.lake import Lake
 
 from .checks import income_matches_transactions
-from .metadata import describe
-from .partitions import batched, record_ids, records
+from .metadata import record_metadata
+from .publish import Check, Landing, evaluate, land_each, product
 from .schemas import Income, IncomeStreams, validate
-from .transactions import SCHEMA as TRANSACTIONS
 
+TRANSACTIONS = pa.schema([f for f in TRANSACTION_SCHEMA if f.name != "record_id"])
+INCOME_MATCHES = Check(
+    "income_matches_transactions",
+    "income's stream counts equal the income-tagged credits among the record's transactions; "
+    "checked when both have landed, whichever came first", blocking=False)
 UTC_MS = pa.timestamp("ms", tz="UTC")
 SUMMARY = pa.schema([
     ("income_id", pa.string()),
     ("customer_id", pa.string()),
     ("confidence", pa.float64()),
     ("number_of_transactions", pa.int64()),
-    ("average_monthly_income", pa.float64()),
-    ("last_year_income", pa.float64()),
+    ("average_monthly_income", MONEY),
+    ("last_year_income", MONEY),
     ("account_age_months", pa.int64()),
     ("number_of_streams", pa.int64()),
-    ("past_three_months_total", pa.float64()),
-    ("past_six_months_total", pa.float64()),
-    ("past_twelve_months_total", pa.float64()),
-    ("past_twelve_months_average", pa.float64()),
+    ("past_three_months_total", MONEY),
+    ("past_six_months_total", MONEY),
+    ("past_twelve_months_total", MONEY),
+    ("past_twelve_months_average", MONEY),
     ("created_at", UTC_MS),
 ])
 STREAMS = pa.schema([
     ("stream_id", pa.string()),
     ("account_ids", pa.list_(pa.string())),
     ("type", pa.string()),
-    ("monthly_amount", pa.float64()),
+    ("monthly_amount", MONEY),
     ("number_of_transactions", pa.int64()),
     ("source_name", pa.string()),
     ("source_type", pa.string()),
@@ -77,8 +80,13 @@ def summary_table(income: dict) -> pa.Table:
         "past_twelve_months_average": window("past_twelve_months", "average_per_month"),
         "created_at": income.get("created_at"),
     }
-    table = pa.table({k: pa.array([v], pa.string() if k == "created_at" else SUMMARY.field(k).type)
-                      for k, v in row.items()})
+    def column(name: str, value) -> pa.Array:
+        kind = SUMMARY.field(name).type
+        if kind == MONEY:
+            return money([value])
+        return pa.array([value], pa.string() if name == "created_at" else kind)
+
+    table = pa.table({k: column(k, v) for k, v in row.items()})
     return table.set_column(table.schema.get_field_index("created_at"), "created_at",
                             table["created_at"].cast(UTC_MS))
 
@@ -93,7 +101,7 @@ def streams_table(income: dict) -> pa.Table:
         "stream_id": [s.get("stream_id") for s in streams],
         "account_ids": [[ref(a) for a in (s.get("account") or [])] for s in streams],
         "type": [s.get("type") for s in streams],
-        "monthly_amount": pa.array([s.get("monthly_amount") for s in streams], pa.float64()),
+        "monthly_amount": money([s.get("monthly_amount") for s in streams]),
         "number_of_transactions": pa.array([s.get("number_of_transactions") for s in streams],
                                            pa.int64()),
         "source_name": [(s.get("source") or {}).get("name") for s in streams],
@@ -107,28 +115,38 @@ def streams_table(income: dict) -> pa.Table:
     }, schema=STREAMS)
 
 
-@asset(
-    partitions_def=records, backfill_policy=batched, group_name="products",
-    kinds={"parquet"}, deps=[AssetKey("transactions")],
-    check_specs=[AssetCheckSpec("income_matches_transactions", asset="income", blocking=True,
-                                description="income's stream counts equal the income-tagged "
-                                            "credits among the record's transactions")],
-)
+def recheck_income(context: AssetExecutionContext, lake: Lake, record_ids: list[str]) -> None:
+    """Check the income of records whose transactions just landed, where income is there."""
+    for record_id in record_ids:
+        summary = lake.read("income", record_id, schema=SUMMARY)
+        streams = lake.read("income_streams", record_id, schema=STREAMS)
+        if summary is None or streams is None:
+            continue
+        transactions = lake.read("transactions", record_id, schema=TRANSACTIONS)
+        evaluate(context, "income", INCOME_MATCHES, record_id,
+                 income_matches_transactions(record_id, summary, streams, transactions))
+
+
+@product("income", checks=[INCOME_MATCHES],
+         description="Income summary and streams (salary and recurrent credits) of the record")
 def income(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
-    """Income summary and streams (salary and recurrent credits) of the record."""
-    tables, paths, problems = [], [], []
-    for record_id in record_ids(context):
+    def land(record_id: str) -> Landing:
         data = client.income(record_id)
         summary, streams = summary_table(data), streams_table(data)
         validate(Income, summary, f"income of record {record_id}")
         validate(IncomeStreams, streams, f"income streams of record {record_id}")
-        paths.append(lake.write("income", record_id, summary, schema=SUMMARY))
+        path = lake.write("income", record_id, summary, schema=SUMMARY)
         lake.write("income_streams", record_id, streams, schema=STREAMS)
-        tables.append(summary)
-        problems += income_matches_transactions(
-            record_id, summary, streams,
-            lake.read("transactions", record_id, schema=TRANSACTIONS))
-    total = pa.concat_tables(tables) if tables else SUMMARY.empty_table()
-    yield MaterializeResult(metadata=describe(total, paths))
-    yield AssetCheckResult(check_name="income_matches_transactions", passed=not problems,
-                           metadata={"problems": problems[:50]})
+        transactions = lake.read("transactions", record_id, schema=TRANSACTIONS)
+        if transactions is None:
+            context.log.info("record %s: income is checked when its transactions land",
+                             record_id)
+            problems = None
+        else:
+            problems = income_matches_transactions(record_id, summary, streams, transactions)
+        return Landing(record_id, published=True,
+                       metadata=record_metadata(summary, path, streams=streams.num_rows),
+                       problems={INCOME_MATCHES.name: problems})
+
+    land_each(context, "income", land, [INCOME_MATCHES])
+    yield from ()

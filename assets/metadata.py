@@ -23,6 +23,19 @@ def preview(table: pa.Table, rows: int = PREVIEW_ROWS) -> str:
     return "\n".join(lines)
 
 
+def columns(schema: pa.Schema) -> TableSchema:
+    return TableSchema(columns=[TableColumn(name=f.name, type=str(f.type)) for f in schema])
+
+
+def record_metadata(table: pa.Table, path: str | None, **extra) -> dict:
+    """Metadata of one record's materialization: its own rows, columns, preview and path."""
+    meta = {"dagster/row_count": table.num_rows, "dagster/column_schema": columns(table.schema),
+            "preview": MetadataValue.md(preview(table)), **extra}
+    if path:
+        meta["path"] = MetadataValue.path(path)
+    return meta
+
+
 def describe(table: pa.Table, paths: list[str]) -> dict:
     """Metadata for a materialization that wrote `table` (possibly over several records)."""
     meta = {

@@ -2,16 +2,19 @@
 
 The service offers no payments list endpoint: the callbacks are the source. A payment seen
 in several callbacks (success after pending, a redelivery) is kept once, latest state wins.
+The service sends payment amounts and fees as integer kobo; the lake holds both as exact
+naira, `decimal(18,2)`, the unit of every other amount (docs/lake.md).
 """
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, MaterializeResult, asset
+from dagster import AssetExecutionContext
 
 from resources.callbacks import PAYMENT_METHODS, CallbackLog
+from resources.columns import MONEY, money_from_kobo
 from resources.lake import Lake
 
-from .metadata import describe
-from .partitions import batched, record_ids, records
+from .metadata import record_metadata
+from .publish import Landing, land_each, product
 from .schemas import Payments, validate
 
 UTC_MS = pa.timestamp("ms", tz="UTC")
@@ -19,8 +22,8 @@ SCHEMA = pa.schema([
     ("payment_id", pa.string()),
     ("callback_type", pa.string()),
     ("status", pa.string()),
-    ("amount_kobo", pa.int64()),
-    ("fee", pa.float64()),
+    ("amount", MONEY),
+    ("fee", MONEY),
     ("currency", pa.string()),
     ("ref", pa.string()),
     ("debit_account", pa.string()),
@@ -43,6 +46,16 @@ def _text(value) -> str | None:
     return None if value is None else str(value)
 
 
+def _kobo(value, what: str) -> int | None:
+    """A payment amount as the service sends it: whole kobo (a JSON integer, or a float that
+    is one, as some payloads carry)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValueError(f"payment {what} {value!r} is not a whole number of kobo")
+    return int(value)
+
+
 def _interbank_code(bank_response: dict) -> str | None:
     for key, value in bank_response.items():
         if key.endswith("RESPONSECODE") and key != "RESPONSECODE":
@@ -61,8 +74,8 @@ def payment_row(callback: dict) -> dict | None:
         "callback_type": callback.get("callback_type"),
         "status": _text(payment.get("status")) or (
             "success" if callback.get("status") == "is_success" else "failed"),
-        "amount_kobo": payment.get("amount"),
-        "fee": payment.get("fee"),
+        "amount": _kobo(payment.get("amount"), "amount"),
+        "fee": _kobo(payment.get("fee"), "fee"),
         "currency": _text(payment.get("currency")),
         "ref": _text(payment.get("ref")),
         "debit_account": _text(payment.get("debit_account")),
@@ -97,20 +110,25 @@ def to_table(callbacks: list[dict]) -> pa.Table:
     cols = {}
     for field in SCHEMA:
         values = [r[field.name] for r in rows]
-        cols[field.name] = (pa.array(values, pa.string()).cast(field.type)
-                            if field.type == UTC_MS else pa.array(values, field.type))
+        if field.type == MONEY:
+            kobo = pa.array(values, pa.int64())
+            cols[field.name] = money_from_kobo(
+                kobo.fill_null(0).to_numpy(), kobo.is_valid().to_numpy(zero_copy_only=False))
+        elif field.type == UTC_MS:
+            cols[field.name] = pa.array(values, pa.string()).cast(field.type)
+        else:
+            cols[field.name] = pa.array(values, field.type)
     return pa.table(cols, schema=SCHEMA)
 
 
-@asset(partitions_def=records, backfill_policy=batched, group_name="products",
-       kinds={"parquet"})
+@product("payments", description="Payments (one-off and recurring) made from the record's "
+                                  "accounts, from the PAYMENT callbacks")
 def payments(context: AssetExecutionContext, callback_log: CallbackLog, lake: Lake):
-    """Payments (one-off and recurring) made from the record's accounts."""
-    tables, paths = [], []
-    for record_id in record_ids(context):
+    def land(record_id: str) -> Landing:
         table = to_table(callback_log.payloads(record_id, PAYMENT_METHODS))
         validate(Payments, table, f"payments of record {record_id}")
-        paths.append(lake.write("payments", record_id, table, schema=SCHEMA))
-        tables.append(table)
-    total = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
-    return MaterializeResult(metadata=describe(total, paths))
+        path = lake.write("payments", record_id, table, schema=SCHEMA)
+        return Landing(record_id, published=True, metadata=record_metadata(table, path))
+
+    land_each(context, "payments", land)
+    yield from ()

@@ -36,8 +36,12 @@ def _text(**kw):
 
 
 Text = Series[pd.StringDtype]
-ARROW_TEXT = {pa_arrow.string(): pd.StringDtype("pyarrow"),
-              pa_arrow.large_string(): pd.StringDtype("pyarrow")}.get
+# money stays exact decimal(18,2) in pandas too (Arrow-backed), so checks compare exactly
+MONEY = pd.ArrowDtype(pa_arrow.decimal128(18, 2))
+Money = Series[MONEY]
+ARROW_TYPES = {pa_arrow.string(): pd.StringDtype("pyarrow"),
+               pa_arrow.large_string(): pd.StringDtype("pyarrow"),
+               pa_arrow.decimal128(18, 2): MONEY}.get
 
 
 class Accounts(pa.DataFrameModel):
@@ -57,10 +61,10 @@ class Transactions(pa.DataFrameModel):
     transaction_id: Text = _text(unique=True)
     account_id: Text = _text()
     trans_date: Series[pd.DatetimeTZDtype] = _ts()
-    debit: Series[float] = pa.Field(nullable=True, ge=0)
-    credit: Series[float] = pa.Field(nullable=True, ge=0)
-    amount: Series[float]
-    balance: Series[float] = pa.Field(nullable=True)
+    debit: Money = pa.Field(nullable=True, ge=0)
+    credit: Money = pa.Field(nullable=True, ge=0)
+    amount: Money
+    balance: Money = pa.Field(nullable=True)  # null: a pending line
     currency: Text = _text(isin=CURRENCIES)
     narration: Text = _text(nullable=True)
 
@@ -73,15 +77,14 @@ class Transactions(pa.DataFrameModel):
 
     @pa.dataframe_check(error="amount must be credit minus debit")
     def signed_amount(cls, df: pd.DataFrame) -> Series[bool]:
-        expected = df["credit"].fillna(0.0) - df["debit"].fillna(0.0)
-        return (df["amount"] - expected).abs() < 0.005
+        return df["amount"] == df["credit"].fillna(0) - df["debit"].fillna(0)
 
 
 class BalanceHistory(pa.DataFrameModel):
     account_id: Text = _text()
     fetched_at: Series[pd.DatetimeTZDtype] = _ts()
-    available_balance: Series[float] = pa.Field(nullable=True)
-    ledger_balance: Series[float] = pa.Field(nullable=True)
+    available_balance: Money = pa.Field(nullable=True)
+    ledger_balance: Money = pa.Field(nullable=True)
     currency: Text = _text(isin=CURRENCIES, nullable=True)
     source: Text = _text(isin=["callback", "periodic", "schedule", "manual"])
 
@@ -93,8 +96,8 @@ class BalanceHistory(pa.DataFrameModel):
 class BalancePeriodic(pa.DataFrameModel):
     account_id: Text = _text()
     date: Series[pd.Timestamp]
-    available_balance: Series[float] = pa.Field(nullable=True)
-    ledger_balance: Series[float] = pa.Field(nullable=True)
+    available_balance: Money = pa.Field(nullable=True)
+    ledger_balance: Money = pa.Field(nullable=True)
 
     class Config:
         strict = False
@@ -105,7 +108,7 @@ class Income(pa.DataFrameModel):
     customer_id: Text = _text(unique=True)
     confidence: Series[float] = pa.Field(nullable=True, ge=0, le=100)
     number_of_transactions: Series[int] = pa.Field(ge=0)
-    average_monthly_income: Series[float] = pa.Field(nullable=True, ge=0)
+    average_monthly_income: Money = pa.Field(nullable=True, ge=0)
     number_of_streams: Series[int] = pa.Field(ge=0)
 
     class Config:
@@ -114,7 +117,7 @@ class Income(pa.DataFrameModel):
 
 class IncomeStreams(pa.DataFrameModel):
     stream_id: Text = _text(unique=True)
-    monthly_amount: Series[float] = pa.Field(ge=0)
+    monthly_amount: Money = pa.Field(ge=0)
     number_of_transactions: Series[int] = pa.Field(ge=0)
     first_date: Series[pd.Timestamp] = pa.Field(nullable=True)
     last_date: Series[pd.Timestamp] = pa.Field(nullable=True)
@@ -142,7 +145,8 @@ class Payments(pa.DataFrameModel):
     payment_id: Text = _text(unique=True)
     callback_type: Text = _text(isin=["PAYMENT", "PAYMENT_RECURRING"])
     status: Text = _text()
-    amount_kobo: Series[int] = pa.Field(ge=0)
+    amount: Money = pa.Field(ge=0)
+    fee: Money = pa.Field(nullable=True, ge=0)
     currency: Text = _text(isin=CURRENCIES, nullable=True)
 
     class Config:
@@ -151,7 +155,7 @@ class Payments(pa.DataFrameModel):
 
 def validate(model: type[pa.DataFrameModel], table: pa_arrow.Table, what: str) -> pd.DataFrame:
     """Validate `table` against `model`; raise ValidationFailed naming the failing rows."""
-    df = table.to_pandas(date_as_object=False, types_mapper=ARROW_TEXT)
+    df = table.to_pandas(date_as_object=False, types_mapper=ARROW_TYPES)
     try:
         return model.validate(df, lazy=True)
     except SchemaErrors as err:

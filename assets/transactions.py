@@ -1,8 +1,14 @@
-"""Transactions of each record: incremental after the first pull, deduplicated by id.
+"""Transactions of each record: a window pull where the source wins, audited before publish.
 
-The first pull takes the whole history; later pulls ask only from the last date seen, less
-an overlap (late-clearing lines), and merge: a transaction delivered twice is kept once,
-the newer copy winning.
+The first pull takes the whole history. Later pulls ask from the last date seen less an
+overlap (lines clear late) and replace every row of the partition inside that window with
+what the service sent: a line gone at source (a pending line reversed, or posted again under a
+new id) leaves the lake, a changed one changes. A line posted back-dated, before the window,
+breaks the running-balance chain; the record is then pulled whole at once (and every record is,
+on a rolling schedule: `daily_refresh` reconciles each record in full once every
+LEDGERLAKE_RECONCILE_DAYS days, 7 by default). The new partition is published only if its
+chain holds line by line and ends on the service's ledger balance; otherwise the previous one
+stays in view and the check says why (docs/lake.md, "Write, audit, publish").
 """
 
 import datetime as dt
@@ -11,29 +17,23 @@ import multiprocessing
 import os
 import sys
 import tempfile
+import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetCheckSpec,
-    AssetExecutionContext,
-    MaterializeResult,
-    asset,
-)
+from dagster import AssetExecutionContext, Config
 
 from resources.client import ConnectionClient, tls_context
-from resources.columns import TRANSACTION_SCHEMA
+from resources.columns import TRANSACTION_SCHEMA, UTC_MS
 from resources.lake import Lake
 
-from .checks import reconcile_running_balances
-from .metadata import LISTED, PREVIEW_ROWS, describe
-from .partitions import batched, record_ids, records
+from .checks import chain_breaks, ledger_mismatches
+from .income import recheck_income
+from .metadata import record_metadata
+from .publish import Check, Landing, product, report, to_land
 from .schemas import Transactions, ValidationFailed, validate
 
 # record_id lives in the folder name (hive layout), not in the file
@@ -51,6 +51,30 @@ VALIDATE_ROWS = 200_000
 LOG_EACH = 10  # records a run logs one by one; more get one line
 CHECKED = [n for n in Transactions.to_schema().columns if n in SCHEMA.names]
 
+RUNNING_BALANCE = Check(
+    "running_balance_reconciles",
+    "every posted line's running balance is the previous one plus its amount, to the kobo, "
+    "and each account's last one equals its ledger balance at the service; a record that "
+    "fails keeps its previously published rows")
+FULL, WINDOW = "full history", "window"
+
+
+def reconcile_days() -> int:
+    raw = os.environ.get("LEDGERLAKE_RECONCILE_DAYS", "7")
+    if not raw.isdigit() or not 0 <= int(raw) <= 366:
+        raise ValueError(f"LEDGERLAKE_RECONCILE_DAYS must be 0 (never) to 366, not {raw!r}")
+    return int(raw)
+
+
+def reconciles_on(record_id: str, day: dt.date, every: int) -> bool:
+    """Whether `day`'s refresh pulls this record whole: each record once every `every` days,
+    spread evenly (by a hash of its id), so no day pulls every history at once."""
+    return every > 0 and zlib.crc32(record_id.encode()) % every == day.toordinal() % every
+
+
+class PullConfig(Config):
+    full_history: bool = False  # pull every record of the run whole (`ledgerlake rerun --full`)
+
 
 def dedupe(table: pa.Table, key: str = "transaction_id") -> pa.Table:
     """Keep the last row of each key (later rows are newer copies), in the original order."""
@@ -62,13 +86,23 @@ def dedupe(table: pa.Table, key: str = "transaction_id") -> pa.Table:
     return table.take(pc.take(last, pc.sort_indices(last)))
 
 
-def merge(existing: pa.Table | None, fresh: pa.Table) -> pa.Table:
-    """The partition after a pull: old rows not re-delivered, then the fresh ones, by date."""
-    if existing is None or existing.num_rows == 0:
-        return dedupe(fresh)
-    kept = existing.filter(pc.invert(pc.is_in(existing["transaction_id"],
+def window_start(start: dt.date) -> pa.Scalar:
+    """The first instant a pull `from` that date covers (the service compares UTC dates)."""
+    return pa.scalar(dt.datetime.combine(start, dt.time(), dt.UTC), UTC_MS)
+
+
+def apply_window(existing: pa.Table | None, fresh: pa.Table, start: dt.date | None) -> pa.Table:
+    """The partition after a pull from `start` (None: the whole history).
+
+    The source wins inside the window: every row dated from `start` on is replaced by what the
+    service sent for it; rows before it stay, unless the pull brought their id again.
+    """
+    if existing is None or existing.num_rows == 0 or start is None:
+        return dedupe(fresh).sort_by(ORDER)
+    before = existing.filter(pc.less(existing["trans_date"], window_start(start)))
+    before = before.filter(pc.invert(pc.is_in(before["transaction_id"],
                                               value_set=fresh["transaction_id"])))
-    return dedupe(pa.concat_tables([kept, fresh])).sort_by(ORDER)
+    return dedupe(pa.concat_tables([before, fresh])).sort_by(ORDER)
 
 
 def pull_from(existing: pa.Table | None) -> dt.date | None:
@@ -84,72 +118,93 @@ def fetch(client: ConnectionClient, record_id: str, start: dt.date | None) -> pa
     return client.transactions(record_id, from_date=start).select(SCHEMA.names)
 
 
-def validate_together(tables: dict[str, pa.Table]) -> None:
-    """Validate several records' partitions in one pandera call; on failure name the record."""
+def audit(client: ConnectionClient, record_id: str, table: pa.Table) -> list[dict]:
+    """What stops the partition from being published: a broken chain, a last running balance
+    that is not the service's ledger balance."""
+    return chain_breaks(record_id, table) or ledger_mismatches(
+        record_id, table, client.balance(record_id))
+
+
+def bad_records(tables: dict[str, pa.Table]) -> dict[str, str]:
+    """Validate several records' partitions in one pandera call (its cost is per call); when
+    that fails, find which records fail, each with the rows that do."""
     if len(tables) > 1:
         try:
             validate(Transactions, pa.concat_tables(
                 [t.select(CHECKED) for t in tables.values()]), "transactions")
-            return
+            return {}
         except ValidationFailed:
-            pass  # find the record and its rows, below
+            pass  # find the records and their rows, below
+    bad = {}
     for record_id, table in tables.items():
+        try:
+            validate(Transactions, table.select(CHECKED), f"transactions of record {record_id}")
+        except ValidationFailed as err:
+            bad[record_id] = f"ValidationFailed: {err}"
+    return bad
+
+
+def land_one(client: ConnectionClient, lake: Lake, record_id: str, table: pa.Table,
+             start: dt.date | None, fetched: int) -> Landing:
+    """Audit a validated partition and publish it if it holds. A window pull that does not
+    add up is pulled again whole: a line was posted back-dated, before the window."""
+    pull = FULL if start is None else f"{WINDOW} from {start}"
+    problems = audit(client, record_id, table)
+    if problems and start is not None:
+        fresh = fetch(client, record_id, None)
+        fetched += fresh.num_rows
+        table = dedupe(fresh).sort_by(ORDER)
+        pull = f"{FULL} (the window pull from {start} did not reconcile)"
         validate(Transactions, table.select(CHECKED), f"transactions of record {record_id}")
-
-
-@dataclass
-class Landed:
-    """What landing some records wrote: enough for the run's metadata and its check."""
-    paths: list[str] = field(default_factory=list)
-    heads: list[pa.Table] = field(default_factory=list)
-    accounts: set[str] = field(default_factory=set)
-    total_rows: int = 0
-    fresh_rows: int = 0
-    pulls: dict[str, str] = field(default_factory=dict)
-    problems: list[dict] = field(default_factory=list)
-
-    def add(self, other: "Landed") -> None:
-        self.paths += other.paths
-        if sum(t.num_rows for t in self.heads) < PREVIEW_ROWS:
-            self.heads += other.heads
-        self.accounts |= other.accounts
-        self.total_rows += other.total_rows
-        self.fresh_rows += other.fresh_rows
-        self.pulls.update(other.pulls)
-        self.problems += other.problems
+        problems = audit(client, record_id, table)
+    meta = {"fetched_rows": fetched, "pull": pull,
+            "accounts": len(pc.unique(table["account_id"])) if table.num_rows else 0,
+            "pending_lines": table.num_rows - pc.count(table["balance"]).as_py()}
+    if problems:
+        return Landing(record_id, published=False, problems={RUNNING_BALANCE.name: problems},
+                       metadata={**record_metadata(table, None), **meta})
+    path = lake.write("transactions", record_id, table, schema=SCHEMA)
+    return Landing(record_id, published=True, problems={RUNNING_BALANCE.name: []},
+                   metadata={**record_metadata(table, path), **meta})
 
 
 def land_records(client: ConnectionClient, lake: Lake, ids: list[str],
-                 say: Callable[..., None] | None = None, split: bool = False) -> Landed:
-    """Fetch, merge, validate, write and reconcile each record's partition, in order.
+                 full: set[str] = frozenset(), say: Callable[..., None] | None = None,
+                 split: bool = False) -> list[Landing]:
+    """Fetch, window, validate, audit and publish each record's partition, in order.
 
-    `split`: a lone record of SPLIT_ROWS or more is fetched by the worker processes.
+    `full`: records pulled whole whatever the lake holds. `split`: a lone record of
+    SPLIT_ROWS or more is fetched by the worker processes. A record whose fetch or validation
+    fails is reported with its error; the others go on.
     """
-    out = Landed()
-    checks: list[Future] = []
+    landings: dict[str, Landing | Future] = {}
     with (ThreadPoolExecutor(FETCHERS, thread_name_prefix="transactions-fetch") as pool,
           ThreadPoolExecutor(2, thread_name_prefix="transactions-write") as io):
         lone = split and len(ids) == 1  # the sensor's runs: one record, maybe a big one
 
         def start_fetch(record_id: str) -> tuple[pa.Table | None, dt.date | None, Future]:
             existing = lake.read("transactions", record_id, schema=SCHEMA)
-            start = pull_from(existing)
+            start = None if record_id in full else pull_from(existing)
             if not lone:
                 return existing, start, pool.submit(fetch, client, record_id, start)
             done: Future = Future()  # fetched here: worker processes fork from this thread
-            done.set_result(fetch_split(client, record_id, start))
+            try:
+                done.set_result(fetch_split(client, record_id, start))
+            except Exception as exc:  # reported with the record, below
+                done.set_exception(exc)
             return existing, start, done
 
         ahead = {r: start_fetch(r) for r in ids[:AHEAD]}
-        group: dict[str, pa.Table] = {}
+        group: dict[str, tuple[pa.Table, dt.date | None, int]] = {}
 
         def flush() -> None:
-            validate_together(group)
-            writes = [(rid, io.submit(lake.write, "transactions", rid, t, schema=SCHEMA))
-                      for rid, t in group.items()]
-            for rid, w in writes:
-                out.paths.append(w.result())
-                checks.append(io.submit(reconcile_running_balances, client, rid, group[rid]))
+            bad = bad_records({r: t for r, (t, _, _) in group.items()})
+            for rid, (table, start, fetched) in group.items():
+                if rid in bad:
+                    landings[rid] = Landing(rid, error=bad[rid], retryable=False)
+                else:
+                    landings[rid] = io.submit(land_one, client, lake, rid, table, start,
+                                              fetched)
             group.clear()
 
         for i, record_id in enumerate(ids):
@@ -157,27 +212,32 @@ def land_records(client: ConnectionClient, lake: Lake, ids: list[str],
             if i + AHEAD < len(ids):
                 nxt = ids[i + AHEAD]
                 ahead[nxt] = start_fetch(nxt)
-            fresh = fetched.result()
+            try:
+                fresh = fetched.result()
+            except Exception as exc:
+                landings[record_id] = Landing.failed(record_id, exc)
+                continue
             del fetched
-            out.fresh_rows += fresh.num_rows
-            out.pulls[record_id] = start.isoformat() if start else "full history"
-            table = merge(existing, fresh)
+            table = apply_window(existing, fresh, start)
             if say is not None:
                 say("record %s: %d fetched (%s), %d in the partition", record_id,
                     fresh.num_rows, f"from {start}" if start else "full history",
                     table.num_rows)
-            del existing, fresh
-            if sum(t.num_rows for t in group.values()) + table.num_rows > VALIDATE_ROWS:
+            if sum(t.num_rows for t, _, _ in group.values()) + table.num_rows > VALIDATE_ROWS:
                 flush()
-            group[record_id] = table
-            out.total_rows += table.num_rows
-            if table.num_rows:
-                out.accounts.update(pc.unique(table["account_id"]).to_pylist())
-            if sum(t.num_rows for t in out.heads) < PREVIEW_ROWS:
-                out.heads.append(table.slice(0, PREVIEW_ROWS))
+            group[record_id] = (table, start, fresh.num_rows)
+            del existing, fresh
         if group:
             flush()
-        out.problems = [p for c in checks for p in c.result()]
+        out = []
+        for rid in ids:
+            landing = landings[rid]
+            if isinstance(landing, Future):
+                try:
+                    landing = landing.result()
+                except Exception as exc:  # the audit's /balance call, or the write
+                    landing = Landing.failed(rid, exc)
+            out.append(landing)
     return out
 
 
@@ -203,8 +263,9 @@ def _start_worker(config: dict, lake_root: str | None) -> None:
     _worker["lake"] = Lake(root=lake_root) if lake_root else None
 
 
-def _land_chunk(ids: list[str]) -> Landed:
-    return land_records(_worker["client"], _worker["lake"], ids)
+def _land_chunk(args: tuple[list[str], set[str]]) -> list[Landing]:
+    ids, full = args
+    return land_records(_worker["client"], _worker["lake"], ids, full)
 
 
 def warm() -> None:
@@ -225,12 +286,13 @@ def _workers(client: ConnectionClient, lake: Lake | None = None) -> ProcessPoolE
                                initargs=(config, lake.root if lake else None))
 
 
-def land_in_workers(client: ConnectionClient, lake: Lake, ids: list[str]) -> Landed:
+def land_in_workers(client: ConnectionClient, lake: Lake, ids: list[str],
+                    full: set[str] = frozenset()) -> list[Landing]:
     chunks = [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
-    out = Landed()
+    out: list[Landing] = []
     with _workers(client, lake) as pool:
-        for landed in pool.map(_land_chunk, chunks):  # in order: metadata stays stable
-            out.add(landed)
+        for landed in pool.map(_land_chunk, [(c, full & set(c)) for c in chunks]):
+            out += landed  # in order: the run's log and metadata stay stable
     return out
 
 
@@ -279,36 +341,44 @@ def fetch_split(client: ConnectionClient, record_id: str, start: dt.date | None)
     return dedupe(pa.concat_tables(parts))
 
 
-@asset(
-    partitions_def=records, backfill_policy=batched, group_name="products",
-    kinds={"parquet"},
-    check_specs=[AssetCheckSpec("running_balance_reconciles", asset="transactions",
-                                blocking=True,
-                                description="each account's last running balance equals "
-                                            "its balance at the service")],
-)
-def transactions(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
-    """Every transaction of the record, signed amount and narration included."""
-    ids = record_ids(context)
+def full_pulls(context: AssetExecutionContext, config: PullConfig, ids: list[str]) -> set[str]:
+    """Records this run pulls whole: all when asked, else those `daily_refresh` reconciles
+    today (its runs carry the day)."""
+    if config.full_history:
+        return set(ids)
+    day = context.run.tags.get("ledgerlake/refresh_day")
+    if not day:
+        return set()
+    every, when = reconcile_days(), dt.date.fromisoformat(day)
+    return {r for r in ids if reconciles_on(r, when, every)}
+
+
+@product("transactions", checks=[RUNNING_BALANCE],
+         description="Every transaction of the record: signed amount, running balance, "
+                     "narration; the source wins inside each pull's window")
+def transactions(context: AssetExecutionContext, config: PullConfig, client: ConnectionClient,
+                 lake: Lake):
+    ids = to_land(context, "transactions")
+    full = full_pulls(context, config, ids)
     if len(ids) >= POOL_MIN_RECORDS and sys.platform == "linux":
-        landed = land_in_workers(client, lake, ids)
+        landings = land_in_workers(client, lake, ids, full)
     else:
-        landed = land_records(client, lake, ids, split=sys.platform == "linux",
-                              # a Dagster log line is a stored event (~10 ms): few records only
-                              say=context.log.info if len(ids) <= LOG_EACH else None)
-    paths, heads, pulls = landed.paths, landed.heads, landed.pulls
-    total_rows, fresh_rows, problems = landed.total_rows, landed.fresh_rows, landed.problems
-    accounts = landed.accounts
+        landings = land_records(client, lake, ids, full, split=sys.platform == "linux",
+                                # a Dagster log line is a stored event (~10 ms): few records only
+                                say=context.log.info if len(ids) <= LOG_EACH else None)
+    published = [x for x in landings if x.published]
     if len(ids) > LOG_EACH:
-        full = sum(1 for v in pulls.values() if v == "full history")
-        context.log.info("%d records: %d fetched (%d full histories, %d incremental), %d in "
-                         "their partitions", len(ids), fresh_rows, full, len(ids) - full,
-                         total_rows)
-    first = pa.concat_tables(heads) if heads else SCHEMA.empty_table()
-    yield MaterializeResult(metadata={**describe(first, paths), "dagster/row_count": total_rows,
-                                      "fetched_rows": fresh_rows,
-                                      "pulled_from": dict(list(pulls.items())[:LISTED])})
-    yield AssetCheckResult(
-        check_name="running_balance_reconciles", passed=not problems,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"accounts_checked": len(accounts), "mismatches": problems[:50]})
+        pulls = [x.metadata.get("pull", "") for x in landings]
+        context.log.info(
+            "%d records: %d published (%d pulled whole), %d held back by a check, %d failed; "
+            "%d rows fetched", len(ids), len(published), sum(p.startswith(FULL) for p in pulls),
+            sum(1 for x in landings if not x.published and not x.error),
+            sum(1 for x in landings if x.error),
+            sum(x.metadata.get("fetched_rows", 0) for x in landings))
+    for x in landings:
+        if x.metadata.get("pull", "").startswith(f"{FULL} ("):
+            context.log.warning("record %s: %s", x.record_id, x.metadata["pull"])
+    # income that landed before these transactions is checked now that both sides are here
+    recheck_income(context, lake, [x.record_id for x in published])
+    report(context, "transactions", landings, [RUNNING_BALANCE])
+    yield from ()  # each record was reported on its own: the step has no output of its own

@@ -47,14 +47,15 @@ STAND_INS = {
     "transactions": {
         "record_id": "varchar", "transaction_id": "varchar", "account_id": "varchar",
         "customer_id": "varchar", "trans_date": "timestamptz", "cleared_date": "timestamptz",
-        "debit": "double", "credit": "double", "amount": "double", "balance": "double",
+        "debit": "decimal(18,2)", "credit": "decimal(18,2)", "amount": "decimal(18,2)",
+        "balance": "decimal(18,2)",
         "currency": "varchar", "narration": "varchar", "topics": "varchar[]",
         "ref": "varchar", "branch": "varchar", "code": "varchar", "env": "varchar",
         "created_at": "timestamptz", "bank_id": "varchar", "last_updated": "timestamptz",
     },
     "balance_periodic": {
         "record_id": "varchar", "account_id": "varchar", "date": "date",
-        "available_balance": "double", "ledger_balance": "double",
+        "available_balance": "decimal(18,2)", "ledger_balance": "decimal(18,2)",
     },
 }
 
@@ -66,10 +67,23 @@ _LAKE_REF = re.compile(r"\{lake:([a-z][a-z0-9_]*)(\??)\}")
 _NEEDS = re.compile(r"^--\s*needs:\s*(.+)$", re.MULTILINE)
 
 
+DEFAULT_TIMEZONE = "Africa/Lagos"
+
+
 class Warehouse(ConfigurableResource):
-    """Where the published DuckDB file lives."""
+    """Where the published DuckDB file lives, and whose days its views count in."""
 
     path: str
+    timezone: str = DEFAULT_TIMEZONE  # days and months of the customers (LEDGERLAKE_TIMEZONE)
+
+
+def check_timezone(con: duckdb.DuckDBPyConnection, zone: str) -> str:
+    """A time zone DuckDB knows (its ICU database), or a ValueError naming it."""
+    if not isinstance(zone, str) or not con.execute(
+            "select count(*) from pg_timezone_names() where name = ?", [zone]).fetchone()[0]:
+        raise ValueError(f"time zone {zone!r} is not one DuckDB knows (an IANA name such as "
+                         f"Africa/Lagos or UTC)")
+    return zone
 
 
 @dataclass(frozen=True)
@@ -140,12 +154,14 @@ def stand_in(table: str) -> str:
     return f"(select {cols} limit 0)"
 
 
-def render(view: View, lake_root: Path, present: set[str]) -> str:
+def render(view: View, lake_root: Path, present: set[str],
+           timezone: str = DEFAULT_TIMEZONE) -> str:
     def sub(m: re.Match) -> str:
         table = m.group(1)
         return lake_source(lake_root, table) if table in present else stand_in(table)
 
-    return _LAKE_REF.sub(sub, view.sql)
+    zone = "'" + timezone.replace("'", "''") + "'"
+    return _LAKE_REF.sub(sub, view.sql).replace("{timezone}", zone)
 
 
 def buildable(view: View, present: set[str], created: set[str]) -> bool:
@@ -156,7 +172,8 @@ def buildable(view: View, present: set[str], created: set[str]) -> bool:
     return True
 
 
-def build(lake_root: Path | str, target: Path | str) -> list[str]:
+def build(lake_root: Path | str, target: Path | str,
+          timezone: str = DEFAULT_TIMEZONE) -> list[str]:
     """Publish at `target` a DuckDB file with every view the lake can serve; return their names.
 
     The file is built under a temporary name in the same folder and renamed over `target`
@@ -173,11 +190,12 @@ def build(lake_root: Path | str, target: Path | str) -> list[str]:
     created: list[str] = []
     try:
         with duckdb.connect(str(tmp), config=FILE_CONFIG) as con:
+            check_timezone(con, timezone)
             for view in views:
                 if not buildable(view, present, set(created)):
                     continue
                 try:
-                    con.execute(render(view, lake_root, present))
+                    con.execute(render(view, lake_root, present, timezone))
                 except duckdb.Error as exc:
                     raise RuntimeError(f"view {view.name} ({SQL_DIR / view.name}.sql) "
                                        f"does not build over {lake_root}: {exc}") from exc
@@ -214,7 +232,7 @@ def warehouse(context: AssetExecutionContext, lake: Lake,
                          "extension, which this build does not load")
     lake_root = Path(lake.root).resolve()
     target = Path(warehouse_db.path).resolve()
-    views = build(lake_root, target)
+    views = build(lake_root, target, warehouse_db.timezone)
     waiting = sorted({v.name for v in load_views()} - set(views))
     context.log.info("published %s with views %s", target, views)
     return MaterializeResult(metadata={

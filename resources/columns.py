@@ -2,6 +2,11 @@
 
 The columns are the lake's (docs/lake.md); `record_id` is not one, the partition names it.
 
+Money is exact: naira as `decimal(18,2)` (MONEY) from the JSON to the lake. Arrow's JSON
+reader parses the numbers' text straight into decimals (and refuses a third decimal); values
+that orjson already made floats go through `money`, which recovers the two-decimal number the
+JSON held, exactly, or refuses it.
+
 Two ways in, one way out (`wire_batch`): `read_transaction_pages` hands the pages' bytes
 to Arrow's JSON reader, which builds the columns in C++ with no Python object per row (the
 client's path for whole pulls); `transactions_batch` takes orjson's dicts, walked once
@@ -12,11 +17,77 @@ and timestamps are cast from their strings by the same parser.
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
 UTC_MS = pa.timestamp("ms", tz="UTC")
+MONEY = pa.decimal128(18, 2)  # naira, exact to the kobo
+_MAX_KOBO = 10**16  # what decimal(18,2) holds
+
+
+def money_from_kobo(kobo: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """int64 kobo as decimal(18,2) naira, exactly: decimal128 stores the unscaled integer, so
+    the kobo are the value's low 64 bits and the high 64 are their sign."""
+    kobo = np.ascontiguousarray(kobo, dtype=np.int64)
+    if len(kobo) and int(np.abs(kobo).max()) >= _MAX_KOBO:
+        raise ValueError("an amount does not fit decimal(18,2)")
+    words = np.empty(2 * len(kobo), dtype=np.int64)
+    words[0::2], words[1::2] = kobo, kobo >> 63
+    mask = None
+    if valid is not None and not valid.all():
+        mask = pa.array(valid, pa.bool_()).buffers()[1]
+    return pa.Array.from_buffers(MONEY, len(kobo), [mask, pa.py_buffer(words)],
+                                 null_count=-1 if mask is not None else 0)
+
+
+def kobo_of(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """decimal(18,2) naira as int64 kobo (nulls read as 0): the unscaled integers, exactly."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks else pa.array([], MONEY)
+    if values.type != MONEY:
+        values = values.cast(MONEY)
+    words = np.frombuffer(values.buffers()[1], dtype=np.int64)
+    low = words[2 * values.offset: 2 * (values.offset + len(values)): 2].copy()
+    if values.null_count:
+        low[~values.is_valid().to_numpy(zero_copy_only=False)] = 0
+    return low
+
+
+def money(values) -> pa.Array:
+    """Amounts as JSON numbers parsed by orjson (floats, ints, None) as exact decimal(18,2).
+
+    A float parsed from a number with at most two decimals is the double nearest to it, so
+    rounding it to the kobo gives that number back; one that is not within a millionth of a
+    kobo of a whole kobo had more decimals, and is refused rather than rounded.
+    """
+    if not isinstance(values, pa.Array | pa.ChunkedArray):
+        try:
+            values = pa.array(values, pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            raise ValueError(f"an amount is not a number: {err}") from None
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks else pa.array([], pa.float64())
+    if pa.types.is_decimal(values.type):
+        return values.cast(MONEY)
+    x = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    valid = ~np.isnan(x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = np.where(valid, x, 0.0) * 100
+        kobo = np.round(scaled)
+        off = ~np.isfinite(kobo) | (np.abs(scaled - kobo) > 1e-6 * np.maximum(1.0, np.abs(kobo)))
+    if off.any():
+        raise ValueError(f"amount {float(x[off][0])!r} is not naira with at most two decimals")
+    if len(kobo) and np.abs(kobo).max() >= _MAX_KOBO:
+        raise ValueError("an amount does not fit decimal(18,2)")
+    return money_from_kobo(kobo.astype(np.int64), valid)
+
+
+def naira(kobo: int) -> str:
+    """Kobo as naira text with two decimals, exactly (for messages and metadata)."""
+    sign, whole = ("-" if kobo < 0 else ""), abs(int(kobo))
+    return f"{sign}{whole // 100}.{whole % 100:02d}"
 
 # INTERFACE.md's Transaction as it arrives; timestamps are parsed after the struct pass.
 TRANSACTION_WIRE = pa.struct([
@@ -26,9 +97,9 @@ TRANSACTION_WIRE = pa.struct([
     ("bank", pa.string()),
     ("trans_date", pa.string()),
     ("cleared_date", pa.string()),
-    ("debit", pa.float64()),
-    ("credit", pa.float64()),
-    ("balance", pa.float64()),
+    ("debit", MONEY),
+    ("credit", MONEY),
+    ("balance", MONEY),
     ("currency", pa.string()),
     ("notes", pa.struct([("desc", pa.string()), ("topics", pa.list_(pa.string()))])),
     ("ref", pa.string()),
@@ -46,10 +117,10 @@ TRANSACTION_SCHEMA = pa.schema([
     pa.field("bank_id", pa.string()),
     pa.field("trans_date", UTC_MS),
     pa.field("cleared_date", UTC_MS),
-    pa.field("debit", pa.float64()),
-    pa.field("credit", pa.float64()),
-    pa.field("amount", pa.float64()),  # signed: credit - debit
-    pa.field("balance", pa.float64()),  # running balance after the line
+    pa.field("debit", MONEY),
+    pa.field("credit", MONEY),
+    pa.field("amount", MONEY),  # signed: credit - debit
+    pa.field("balance", MONEY),  # running balance after the line (null: a pending line)
     pa.field("currency", pa.string()),
     pa.field("narration", pa.string()),  # notes.desc
     pa.field("topics", pa.list_(pa.string())),  # notes.topics
@@ -106,13 +177,25 @@ def read_transaction_pages(bodies: list[bytes]
     return (table.column("status").to_pylist(), data.field("pagination").to_pylist(), lists)
 
 
+# orjson hands amounts over as floats: read them as such, then exactly into MONEY
+_FLOAT_WIRE = pa.struct([pa.field(f.name, pa.float64()) if f.type == MONEY else f
+                         for f in TRANSACTION_WIRE])
+
+
 def transactions_batch(rows: list[dict]) -> pa.RecordBatch:
     """One page of `/transactions/get` (`data.transaction`) as a batch of TRANSACTION_SCHEMA."""
     try:
-        wire = pa.array(rows, type=TRANSACTION_WIRE)
+        wire = pa.array(rows, type=_FLOAT_WIRE)
+        if wire.null_count == 0:
+            fields = [money(wire.field(f.name)) if f.type == MONEY else wire.field(f.name)
+                      for f in TRANSACTION_WIRE]
+            wire = pa.StructArray.from_arrays(fields, fields=list(TRANSACTION_WIRE))
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise ValueError(f"a transaction does not have the interface's shape: {err}") from None
     return wire_batch(wire)
+
+
+_ZERO = pa.scalar(0, MONEY)
 
 
 def wire_batch(wire: pa.StructArray) -> pa.RecordBatch:
@@ -133,7 +216,7 @@ def wire_batch(wire: pa.StructArray) -> pa.RecordBatch:
         f("_id"), f("account"), f("customer"), f("bank"),
         times["trans_date"], times["cleared_date"],
         debit, credit,
-        pc.subtract(pc.fill_null(credit, 0.0), pc.fill_null(debit, 0.0)),
+        pc.subtract(pc.fill_null(credit, _ZERO), pc.fill_null(debit, _ZERO)).cast(MONEY),
         f("balance"), f("currency"),
         narration, topics,
         f("ref"), f("branch"), f("code"), f("env"),

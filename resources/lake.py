@@ -1,5 +1,9 @@
 """The Parquet lake: `<root>/<table>/record_id=<id>/part-0.parquet`, replaced atomically.
 
+A table that only grows (balance snapshots) is appended to instead: each write adds its own
+file beside the others (`part-<time>-<random>.parquet`), so two runs writing the same record
+at once both land; nothing is read and rewritten.
+
 The root is a local path or an `s3://bucket/prefix` URI (pyarrow's options may follow as a
 query, e.g. `?endpoint_override=...&region=...`; credentials come from the AWS environment
 variables, never from the URI, so they stay out of logs and metadata). Locally a partition is written to a
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from pathlib import Path
 
@@ -72,26 +77,48 @@ class Lake(ConfigurableResource):
 
     def read(self, table: str, record_id: str | None = None,
              schema: pa.Schema | None = None) -> pa.Table | None:
-        """The partition as written, or None if it does not exist yet."""
+        """The partition as written (all its files), or None if it does not exist yet."""
         fs, _ = self._resolve()
-        key = self._key(table, record_id)
-        if fs.get_file_info(key).type == pafs.FileType.NotFound:
+        parts = self._parts(self._key(table, record_id).rsplit("/", 1)[0])
+        if not parts:
             return None
-        return pq.read_table(key, filesystem=fs, schema=schema, partitioning=None)
+        return pa.concat_tables([pq.read_table(p, filesystem=fs, schema=schema,
+                                               partitioning=None) for p in parts])
+
+    def _parts(self, folder: str) -> list[str]:
+        """The data files of a partition folder, oldest name first (temporary files start
+        with a dot and are never read)."""
+        fs, _ = self._resolve()
+        if fs.get_file_info(folder).type != pafs.FileType.Directory:
+            return []
+        return sorted(i.path for i in fs.get_file_info(pafs.FileSelector(folder))
+                      if i.type == pafs.FileType.File and i.base_name.startswith("part-")
+                      and i.base_name.endswith(".parquet"))
+
+    def append(self, table: str, record_id: str | None, data: pa.Table,
+               schema: pa.Schema | None = None) -> str:
+        """Add `data` to the partition as a file of its own: concurrent appends all land, a
+        reader sees each file whole or not at all. Returns its path."""
+        name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
+        return self._put(self._key(table, record_id).rsplit("/", 1)[0] + "/" + name, data,
+                         schema)
 
     def write(self, table: str, record_id: str | None, data: pa.Table,
               schema: pa.Schema | None = None) -> str:
         """Replace the partition whole: a reader sees old or new, never half. Returns its path."""
+        return self._put(self._key(table, record_id), data, schema)
+
+    def _put(self, key: str, data: pa.Table, schema: pa.Schema | None) -> str:
+        """Write one file atomically: aside, synced, then renamed into place (one PUT on S3)."""
         if schema is not None:
             data = data.select(schema.names).cast(schema)
         fs, _ = self._resolve()
-        key = self._key(table, record_id)
         parent = key.rsplit("/", 1)[0]
         fs.create_dir(parent, recursive=True)
         if not self.is_local:
             pq.write_table(data, key, filesystem=fs, compression="zstd")
             return f"{self.root.split('://', 1)[0]}://{key}"
-        tmp = f"{parent}/.{PART}.{uuid.uuid4().hex}.tmp"
+        tmp = f"{parent}/.{key.rsplit('/', 1)[1]}.{uuid.uuid4().hex}.tmp"
         try:
             with open(tmp, "wb") as fh:
                 pq.write_table(data, fh, compression="zstd")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,6 +13,10 @@ import httpx
 import pytest
 
 from pipeline.local import Server
+
+# the engine's retries wait seconds, not the production default of minutes (assets/publish.py
+# reads this at import, and child processes inherit it)
+os.environ.setdefault("LEDGERLAKE_RETRY_DELAY_S", "0.5")
 
 
 @dataclass

@@ -1,11 +1,15 @@
--- daily_balances: one row per account per day (UTC), from the account's first known day to
--- its last, each day holding the balance at the end of that day.
+-- daily_balances: one row per account per day (the customer's day: LEDGERLAKE_TIMEZONE,
+-- Africa/Lagos by default), from the account's first known day to its last, each day holding
+-- the balance at the end of that day, exact (decimal naira).
 --
 -- Where the figure comes from, best first:
---   1. `transactions`: on a day with lines, the running balance of the day's last line
---      (by trans_date, then transaction_id). Lines are the ground truth and the freshest:
---      the service's periodic history is cut once a day and its last day may be partial.
---   2. `balance_periodic`: the service's own end-of-day history, for days without lines.
+--   1. `transactions`: on a day with posted lines, the running balance of the last line
+--      posted that day (by cleared_date, then transaction_id: the running balance follows
+--      posting, so a line posted back-dated counts on the day it posted; pending lines carry
+--      no balance). Lines are the ground truth and the freshest: the service's periodic
+--      history is cut once a day and its last day may be partial.
+--   2. `balance_periodic`: the service's own end-of-day history (its own dates), for days
+--      without lines.
 --      It alone knows the balance before an account's first line, and it carries the
 --      available balance, which lines do not.
 --   3. carried forward: a day with neither takes the last known balance before it.
@@ -16,11 +20,12 @@ with lines as (
     select
         record_id,
         account_id,
-        timezone('UTC', trans_date)::date as date,
-        trans_date,
+        timezone({timezone}, cleared_date)::date as date,
+        cleared_date,
         transaction_id,
         balance
     from {lake:transactions?}
+    where balance is not null and cleared_date is not null  -- posted lines only
 ),
 
 from_lines as (
@@ -28,7 +33,7 @@ from_lines as (
         record_id,
         account_id,
         date,
-        arg_max(balance, (trans_date, transaction_id)) as balance
+        arg_max(balance, (cleared_date, transaction_id)) as balance
     from lines
     group by all
 ),

@@ -1,16 +1,19 @@
--- monthly_cashflow: money in, money out and the net per account and calendar month (UTC).
--- inflow sums the credits and outflow the debits, both as positive naira; net = inflow -
--- outflow. Rounded to kobo, since float sums drift in the last digits.
+-- monthly_cashflow: money in, money out and the net per account and calendar month, in the
+-- customer's time zone (LEDGERLAKE_TIMEZONE, Africa/Lagos by default) and by each line's
+-- value date (trans_date). inflow sums the credits and outflow the debits, both as positive
+-- naira, exactly (decimal sums); net = inflow - outflow. Pending lines (not posted yet, maybe
+-- never) are left out.
 -- needs: transactions
 create or replace view monthly_cashflow as
 select
     record_id,
     account_id,
-    date_trunc('month', timezone('UTC', trans_date))::date as month,
-    any_value(currency)                                    as currency,
-    count(*)                                               as transactions,
-    round(coalesce(sum(credit), 0), 2)                     as inflow,
-    round(coalesce(sum(debit), 0), 2)                      as outflow,
-    round(coalesce(sum(credit), 0) - coalesce(sum(debit), 0), 2) as net
+    date_trunc('month', timezone({timezone}, trans_date))::date as month,
+    any_value(currency)                                         as currency,
+    count(*)                                                    as transactions,
+    coalesce(sum(credit), 0)                                    as inflow,
+    coalesce(sum(debit), 0)                                     as outflow,
+    coalesce(sum(credit), 0) - coalesce(sum(debit), 0)          as net
 from transactions
+where not pending
 group by all;

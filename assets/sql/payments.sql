@@ -1,7 +1,8 @@
--- payments: one row per payment from PAYMENT and PAYMENT_RECURRING callbacks. Amounts are
--- kobo in the lake; `amount` is the same in naira.
+-- payments: one row per payment from PAYMENT and PAYMENT_RECURRING callbacks. `amount` and
+-- `fee` are exact naira (decimal(18,2)), like every amount in the lake; `amount_kobo` is the
+-- amount as the service sent it.
 create or replace view payments as
 select
     *,
-    amount_kobo / 100 as amount
+    (amount * 100)::bigint as amount_kobo
 from {lake:payments};

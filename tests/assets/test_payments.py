@@ -54,10 +54,38 @@ def test_payments_from_callbacks(sandbox, receiver, tmp_path):
     rows = {r["payment_id"]: r for r in table.to_pylist()}
     assert set(rows) == set(ids)
     for pid, sent in ids.items():
-        assert rows[pid]["amount_kobo"] == sent["amount"]
+        # kobo on the wire, exact naira in the lake, the fee in the same unit
+        assert rows[pid]["amount"] * 100 == sent["amount"]
+        assert rows[pid]["fee"] * 100 == sent["fee"]
         assert rows[pid]["status"] == sent["status"]
         assert rows[pid]["interbank_response_code"] == sent["bank_response"]["STATUSCODE"]
     assert {r["status"] for r in rows.values()} == {"success", "failed"}
     kinds = {rows[pid]["callback_type"] for pid in ids}
     assert kinds == {"PAYMENT", "PAYMENT_RECURRING"}
     assert rows[monthly.json()["data"]["payment"]["_id"]]["schedule_interval"] == "monthly"
+
+
+def test_two_payments_in_one_window_both_land(tmp_path, make):
+    """Two PAYMENT callbacks of one record with the same window differ only by their payment:
+    both are events, and both payments reach the lake."""
+    inbox_path = tmp_path / "inbox.sqlite3"
+    record = make.record_id()
+    with Inbox(inbox_path, create=True) as inbox:
+        for pid, amount in (("pay1", 50_000), ("pay2", 70_000)):
+            body = make.callback(record, "PAYMENT", "PAYMENT_SUCCESS",
+                                 ended_at="2026-01-01T01:00:00.000Z", paymentId=pid,
+                                 link=None, schedule={"current_amount": amount,
+                                                      "paymentId": pid},
+                                 payment={"_id": pid, "status": "success", "amount": amount,
+                                          "fee": 750, "currency": "NGN"})
+            assert inbox.add(body)[1]
+    res = {"callback_log": CallbackLog(inbox_path=str(inbox_path)),
+           "lake": Lake(root=str(tmp_path / "lake"))}
+    with dg.DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("records", [record])
+        assert dg.materialize([payments], partition_key=record, resources=res,
+                              instance=instance).success
+    table = Lake(root=str(tmp_path / "lake")).read("payments", record)
+    assert sorted(table["payment_id"].to_pylist()) == ["pay1", "pay2"]
+    assert sorted(str(a) for a in table["amount"].to_pylist()) == ["500.00", "700.00"]
+    assert {str(f) for f in table["fee"].to_pylist()} == {"7.50"}
