@@ -6,6 +6,9 @@ callbacks share one transaction (group commit): one disk sync acknowledges all o
 
 Answers: 200 stored (or already stored), 400 not an event (kept as a dead letter), 401 wrong
 or missing token, 413 body too large, 503 only when the inbox itself cannot write.
+
+`GET /health` (and HEAD), for load balancers, needs no token: 200 while the writer runs and
+the inbox file answers a read, 503 otherwise.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import sqlite3
+from pathlib import Path
 
 import anyio
 import orjson
@@ -54,6 +59,11 @@ class GroupWriter:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
+
+    @property
+    def running(self) -> bool:
+        """False once its task has ended: callbacks would then wait for ever."""
+        return self._task is not None and not self._task.done()
 
     async def stop(self) -> None:
         self._closing = True
@@ -161,6 +171,33 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
                  info["method"], info["record"] or "-")
         return JSONResponse({"status": "ok", "event": event_id, "duplicate": not new})
 
+    inbox_file = Path(inbox_path).resolve()
+
+    def inbox_answers() -> None:
+        """One indexed read through a connection of its own, opened by path: unlike the
+        writer's, it fails when the file was deleted or replaced under the running receiver
+        (whose acknowledged callbacks would then be lost at its restart). Read-only, so it
+        never creates a file."""
+        con = sqlite3.connect(f"{inbox_file.as_uri()}?mode=ro", uri=True, timeout=2.0)
+        try:
+            con.execute("select max(id) from events").fetchone()
+        finally:
+            con.close()
+
+    async def health(request: Request) -> JSONResponse:
+        # nothing here names the file or the error: the answer may be public
+        if not writer.running:
+            log.error("health: the inbox writer has stopped")
+            return JSONResponse({"status": "error", "error": "inbox writer stopped"},
+                                status_code=503)
+        try:
+            await anyio.to_thread.run_sync(inbox_answers)
+        except Exception as exc:
+            log.error("health: inbox %s does not answer: %s", inbox_file, exc)
+            return JSONResponse({"status": "error", "error": "inbox unavailable"},
+                                status_code=503)
+        return JSONResponse({"status": "ok"})
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         writer.start()
@@ -172,7 +209,10 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
 
     base = "/" + path.strip("/")
     paths = {base, base.rstrip("/") + "/"}  # a trailing slash is tolerated either way
-    routes = [Route(p, receive, methods=["POST"]) for p in sorted(paths)]
+    # GET and HEAD (Starlette adds HEAD to a GET route); a callback path of /health still
+    # takes its POSTs, which only match the callback route
+    routes = [Route("/health", health, methods=["GET"]),
+              *(Route(p, receive, methods=["POST"]) for p in sorted(paths))]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.inbox = inbox
     return app

@@ -95,6 +95,26 @@ def test_the_receiver_will_not_start_without_a_token(tmp_path):
         Server("receiver", "--inbox", str(tmp_path / "i.sqlite3"), env=env).start()
 
 
+def test_health_answers_a_load_balancer_without_a_token(receiver):
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        resp = HTTP.get(receiver.url + "/health", headers=headers)
+        assert (resp.status_code, resp.json()) == (200, {"status": "ok"})
+    head = HTTP.head(receiver.url + "/health")
+    assert (head.status_code, head.content) == (200, b"")
+    assert HTTP.post(receiver.url + "/health").status_code == 405  # not a callback route
+    assert stored(receiver) == (0, [])
+
+
+def test_health_is_503_once_the_inbox_file_is_gone(receiver, make):
+    assert post(receiver, make.callback("r1")).status_code == 200
+    for suffix in ("", "-wal", "-shm"):  # the data folder wiped under a running receiver
+        receiver.inbox.with_name(receiver.inbox.name + suffix).unlink(missing_ok=True)
+    resp = HTTP.get(receiver.url + "/health")
+    assert resp.status_code == 503
+    assert resp.json()["status"] == "error"
+    assert str(receiver.inbox.parent) not in resp.text  # no path, no error detail
+
+
 def test_a_huge_body_is_413(receiver, make):
     body = make.callback("r1", extras={"pad": "x" * (2 << 20)})
     assert post(receiver, body).status_code == 413
