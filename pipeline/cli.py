@@ -159,7 +159,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from . import sql
     from .config import Settings
 
-    path = Path(args.warehouse) if args.warehouse else Settings.from_env().warehouse
+    path = Path(args.warehouse) if args.warehouse else Settings.from_env().warehouse_path
     try:
         fmt = sql.format_of(args.format, Path(args.output) if args.output else None)
         con = sql.open_warehouse(path.resolve())
@@ -265,10 +265,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .config import ConfigError
+
     logging.basicConfig(level=os.environ.get("LEDGERLAKE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ConfigError as exc:  # a bad setting is the caller's to fix: one line, no traceback
+        print(f"ledgerlake: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

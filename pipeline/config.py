@@ -1,40 +1,171 @@
 """Where ledgerlake keeps its data and which service it talks to, from the environment.
 
-Every path defaults under LEDGERLAKE_HOME (default `./data`, made absolute at load), so
+Every location defaults under LEDGERLAKE_HOME (default `./data`, made absolute at load), so
 the demo, the Dagster UI and `ledgerlake sql` run from the repository root share one lake.
+
+A location is a plain path (made absolute) or a URI, kept as given. What each setting takes
+is what the project can write today: the lake a local path, `file://` or `s3://` (resources/
+lake.py writes S3 through pyarrow); the warehouse (a DuckDB file), the inbox (SQLite) and the
+home folder only a local path or `file://`. Anything else is refused at load with a
+ConfigError naming the variable, never read as a folder named `s3:` under the working
+directory.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+from urllib.request import url2pathname
 
 ENVIRONMENTS = ("sandbox", "production")
+
+# `scheme:` of two letters or more: one letter is a Windows drive, not a URI
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
+# object stores pyarrow and DuckDB know, which the project may learn to write
+_LATER = {"gs", "gcs", "az", "abfs", "abfss", "adl", "hdfs", "r2"}
+# S3's bucket naming rules (no port, no upper case, 3 to 63 characters)
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# the query options pyarrow's S3 URI parser takes (26.x); credentials are not among them
+S3_OPTIONS = frozenset({"region", "scheme", "endpoint_override", "allow_bucket_creation",
+                        "allow_bucket_deletion", "tls_ca_file_path", "tls_verify_certificates",
+                        "allow_delayed_open", "smart_defaults"})
+
+LOCAL = ("file",)
+LAKE = ("file", "s3")
+
+
+class ConfigError(ValueError):
+    """A setting ledgerlake cannot use; the message names the variable and what it takes."""
+
+
+def _accepted(schemes: tuple[str, ...]) -> str:
+    forms = ["a local path", *(f"{s}://" for s in schemes)]
+    return ", ".join(forms[:-1]) + " or " + forms[-1]
+
+
+def _shown(value: str) -> str:
+    """The value as an error may repeat it: no user:password@ and no query values, which
+    are where a URI could carry a secret."""
+    match = _SCHEME.match(value)
+    if not match or not value[match.end():].startswith("//"):
+        return value
+    parts = urlsplit(value)
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}{parts.path}" + ("?..." if parts.query else "")
+
+
+def location(var: str, value: str, schemes: tuple[str, ...]) -> str:
+    """`value` checked as a location `var` may hold: a plain path made absolute, or a URI of
+    one of `schemes` kept as given. Raises ConfigError otherwise."""
+    accepted = _accepted(schemes)
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(f"{var}={_shown(value)}: {why}; use {accepted}")
+
+    if not value.strip():
+        raise ConfigError(f"{var} is set but empty; unset it for the default, or use "
+                          f"{accepted}")
+    if value != value.strip():
+        raise refuse("it starts or ends with white space")
+    match = _SCHEME.match(value)
+    if not match:
+        return str(Path(value).resolve())
+    scheme = match.group(1).lower()
+    if not value[match.end():].startswith("//"):
+        raise refuse(f"'{scheme}:' without '//' is neither a URI nor a plain path "
+                     "(write ./ before a relative path that holds a colon)")
+    if scheme not in schemes:
+        yet = " yet" if scheme in _LATER or scheme == "s3" else ""
+        raise refuse(f"the {scheme}:// scheme is not supported{yet}")
+    parts = urlsplit(value)
+    if "@" in parts.netloc:
+        raise refuse("credentials do not belong in the URI (the AWS_* environment variables "
+                     "hold them)")
+    if parts.fragment:
+        raise refuse("a URI here has no #fragment")
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise refuse(f"file:// names a file on this machine, not on {parts.netloc!r}")
+        if not parts.path.startswith("/") or parts.query:
+            raise refuse("a file:// URI is file:///absolute/path, without a query")
+    elif scheme == "s3":
+        if not parts.netloc:
+            raise refuse("s3:// needs a bucket: s3://bucket/prefix")
+        if not _BUCKET.fullmatch(parts.netloc):
+            raise refuse(f"{parts.netloc!r} is not an S3 bucket name (3 to 63 characters: "
+                         "a-z, 0-9, '.', '-')")
+        try:
+            keys = [k for k, _ in parse_qsl(parts.query, keep_blank_values=True,
+                                            strict_parsing=True)] if parts.query else []
+        except ValueError:
+            raise refuse("its query is not key=value&...") from None
+        unknown = sorted(set(keys) - S3_OPTIONS)
+        if unknown:
+            raise refuse(f"unknown S3 option {unknown[0]!r} (options: "
+                         f"{', '.join(sorted(S3_OPTIONS))})")
+    return scheme + value[match.end(1):]
+
+
+def local_path(value: str) -> Path | None:
+    """The local path of a checked location (a plain path or `file://`), or None when it
+    is in object storage."""
+    match = _SCHEME.match(value)
+    if not match:
+        return Path(value)
+    if match.group(1).lower() == "file":
+        return Path(url2pathname(urlsplit(value).path))
+    return None
+
+
+def _local(var: str, value: str) -> Path:
+    """A location that can only be local, as a Path."""
+    checked = location(var, value, LOCAL)
+    if _SCHEME.match(checked):
+        return Path(url2pathname(urlsplit(checked).path))
+    return Path(checked)
+
+
+def home_from_env(environ: os._Environ | dict | None = None) -> Path:
+    """LEDGERLAKE_HOME (default `./data`), checked and absolute."""
+    env = os.environ if environ is None else environ
+    return _local("LEDGERLAKE_HOME", env.get("LEDGERLAKE_HOME", "data"))
 
 
 @dataclass(frozen=True)
 class Settings:
     home: Path
-    lake: Path
-    warehouse: Path
-    inbox: Path
+    lake: str            # an absolute path, file:// or s3://, as given (local_path() splits)
+    warehouse: str       # an absolute path or file://: DuckDB writes it locally
+    inbox: Path          # SQLite, local only, so a path already
     api_url: str
     environment: str
 
     @classmethod
     def from_env(cls, environ: os._Environ | dict | None = None) -> Settings:
+        """The settings, checked: a value ledgerlake cannot use raises ConfigError."""
         env = os.environ if environ is None else environ
-        home = Path(env.get("LEDGERLAKE_HOME", "data")).resolve()
+        home = home_from_env(env)
         environment = env.get("LEDGERLAKE_ENVIRONMENT", "sandbox")
         if environment not in ENVIRONMENTS:
-            raise ValueError(f"LEDGERLAKE_ENVIRONMENT must be one of {ENVIRONMENTS}, "
-                             f"not {environment!r}")
+            raise ConfigError(f"LEDGERLAKE_ENVIRONMENT must be one of {ENVIRONMENTS}, "
+                              f"not {environment!r}")
         return cls(
             home=home,
-            lake=Path(env.get("LEDGERLAKE_LAKE", home / "lake")).resolve(),
-            warehouse=Path(env.get("LEDGERLAKE_WAREHOUSE", home / "warehouse.duckdb")).resolve(),
-            inbox=Path(env.get("LEDGERLAKE_INBOX", home / "inbox.sqlite3")).resolve(),
+            lake=location("LEDGERLAKE_LAKE", env.get("LEDGERLAKE_LAKE", str(home / "lake")),
+                          LAKE),
+            warehouse=location("LEDGERLAKE_WAREHOUSE",
+                               env.get("LEDGERLAKE_WAREHOUSE", str(home / "warehouse.duckdb")),
+                               LOCAL),
+            inbox=_local("LEDGERLAKE_INBOX", env.get("LEDGERLAKE_INBOX",
+                                                     str(home / "inbox.sqlite3"))),
             api_url=env.get("LEDGERLAKE_API_URL", "http://127.0.0.1:8765"),
             environment=environment,
         )
+
+    @property
+    def warehouse_path(self) -> Path:
+        """The warehouse file (always local: the setting takes no object store)."""
+        return _local("LEDGERLAKE_WAREHOUSE", self.warehouse)

@@ -16,7 +16,7 @@ from resources.callbacks import CallbackLog
 from resources.client import ConnectionClient
 from resources.lake import Lake
 
-from .config import Settings
+from .config import Settings, local_path
 from .jobs import PRODUCT_JOBS, ingest_job, refresh_job, replay_job, warehouse_job
 from .schedules import daily_refresh, hourly_replay
 from .sensors import inbox_sensor
@@ -38,8 +38,8 @@ defs = dg.Definitions(
             environment=settings.environment,
             secret_key=dg.EnvVar("LEDGERLAKE_SECRET_KEY"),
         ),
-        "lake": Lake(root=str(settings.lake)),
+        "lake": Lake(root=str(local_path(settings.lake) or settings.lake)),
         "callback_log": CallbackLog(inbox_path=str(settings.inbox)),
-        "warehouse_db": Warehouse(path=str(settings.warehouse)),
+        "warehouse_db": Warehouse(path=str(settings.warehouse_path)),
     },
 )

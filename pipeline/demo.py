@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from .config import home_from_env
 from .local import Server
 
 MARKER = ".ledgerlake-demo"
@@ -75,9 +76,13 @@ def start_upstream(home: Path, sandbox_port: int = 0, receiver_port: int = 0):
                        headers={"Authorization": f"Bearer {keys['LEDGERLAKE_SANDBOX_KEY']}"})
     api.post("settings/webhook", json={"url": f"{receiver.url}/callbacks/", "token": token}
              ).raise_for_status()
+    # every location pinned under `home`: a LEDGERLAKE_LAKE (say s3://) or LEDGERLAKE_INBOX
+    # left in the shell must not send the demo's data elsewhere or read another inbox
     env = {"LEDGERLAKE_API_URL": sandbox.url, "LEDGERLAKE_ENVIRONMENT": "sandbox",
            "LEDGERLAKE_SECRET_KEY": keys["LEDGERLAKE_SANDBOX_KEY"],
-           "LEDGERLAKE_HOME": str(home)}
+           "LEDGERLAKE_HOME": str(home), "LEDGERLAKE_LAKE": str(home / "lake"),
+           "LEDGERLAKE_WAREHOUSE": str(home / "warehouse.duckdb"),
+           "LEDGERLAKE_INBOX": str(home / "inbox.sqlite3")}
     return sandbox, receiver, api, env
 
 
@@ -112,7 +117,7 @@ def wait_for_events(inbox_path: Path, expected: int, timeout_s: float = 60.0,
 
 
 def run_demo(customers: int = 3, home: Path | None = None) -> int:
-    home = (home or Path(os.environ.get("LEDGERLAKE_HOME", "data"))).resolve()
+    home = home.resolve() if home else home_from_env()
     prepare_home(home)
     _say(f"data folder {home}")
     sandbox, receiver, api, env = start_upstream(home)
@@ -157,7 +162,7 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
 def run_dev(port: int = 3000, customers: int = 3) -> int:
     """Sandbox and receiver on fixed ports, a few customers, then `dagster dev` on the same
     data until Ctrl-C: the daemon's sensor picks their callbacks up from the inbox."""
-    home = Path(os.environ.get("LEDGERLAKE_HOME", "data")).resolve()
+    home = home_from_env()
     home.mkdir(parents=True, exist_ok=True)
     sandbox, receiver, api, env = start_upstream(home, 8765, 8766)
     try:
