@@ -5,6 +5,7 @@ records cost tens of runs, not thousands.
 """
 
 import warnings
+from collections.abc import Iterator
 
 from dagster import (
     AssetExecutionContext,
@@ -47,3 +48,21 @@ def source_of(context: AssetExecutionContext) -> str:
     if "PERIODIC_BALANCE" in methods:
         return "periodic"
     return "manual"
+
+
+def batches(keys: list[str], eligible: set[str],
+            size: int = RECORDS_PER_RUN) -> Iterator[tuple[str, str, int]]:
+    """Contiguous runs of eligible keys, in partition order, at most `size` long: the
+    partition ranges that batch many records into few runs without touching the others."""
+    start = end = None
+    count = 0
+    for key in keys:
+        if key in eligible and count < size:
+            start = start or key
+            end, count = key, count + 1
+            continue
+        if start is not None:
+            yield start, end, count
+        start, end, count = (key, key, 1) if key in eligible else (None, None, 0)
+    if start is not None:
+        yield start, end, count

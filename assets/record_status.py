@@ -12,6 +12,9 @@ from resources.callbacks import CallbackLog
 from resources.lake import Lake
 
 from .metadata import describe
+from .publish import LAKE_CHANGED
+
+PRODUCT_ASSETS = ["accounts", "balances", "transactions", "income", "identity", "payments"]
 
 UTC_MS = pa.timestamp("ms", tz="UTC")
 # product -> the callback methods that report it (the spec's Events table)
@@ -41,7 +44,10 @@ def last_per_product(methods: dict[str, tuple[str, str]]) -> dict[str, str | Non
     return out
 
 
-@asset(group_name="warehouse", kinds={"parquet"})
+# after products land (their callbacks moved the inbox), and on connection events (the inbox
+# sensor asks for a run), the statuses are rebuilt from the inbox
+@asset(group_name="warehouse", kinds={"parquet"}, deps=PRODUCT_ASSETS,
+       automation_condition=LAKE_CHANGED)
 def record_status(context: AssetExecutionContext, callback_log: CallbackLog, lake: Lake):
     """Connected, disconnected or needing reauthentication, with the last callback seen."""
     rows = [{"record_id": r["record"], "status": r["status"], "status_at": r["status_at"],

@@ -33,6 +33,7 @@ from .balances import balances
 from .identity import identity
 from .income import income
 from .payments import payments
+from .publish import LAKE_CHANGED
 from .record_status import record_status
 from .transactions import transactions
 
@@ -223,7 +224,8 @@ def _remove_stale(target: Path, older_than_s: float = 3600.0) -> None:
 
 # the views read what these write; the warehouse is rebuilt after them, never during
 @asset(deps=[accounts, balances, transactions, income, identity, payments, record_status],
-       pool="duckdb", group_name="warehouse", kinds={"duckdb"})
+       pool="duckdb", group_name="warehouse", kinds={"duckdb"},
+       automation_condition=LAKE_CHANGED)
 def warehouse(context: AssetExecutionContext, lake: Lake,
               warehouse_db: Warehouse) -> MaterializeResult:
     """DuckDB views over the lake, for analysts (`ledgerlake sql`)."""

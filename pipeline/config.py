@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import zoneinfo
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
@@ -128,6 +129,16 @@ def _local(var: str, value: str) -> Path:
     return Path(checked)
 
 
+def _zone(value: str) -> str:
+    """An IANA time zone name (what the warehouse buckets days and months in)."""
+    try:
+        zoneinfo.ZoneInfo(value)  # refuses empty names and paths ("../..") itself
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise ConfigError(f"LEDGERLAKE_TIMEZONE={value!r:.60} is not a time zone: use an IANA "
+                          "name such as Africa/Lagos or UTC") from None
+    return value
+
+
 def home_from_env(environ: os._Environ | dict | None = None) -> Path:
     """LEDGERLAKE_HOME (default `./data`), checked and absolute."""
     env = os.environ if environ is None else environ
@@ -142,6 +153,7 @@ class Settings:
     inbox: Path          # SQLite, local only, so a path already
     api_url: str
     environment: str
+    timezone: str = "Africa/Lagos"  # the customers' days and months in the views
 
     @classmethod
     def from_env(cls, environ: os._Environ | dict | None = None) -> Settings:
@@ -163,6 +175,7 @@ class Settings:
                                                      str(home / "inbox.sqlite3"))),
             api_url=env.get("LEDGERLAKE_API_URL", "http://127.0.0.1:8765"),
             environment=environment,
+            timezone=_zone(env.get("LEDGERLAKE_TIMEZONE", "Africa/Lagos")),
         )
 
     @property

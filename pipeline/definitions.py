@@ -17,17 +17,18 @@ from resources.client import ConnectionClient
 from resources.lake import Lake
 
 from .config import Settings, local_path
-from .jobs import PRODUCT_JOBS, ingest_job, refresh_job, replay_job, warehouse_job
+from .inbox import InboxResource
+from .jobs import ingest_job, refresh_job, replay_job, warehouse_job
 from .schedules import daily_refresh, hourly_replay
-from .sensors import inbox_sensor
+from .sensors import inbox_sensor, warehouse_follows_lake
 
 settings = Settings.from_env()
 
 defs = dg.Definitions(
     assets=[accounts, balances, transactions, income, identity, payments, record_status,
             warehouse],
-    jobs=[*PRODUCT_JOBS, ingest_job, refresh_job, replay_job, warehouse_job],
-    sensors=[inbox_sensor],
+    jobs=[ingest_job, refresh_job, replay_job, warehouse_job],
+    sensors=[inbox_sensor, warehouse_follows_lake],
     schedules=[daily_refresh, hourly_replay],
     # steps fetch a record's product (I/O, a few MB): a process per step would cost seconds of
     # imports each; runs execute in parallel instead (dagster.yaml, max_concurrent_runs)
@@ -40,6 +41,8 @@ defs = dg.Definitions(
         ),
         "lake": Lake(root=str(local_path(settings.lake) or settings.lake)),
         "callback_log": CallbackLog(inbox_path=str(settings.inbox)),
-        "warehouse_db": Warehouse(path=str(settings.warehouse_path)),
+        "inbox": InboxResource(),  # the sensor's, schedules' and replay's: read when opened
+        "warehouse_db": Warehouse(path=str(settings.warehouse_path),
+                                  timezone=settings.timezone),
     },
 )

@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
+from dagster import ConfigurableResource
+from pydantic import Field
 
 RECORD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # methods, codes, statuses, event names
@@ -465,3 +467,19 @@ class Inbox:
             row = self._db.execute("select status from records where record = ?",
                                    (record,)).fetchone()
         return row[0] if row else None
+
+
+class InboxResource(ConfigurableResource):
+    """The inbox as the sensor, the schedules and the replay job read it (never creating it:
+    only the receiver does)."""
+
+    path: str | None = Field(default=None, description=(
+        "The inbox file; by default LEDGERLAKE_INBOX (or $LEDGERLAKE_HOME/inbox.sqlite3), "
+        "read when it is opened"))
+
+    def open(self) -> Inbox:
+        if self.path is not None:
+            return Inbox(self.path)
+        from .config import Settings  # read at open, so one Definitions serves any setting
+
+        return Inbox(Settings.from_env().inbox)

@@ -113,8 +113,9 @@ def tick(defs: Definitions, instance: DagsterInstance, sensor_name: str = "inbox
     daemon would do it.
     """
     sensor_def = defs.resolve_sensor_def(sensor_name)
+    inbox = {"inbox": defs.resources["inbox"]} if "inbox" in (defs.resources or {}) else {}
     with build_sensor_context(instance=instance, cursor=cursor(instance),
-                              definitions=defs) as ctx:
+                              definitions=defs, resources=inbox) as ctx:
         result = sensor_def(ctx)
     if result is None or not hasattr(result, "run_requests"):
         return []

@@ -15,8 +15,7 @@ from dagster import Config, OpExecutionContext, op
 
 from resources.client import ConnectionClient
 
-from .config import Settings
-from .inbox import CONNECTED, Inbox
+from .inbox import CONNECTED, Inbox, InboxResource
 
 TRIGGER_LIMIT = 100  # records per /callback/trigger call (the spec's limit)
 EXPECTED = ("ACCOUNTS", "TRANSACTIONS")  # every connection of ours enables these
@@ -108,9 +107,9 @@ class ReplayConfig(Config):
 
 @op(description="Re-trigger the callbacks of records whose expected products never called back")
 def replay_missing_callbacks(context: OpExecutionContext, config: ReplayConfig,
-                             client: ConnectionClient) -> int:
-    with Inbox(Settings.from_env().inbox) as inbox:
-        result = replay(inbox, client, after_s=config.after_minutes * 60,
+                             client: ConnectionClient, inbox: InboxResource) -> int:
+    with inbox.open() as db:
+        result = replay(db, client, after_s=config.after_minutes * 60,
                         expect=config.expect, dry_run=config.dry_run, say=context.log.info)
     context.add_output_metadata({
         "overdue": len(result.overdue), "triggered": len(result.triggered),

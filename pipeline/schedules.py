@@ -1,13 +1,14 @@
 """Schedules: the daily refresh of every connected record, and the hourly replay.
 
-The daily refresh fetches balances and transactions of every connected record, in batches.
+The daily refresh fetches balances and transactions of every connected record, in batches;
+each day it also pulls a seventh of the records' transaction histories whole (the full
+reconcile that catches lines posted back-dated: assets/transactions.py), so every record is
+reconciled once a week (LEDGERLAKE_RECONCILE_DAYS).
 
 Disconnected records and those waiting for reauthentication are skipped (their data stays
 in the lake). A batch is a contiguous range of the records partition, at most
 RECORDS_PER_RUN long, so ten thousand records cost about a hundred runs.
 """
-
-from collections.abc import Iterator
 
 from dagster import (
     DefaultScheduleStatus,
@@ -18,39 +19,21 @@ from dagster import (
     schedule,
 )
 
-from assets.partitions import RECORDS_PER_RUN, records
+from assets.partitions import batches, records
 
-from .config import Settings
-from .inbox import Inbox
+from .inbox import InboxResource
 from .jobs import refresh_job, replay_job
 
 REFRESHABLE = {None, "connected"}  # None: a record the inbox never heard of (added by hand)
 
 
-def batches(keys: list[str], eligible: set[str],
-            size: int = RECORDS_PER_RUN) -> Iterator[tuple[str, str, int]]:
-    """Contiguous runs of eligible keys, in partition order, at most `size` long."""
-    start = end = None
-    count = 0
-    for key in keys:
-        if key in eligible and count < size:
-            start = start or key
-            end, count = key, count + 1
-            continue
-        if start is not None:
-            yield start, end, count
-        start, end, count = (key, key, 1) if key in eligible else (None, None, 0)
-    if start is not None:
-        yield start, end, count
-
-
 @schedule(job=refresh_job, cron_schedule="0 2 * * *", execution_timezone="UTC",
           default_status=DefaultScheduleStatus.RUNNING)
-def daily_refresh(context: ScheduleEvaluationContext):
+def daily_refresh(context: ScheduleEvaluationContext, inbox: InboxResource):
     """Refresh balances and transactions of connected records, once a day."""
     keys = context.instance.get_dynamic_partitions(records.name)
-    with Inbox(Settings.from_env().inbox) as inbox:
-        states = inbox.records(keys)
+    with inbox.open() as db:
+        states = db.records(keys)
     eligible = {k for k in keys if (states[k].status if k in states else None) in REFRESHABLE}
     if not eligible:
         return SkipReason(f"none of {len(keys)} records is connected")
@@ -60,7 +43,8 @@ def daily_refresh(context: ScheduleEvaluationContext):
             run_key=f"refresh-{day}-{start}-{end}",
             tags={"dagster/asset_partition_range_start": start,
                   "dagster/asset_partition_range_end": end,
-                  "ledgerlake/schedule": "daily_refresh", "ledgerlake/records": str(n)},
+                  "ledgerlake/schedule": "daily_refresh", "ledgerlake/records": str(n),
+                  "ledgerlake/refresh_day": day},
         )
         for start, end, n in batches(keys, eligible)
     ]

@@ -1,9 +1,17 @@
 """Where a callback becomes a run: read the inbox by cursor, add partitions, request runs.
 
 A ready product asks for a run of the assets that fetch it, keyed by the inbox event id, so a
-sensor tick that is retried, or an event delivered twice, never starts a second run. Failures
-and connection events start nothing: they are reported as observations of the product or of
-`record_status`, so they show in the Dagster UI beside the data they concern.
+sensor tick that is retried, or an event delivered twice, never starts a second run. A new
+record's callbacks make one run for that record; the periodic callbacks the service sends for
+every record once a day are batched instead: one run per product set and contiguous range of
+records (at most RECORDS_PER_RUN), not one per record. Failures start nothing: they are
+reported as observations of the product, so they show in the Dagster UI beside the data they
+concern. A connection event (a disconnect, a reauthentication) refreshes `record_status`, and
+with it the warehouse.
+
+The warehouse follows the lake by itself: `warehouse_follows_lake` materializes
+`record_status` and `warehouse` when any product has landed since their last build, one build
+at a time, so a thousand landed records cause a handful of builds.
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ from collections.abc import Iterable
 from dagster import (
     AssetKey,
     AssetObservation,
+    AssetSelection,
+    AutomationConditionSensorDefinition,
     DefaultSensorStatus,
     MetadataValue,
     RunRequest,
@@ -22,11 +32,10 @@ from dagster import (
     sensor,
 )
 
-from assets.partitions import records
+from assets.partitions import batches, records
 
-from .config import Settings
-from .inbox import CONNECTED, Event, Inbox
-from .jobs import ingest_job
+from .inbox import CONNECTED, Event, InboxResource
+from .jobs import ingest_job, warehouse_job
 
 BATCH = 500  # events per tick; a backlog drains over consecutive ticks
 MIN_INTERVAL_S = 5
@@ -52,6 +61,7 @@ FAILED_ON = {"INCOME": "income", "PAYMENT": "payments", "PAYMENT_RECURRING": "pa
              "PERIODIC_BALANCE": "balances", "TRANSACTIONS": "transactions",
              "PERIODIC_TRANSACTIONS": "transactions"}
 FAILED_CODES = {"INCOME_FAILED", "PAYMENT_FAILED"}
+PERIODIC = {"PERIODIC_BALANCE", "PERIODIC_TRANSACTIONS"}  # sent for every record once a day
 
 
 def is_failure(ev: Event) -> bool:
@@ -59,28 +69,33 @@ def is_failure(ev: Event) -> bool:
 
 
 def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
-         fetchable: set[str] | None = None
+         fetchable: set[str] | None = None, order: list[str] | None = None
          ) -> tuple[list[str], list[RunRequest], list[AssetObservation], list[str]]:
     """Partitions to add, runs to request, observations to report and lines to log.
 
     `existing` holds the asset names in the Definitions, `fetchable` those `ingest_job` can run
-    (default: all of them); `status` each record's current status.
+    (default: all of them); `status` each record's current status; `order` the records
+    partition in its order (the partitions added here follow it), for batched ranges.
     Within a batch, every event of one record (a connection's AUTH, ACCOUNTS, one BALANCE per
     account, TRANSACTIONS, INCOME...) makes one run of all the assets they ask for, keyed by
     the newest of them: a new record costs one run, and its income is checked against the
-    transactions fetched in the same run.
+    transactions fetched in the same run. Records with nothing but periodic callbacks share
+    batched runs.
     """
     fetchable = existing if fetchable is None else fetchable
     partitions: list[str] = []
     wanted: dict[str, tuple[dict[str, None], list[Event]]] = {}
+    periodic: dict[str, tuple[dict[str, None], list[Event]]] = {}
     observations: list[AssetObservation] = []
     notes: list[str] = []
+    moved: list[Event] = []  # connection events: record_status must be rebuilt
     for ev in events:
         if ev.kind == "connection":
             for record in ev.records:
                 observations.append(_observe(STATUS_ASSET, None, ev, record=record,
                                              status=status.get(record, "unknown")))
             notes.append(f"event {ev.id}: {ev.method} for {', '.join(ev.records) or 'no record'}")
+            moved.append(ev)
             continue
         if ev.record is None:
             notes.append(f"event {ev.id}: {ev.method} {ev.code} names no record; ignored")
@@ -105,22 +120,61 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
             notes.append(f"event {ev.id}: record {ev.record} is {status[ev.record]}; "
                          f"{ev.method} not fetched")
             continue
-        assets_of, evs = wanted.setdefault(ev.record, ({}, []))
+        into = periodic if ev.method in PERIODIC else wanted
+        assets_of, evs = into.setdefault(ev.record, ({}, []))
         assets_of.update(dict.fromkeys(present))
         evs.append(ev)
+    for record in [r for r in periodic if r in wanted]:  # it has a run of its own anyway
+        assets, evs = periodic.pop(record)
+        wanted[record][0].update(assets)
+        wanted[record][1].extend(evs)
+        wanted[record][1].sort(key=lambda e: e.id)
     observations = [o for o in observations if o.asset_key.to_user_string() in existing]
-    requests = []
-    for record, (assets, evs) in wanted.items():
-        last = evs[-1]
-        methods = ",".join(dict.fromkeys(e.method for e in evs))
+    requests = [_record_run(record, assets, evs) for record, (assets, evs) in wanted.items()]
+    requests += _batched_runs(periodic, order or [], partitions)
+    if moved and STATUS_ASSET in existing:
         requests.append(RunRequest(
-            run_key=f"inbox-{last.id}", job_name=ingest_job.name, partition_key=record,
-            asset_selection=[AssetKey(a) for a in assets],
-            tags={"ledgerlake/inbox_event": str(last.id), "ledgerlake/method": last.method,
-                  "ledgerlake/methods": methods[:1000],
-                  "ledgerlake/inbox_events": ",".join(str(e.id) for e in evs)[:1000]},
-        ))
+            run_key=f"status-{moved[-1].id}", job_name=warehouse_job.name,
+            asset_selection=[AssetKey(STATUS_ASSET)],
+            tags={"ledgerlake/inbox_event": str(moved[-1].id),
+                  "ledgerlake/method": moved[-1].method or ""}))
     return partitions, requests, observations, notes
+
+
+def _tags(evs: list[Event]) -> dict[str, str]:
+    last = evs[-1]
+    return {"ledgerlake/inbox_event": str(last.id), "ledgerlake/method": last.method or "",
+            "ledgerlake/methods": ",".join(dict.fromkeys(e.method or "" for e in evs))[:1000],
+            "ledgerlake/inbox_events": ",".join(str(e.id) for e in evs)[:1000]}
+
+
+def _record_run(record: str, assets: dict[str, None], evs: list[Event]) -> RunRequest:
+    return RunRequest(run_key=f"inbox-{evs[-1].id}", job_name=ingest_job.name,
+                      partition_key=record, asset_selection=[AssetKey(a) for a in assets],
+                      tags=_tags(evs))
+
+
+def _batched_runs(periodic: dict[str, tuple[dict[str, None], list[Event]]], order: list[str],
+                  added: list[str]) -> list[RunRequest]:
+    """The periodic callbacks of many records: one run per product set and contiguous range
+    of records in partition order (a range never takes in a record that did not call)."""
+    known = set(order)
+    keys = list(order) + [p for p in added if p not in known]
+    where = {k: i for i, k in enumerate(keys)}
+    by_products: dict[tuple[str, ...], list[str]] = {}
+    for record, (assets, _) in periodic.items():
+        by_products.setdefault(tuple(sorted(assets)), []).append(record)
+    requests = []
+    for products, members in by_products.items():
+        for start, end, n in batches(keys, set(members)):
+            span = keys[where[start]: where[end] + 1]  # every record in it called
+            evs = sorted((e for r in span for e in periodic[r][1]), key=lambda e: e.id)
+            requests.append(RunRequest(
+                run_key=f"periodic-{evs[-1].id}-{'-'.join(products)}-{start}-{end}",
+                job_name=ingest_job.name, asset_selection=[AssetKey(a) for a in products],
+                tags={**_tags(evs), "dagster/asset_partition_range_start": start,
+                      "dagster/asset_partition_range_end": end, "ledgerlake/records": str(n)}))
+    return requests
 
 
 def _observe(asset: str, partition: str | None, ev: Event, **extra) -> AssetObservation:
@@ -144,26 +198,36 @@ def asset_names(context: SensorEvaluationContext) -> tuple[set[str], set[str]]:
             {key.to_user_string() for key in job.asset_layer.executable_asset_keys})
 
 
-@sensor(jobs=[ingest_job], minimum_interval_seconds=MIN_INTERVAL_S,
+@sensor(jobs=[ingest_job, warehouse_job], minimum_interval_seconds=MIN_INTERVAL_S,
         default_status=DefaultSensorStatus.RUNNING)
-def inbox_sensor(context: SensorEvaluationContext):
+def inbox_sensor(context: SensorEvaluationContext, inbox: InboxResource):
     """Turn ready-product callbacks from the inbox into runs of the matching assets."""
     cursor = int(context.cursor or 0)
-    with Inbox(Settings.from_env().inbox) as inbox:
-        events = inbox.after(cursor, BATCH)
+    with inbox.open() as db:
+        events = db.after(cursor, BATCH)
         named = {r for ev in events for r in ev.records}
-        status = {r: s.status for r, s in inbox.records(named).items()}
+        status = {r: s.status for r, s in db.records(named).items()}
     if not events:
         return SkipReason(f"no inbox events after {cursor}")
     known, fetchable = asset_names(context)
-    partitions, requests, observations, notes = plan(events, known, status, fetchable)
+    instance = context.instance
+    order = instance.get_dynamic_partitions(records.name)
+    partitions, requests, observations, notes = plan(events, known, status, fetchable, order)
     for line in notes:
         context.log.info(line)
-    instance = context.instance
-    new = [p for p in partitions if not instance.has_dynamic_partition(records.name, p)]
+    existing = set(order)
+    new = [p for p in partitions if p not in existing]
     return SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=[records.build_add_request(new)] if new else [],
         asset_events=observations,
         cursor=str(events[-1].id),
     )
+
+
+# New lake data reaches the views without a click: the warehouse (and the records table it
+# reads) is rebuilt when products have landed since its last build, never two builds at once.
+warehouse_follows_lake = AutomationConditionSensorDefinition(
+    "warehouse_follows_lake", target=AssetSelection.assets(STATUS_ASSET, "warehouse"),
+    default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=30,
+    description="Rebuild record_status and the warehouse after products land")

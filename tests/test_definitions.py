@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,3 +43,12 @@ def test_duckdb_pool_limited_to_one():
     assert pools["warehouse"] == {"duckdb"}
     # no other asset shares a pool, so the default limit of 1 binds the duckdb pool alone
     assert all(not p for k, p in pools.items() if k != "warehouse")
+
+
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "", "../../etc/localtime"])
+def test_a_time_zone_that_is_not_one_is_refused_at_load(zone):
+    from pipeline.config import ConfigError, Settings
+
+    with pytest.raises(ConfigError, match="LEDGERLAKE_TIMEZONE"):
+        Settings.from_env({"LEDGERLAKE_TIMEZONE": zone})
+    assert Settings.from_env({}).timezone == "Africa/Lagos"

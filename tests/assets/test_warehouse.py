@@ -421,3 +421,57 @@ def test_the_warehouse_asset_materializes_with_its_resources(tmp_path):
     assert meta["views"].value == "accounts"
     assert "transactions" in meta["waiting_for_lake_tables"].value
     assert query(target, "select count(*) as n from accounts")["n"][0] == 2
+
+
+# -- the customer's days, exact money ------------------------------------------------------------
+
+def lagos_lines() -> pa.Table:
+    from decimal import Decimal
+
+    from resources.columns import MONEY
+
+    at = [dt.datetime(2024, 2, 29, 23, 30, tzinfo=UTC),  # 00:30 on 1 March in Lagos
+          dt.datetime(2024, 3, 1, 23, 30, tzinfo=UTC),   # 00:30 on 2 March in Lagos
+          dt.datetime(2024, 3, 2, 12, 0, tzinfo=UTC)]
+    money = [Decimal("0.10"), Decimal("0.20"), Decimal("-0.30")]
+    return pa.table({
+        "transaction_id": ["t1", "t2", "t3"], "account_id": ["a"] * 3,
+        "trans_date": pa.array(at, TS), "cleared_date": pa.array(at, TS),
+        "debit": pa.array([None, None, Decimal("0.30")], MONEY),
+        "credit": pa.array([Decimal("0.10"), Decimal("0.20"), None], MONEY),
+        "amount": pa.array(money, MONEY),
+        "balance": pa.array([Decimal("1000.10"), Decimal("1000.30"), Decimal("1000.00")], MONEY),
+        "currency": ["NGN"] * 3})
+
+
+def test_days_and_months_are_the_customers_and_money_is_exact(tmp_path):
+    """A line at 2024-03-02T00:30+01:00 counts on 2 March (Lagos), not on 1 March (UTC); a
+    line at 00:30 on 1 March counts in March, not February; 0.10 + 0.20 - 0.30 is 0."""
+    lake = Lake(root=str(tmp_path / "lake"))
+    lake.write("transactions", "r1", lagos_lines())
+    target = tmp_path / "w.duckdb"
+    build(lake.root, target)
+    days = query(target, "select date::varchar as d, balance::varchar as b from daily_balances "
+                         "order by d")
+    assert days.values.tolist() == [["2024-03-01", "1000.10"], ["2024-03-02", "1000.00"]]
+    months = query(target, "select month::varchar as m, net::varchar as n, transactions "
+                           "from monthly_cashflow")
+    assert months.values.tolist() == [["2024-03-01", "0.00", 3]]
+    exact = query(target, "select sum(amount) = 0 as zero, typeof(sum(amount)) as t "
+                          "from transactions")
+    assert exact["zero"][0] and exact["t"][0].startswith("DECIMAL")
+    # the zone is a setting: in UTC the same lines fall on the 29th, 1st and 2nd
+    build(lake.root, target, timezone="UTC")
+    days = query(target, "select date::varchar as d from daily_balances order by d")
+    assert days["d"].tolist() == ["2024-02-29", "2024-03-01", "2024-03-02"]
+
+
+def test_an_unknown_time_zone_is_refused_and_changes_nothing(tmp_path):
+    lake = Lake(root=str(tmp_path / "lake"))
+    lake.write("transactions", "r1", lagos_lines())
+    target = tmp_path / "w.duckdb"
+    build(lake.root, target)
+    before = target.read_bytes()
+    with pytest.raises(ValueError, match="'Mars/Olympus' is not one DuckDB knows"):
+        build(lake.root, target, timezone="Mars/Olympus")
+    assert target.read_bytes() == before

@@ -1,5 +1,7 @@
 """The real thing: dagster-daemon evaluates the inbox sensor and launches runs that land
-every product of new records in the lake, with the sandbox and receiver as real processes."""
+every product of new records in the lake, with the sandbox and receiver as real processes;
+then, with no one clicking anything, the warehouse follows (its automation sensor) and
+`ledgerlake sql` answers for the new records."""
 
 from __future__ import annotations
 
@@ -9,11 +11,11 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from pipeline.local import stop_process
+from resources.lake import Lake
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCTS = ("accounts", "balance_history", "transactions", "income", "identity")
@@ -42,8 +44,19 @@ def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
          str(REPO / "workspace.yaml")], cwd=home, env=env, stdout=log, stderr=log)
 
     def landed() -> bool:
-        return all((home / "lake" / table / f"record_id={r}" / "part-0.parquet").exists()
+        return all(any((home / "lake" / table / f"record_id={r}").glob("part-*.parquet"))
                    for table in PRODUCTS for r in records)
+
+    def queryable() -> bool:
+        """`ledgerlake sql` answers with every new record's transactions."""
+        out = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "sql", "--format", "csv", "--output",
+             str(tmp_path / "answer.csv"),
+             "select distinct record_id from transactions order by 1"],
+            cwd=home, env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            return False
+        return (tmp_path / "answer.csv").read_text().split()[1:] == sorted(records)
 
     try:
         deadline = time.monotonic() + 240
@@ -51,6 +64,12 @@ def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
             assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
             assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()[-3000:]
             time.sleep(1)
+        # the warehouse keeps up by itself: within two minutes of landing, no click
+        deadline = time.monotonic() + 120
+        while not queryable():
+            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the warehouse never showed the new records"
+            time.sleep(2)
     finally:
         stop_process(daemon, timeout_s=30)
         log.close()
@@ -59,12 +78,17 @@ def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
     try:
         with DagsterInstance.get() as instance:
             runs = instance.get_run_records(RunsFilter(job_name="ingest_job"))
+            warehouse_runs = [r for r in instance.get_run_records()
+                              if "warehouse" in (r.dagster_run.asset_selection and {
+                                  k.to_user_string() for k in r.dagster_run.asset_selection}
+                                  or set())]
             assert sorted(set(instance.get_dynamic_partitions("records"))) == sorted(records)
     finally:
         del os.environ["DAGSTER_HOME"]
     assert {r.dagster_run.status for r in runs} == {DagsterRunStatus.SUCCESS}
     assert {r.dagster_run.tags["dagster/partition"] for r in runs} == set(records)
     for r in records:
-        table = pq.read_table(home / "lake" / "balance_history" / f"record_id={r}"
-                              / "part-0.parquet")
+        table = Lake(root=str(home / "lake")).read("balance_history", r)
         assert set(table["source"].to_pylist()) == {"callback"}  # fetched on BALANCE
+    builds = [r for r in warehouse_runs if r.dagster_run.status == DagsterRunStatus.SUCCESS]
+    assert 1 <= len(builds) <= 4  # a handful, not one per record or product

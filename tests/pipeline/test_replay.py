@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pipeline.inbox import Inbox
+from pipeline.inbox import Inbox, InboxResource
 from pipeline.replay import TRIGGER_LIMIT, overdue, replay
 
 HOUR = 3600.0
@@ -131,7 +131,7 @@ def test_replay_calls_at_most_100_records_and_the_dagster_job(sandbox, receiver,
     config = {"ops": {"replay_missing_callbacks": {"config": {"after_minutes": 0.0}}}}
     with DagsterInstance.ephemeral() as instance:
         out = replay_job.execute_in_process(run_config=config, instance=instance,
-                                            resources={"client": client})
+                                            resources={"client": client, "inbox": InboxResource()})
     assert out.success
     assert out.output_for_node("replay_missing_callbacks") == len(records) == 160
     meta = [e for e in out.all_events if e.event_type_value == "STEP_OUTPUT"][0]

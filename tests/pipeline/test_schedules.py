@@ -7,8 +7,9 @@ import datetime as dt
 import dagster as dg
 import pytest
 
-from pipeline.inbox import Inbox
-from pipeline.schedules import batches, daily_refresh
+from assets.partitions import batches
+from pipeline.inbox import Inbox, InboxResource
+from pipeline.schedules import daily_refresh
 
 
 def test_batches_are_contiguous_and_bounded():
@@ -37,7 +38,7 @@ def test_daily_refresh_skips_disconnected_and_reauth(inbox_with_states):
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("records", [f"rec{i}" for i in range(6)] + ["manual"])
         ctx = dg.build_schedule_context(
-            instance=instance,
+            instance=instance, resources={"inbox": InboxResource()},
             scheduled_execution_time=dt.datetime(2026, 11, 22, 2, tzinfo=dt.UTC))
         requests = list(daily_refresh(ctx))
     ranges = [(r.tags["dagster/asset_partition_range_start"],
@@ -45,6 +46,8 @@ def test_daily_refresh_skips_disconnected_and_reauth(inbox_with_states):
     assert ranges == [("rec0", "rec1"), ("rec3", "rec3"), ("rec5", "manual")]
     assert all(r.run_key.startswith("refresh-2026-11-22-") for r in requests)
     assert {r.tags["ledgerlake/schedule"] for r in requests} == {"daily_refresh"}
+    # the day rides along: the transactions asset reconciles a seventh of the records in full
+    assert {r.tags["ledgerlake/refresh_day"] for r in requests} == {"2026-11-22"}
 
 
 def test_replay_runs_hourly_by_default():

@@ -7,7 +7,7 @@ import pytest
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
 
 from assets.accounts import accounts
-from pipeline.inbox import Inbox
+from pipeline.inbox import Inbox, InboxResource
 from pipeline.jobs import ingest_job
 from pipeline.sensors import BATCH, READY, inbox_sensor
 
@@ -34,7 +34,8 @@ def instance():
 
 
 def evaluate(defs, instance, cursor=None):
-    with build_sensor_context(instance=instance, cursor=cursor, definitions=defs) as ctx:
+    with build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
+                              resources={"inbox": InboxResource()}) as ctx:
         return inbox_sensor(ctx)
 
 
@@ -136,7 +137,10 @@ def test_disconnected_and_reauth_records_are_not_fetched(inbox, defs, instance, 
     inbox.add(make.callback("r4", "ACCOUNTS", "ACCOUNTS_SUCCESS", customer="c4",
                             ended_at="2026-01-03T00:10:00.000Z"))
     result = evaluate(defs, instance, first.cursor)
-    assert result.run_requests == []
+    # nothing is fetched; the statuses (and, after them, the warehouse) are rebuilt
+    (rebuild,) = result.run_requests
+    assert rebuild.job_name == "warehouse_job"
+    assert [k.to_user_string() for k in rebuild.asset_selection] == ["record_status"]
     assert inbox.status("r3") == "disconnected" and inbox.status("r4") == "reauth_required"
     if "record_status" in names(defs):
         statuses = {(o.metadata["record"].value, o.metadata["status"].value)
@@ -181,3 +185,41 @@ def test_tick_stores_failures_as_observations_the_ui_shows(inbox, defs, instance
     assert meta["code"].value == "INCOME_FAILED"
     assert meta["message"].value == "statement unreadable"
     assert instance.get_dynamic_partitions("records") == ["r5"]
+
+
+def test_periodic_callbacks_of_many_records_are_batched(inbox, defs, instance, make):
+    """The daily periodic callbacks of many records make one run per product set and
+    contiguous range of records, not one run per record; a record that also has a first
+    callback keeps its own run, and a disconnected one splits the range."""
+    keys = [f"p{i:02d}" for i in range(12)]
+    instance.add_dynamic_partitions("records", keys)
+    for key in keys:
+        inbox.add(make.callback(key, "AUTH", "AUTH_SUCCESS", customer=f"c-{key}",
+                                ended_at="2026-01-01T00:00:00.000Z"))
+    inbox.add(make.disconnect("c-p05", "2026-01-01T06:00:00.000Z"))
+    first = evaluate(defs, instance)
+    for key in keys:
+        inbox.add(make.callback(key, "PERIODIC_TRANSACTIONS", "PRODUCT_IS_READY",
+                                ended_at="2026-01-02T00:00:00.000Z", newTransactions=3))
+        if key != "p09":  # p09 sends no periodic balance: another product set
+            inbox.add(make.callback(key, "PERIODIC_BALANCE", "BALANCE_SUCCESS",
+                                    account=f"a-{key}", ended_at="2026-01-02T00:00:00.000Z"))
+    inbox.add(make.callback("p03", "ACCOUNTS", "ACCOUNTS_SUCCESS",
+                            ended_at="2026-01-02T00:00:00.000Z"))
+    result = evaluate(defs, instance, first.cursor)
+    runs = {}
+    for rr in result.run_requests:
+        products = tuple(sorted(k.to_user_string() for k in rr.asset_selection))
+        span = (rr.partition_key,) if rr.partition_key else (
+            rr.tags["dagster/asset_partition_range_start"],
+            rr.tags["dagster/asset_partition_range_end"])
+        runs[span] = products
+    assert runs == {
+        ("p03",): ("accounts", "balances", "transactions"),  # its own run takes all
+        ("p00", "p02"): ("balances", "transactions"),
+        ("p04", "p04"): ("balances", "transactions"),  # p05 is disconnected: not fetched
+        ("p06", "p08"): ("balances", "transactions"),
+        ("p10", "p11"): ("balances", "transactions"),
+        ("p09", "p09"): ("transactions",),
+    }
+    assert len({rr.run_key for rr in result.run_requests}) == len(result.run_requests)

@@ -1,0 +1,194 @@
+"""Write, audit, publish: how a product asset lands records and tells Dagster, record by record.
+
+A run may carry many records (a backfill batches 100). Each record's new rows are validated
+and checked before they replace the published ones; a record that fails a blocking check keeps
+its previous rows in view, and says so in its check. Dagster hears of each record on its own:
+one materialization per published record with that record's row count and preview, and one
+evaluation per check and record (the checks are partitioned like the asset). A record whose
+fetch failed fails the step once the others are landed, so the engine's retry policy tries
+again; a retry skips the records this run already published.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import dagster as dg
+from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluation
+from dagster._core.events import DagsterEventType
+
+from resources.errors import (
+    ApiError,
+    BankError,
+    MalformedResponse,
+    RateLimitExceeded,
+    RecordError,
+    ServiceError,
+    TransportError,
+)
+
+from .partitions import batched, record_ids, records
+
+PROBLEMS_SHOWN = 20
+
+
+def _delay_s() -> float:
+    # tests shorten it; a real outage is better waited out for minutes than seconds
+    raw = os.environ.get("LEDGERLAKE_RETRY_DELAY_S", "30")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"LEDGERLAKE_RETRY_DELAY_S must be seconds, not {raw!r}") from None
+    if not 0 <= value <= 3600:
+        raise ValueError(f"LEDGERLAKE_RETRY_DELAY_S must be 0 to 3600, not {value:g}")
+    return value
+
+
+# The engine's retries (docs/operations.md, "Retries"): the client already retried each request
+# (429, 5xx, timeouts) within seconds; this waits out what lasts longer (a bank down for
+# minutes) with exponential backoff and jitter: 30 s, 60 s, 120 s by default.
+FETCH_RETRY = dg.RetryPolicy(max_retries=3, delay=_delay_s(), backoff=dg.Backoff.EXPONENTIAL,
+                             jitter=dg.Jitter.PLUS_MINUS)
+
+
+# What keeps the warehouse (and the records table it serves) up to date without a click: built
+# again when any product has landed since its last build, or when it was never built, and
+# never while a build is running. Unlike `eager`, a record still missing a product, or a run
+# in flight, does not hold it back: under steady ingest something always is.
+LAKE_CHANGED = (
+    (dg.AutomationCondition.newly_missing() | dg.AutomationCondition.any_deps_updated())
+    .since_last_handled()
+    & ~dg.AutomationCondition.in_progress()
+).with_label("lake changed")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    description: str
+    blocking: bool = True
+
+
+@dataclass
+class Landing:
+    """What happened to one record in a run."""
+    record_id: str
+    published: bool = False
+    metadata: dict = field(default_factory=dict)
+    problems: dict[str, list[dict] | None] = field(default_factory=dict)  # None: not evaluated
+    error: str | None = None  # the fetch or validation failed: nothing was written
+    retryable: bool = True  # whether trying again could help (see worth_retrying)
+
+    @classmethod
+    def failed(cls, record_id: str, exc: BaseException) -> Landing:
+        return cls(record_id, error=f"{type(exc).__name__}: {exc}",
+                   retryable=worth_retrying(exc))
+
+
+def worth_retrying(exc: BaseException) -> bool:
+    """Whether the engine should try again: yes for the service or the network failing (the
+    client's own retries are spent, a longer wait may do), a product not ready yet, or the
+    lake's storage; no for bad data or a request the service refused for good."""
+    if isinstance(exc, RateLimitExceeded | ApiError | BankError | TransportError
+                  | MalformedResponse):
+        return True
+    if isinstance(exc, RecordError):
+        return exc.error_code == "PRODUCT_NOT_READY"
+    if isinstance(exc, ServiceError):
+        return False  # refused for good: a bad key, token or request, a locked record
+    return not isinstance(exc, ValueError | LookupError | TypeError)  # bad data, or a bug
+
+
+def product(name: str, *, description: str, checks: Sequence[Check] = (),
+            kinds: Iterable[str] = ("parquet",)) -> Callable:
+    """A product asset partitioned by record, with partitioned checks, that reports each
+    record itself (see the module's docstring)."""
+    spec = dg.AssetSpec(name, partitions_def=records, skippable=True, group_name="products",
+                        kinds=set(kinds), description=description)
+    return dg.multi_asset(
+        name=name, specs=[spec], can_subset=True, partitions_def=records,
+        backfill_policy=batched, retry_policy=FETCH_RETRY,
+        check_specs=[dg.AssetCheckSpec(c.name, asset=name, description=c.description,
+                                       blocking=c.blocking, partitions_def=records)
+                     for c in checks])
+
+
+def to_land(context: dg.AssetExecutionContext, asset: str) -> list[str]:
+    """The run's records, less those an earlier try of this step already published."""
+    ids = record_ids(context)
+    if context.retry_number == 0:
+        return ids
+    done = set()
+    conn = context.instance.get_records_for_run(
+        context.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION, limit=100_000)
+    for rec in conn.records:
+        mat = rec.event_log_entry.asset_materialization
+        if mat is not None and mat.asset_key == dg.AssetKey(asset):
+            done.add(mat.partition)
+    if done:
+        context.log.info("try %d: %d of %d records were published by an earlier try",
+                         context.retry_number + 1, len(done & set(ids)), len(ids))
+    return [r for r in ids if r not in done]
+
+
+def land_each(context: dg.AssetExecutionContext, asset: str, land: Callable[[str], Landing],
+              checks: Sequence[Check] = ()) -> list[Landing]:
+    """Land the run's records one by one with `land`, then report them all (a record that
+    raises is reported failed; the others still land)."""
+    landings = []
+    for record_id in to_land(context, asset):
+        try:
+            landings.append(land(record_id))
+        except Exception as exc:  # reported with the record; the step fails after the rest
+            landings.append(Landing.failed(record_id, exc))
+    report(context, asset, landings, checks)
+    return landings
+
+
+def report(context: dg.AssetExecutionContext, asset: str, landings: Iterable[Landing],
+           checks: Sequence[Check] = ()) -> None:
+    """Tell Dagster of each record; raise (so the step is retried) if any record failed."""
+    key = dg.AssetKey(asset)
+    selected = {k.name for k in context.selected_asset_check_keys if k.asset_key == key}
+    failed: list[Landing] = []
+    for landing in landings:
+        if landing.published:
+            context.log_event(dg.AssetMaterialization(asset_key=key, partition=landing.record_id,
+                                                      metadata=landing.metadata))
+        for check in checks:
+            problems = landing.problems.get(check.name)
+            if check.name in selected and problems is not None:
+                evaluate(context, asset, check, landing.record_id, problems,
+                         published=landing.published)
+        if landing.error:
+            failed.append(landing)
+            context.log.error("record %s: %s", landing.record_id, landing.error)
+    if failed:
+        retry = any(f.retryable for f in failed)
+        raise dg.Failure(
+            description=f"{len(failed)} record(s) of {asset} failed and were not written "
+                        f"(the records already landed are kept): "
+                        + "; ".join(f"{f.record_id}: {f.error}" for f in failed[:3])
+                        + ("" if retry else " -- bad data or a refusal: not retried"),
+            metadata={"failed_records": dg.MetadataValue.json(
+                {f.record_id: f.error for f in failed[:PROBLEMS_SHOWN]})},
+            allow_retries=retry)
+
+
+def evaluate(context: dg.AssetExecutionContext, asset: str, check: Check, record_id: str,
+             problems: list[dict], *, published: bool = True) -> None:
+    """One check's verdict on one record (a partition of the check)."""
+    if problems and check.blocking and not published:
+        description = "not published: the previous rows stay in view"
+    elif problems:
+        description = "failed"
+    else:
+        description = None
+    context.log_event(AssetCheckEvaluation(
+        asset_key=dg.AssetKey(asset), check_name=check.name, passed=not problems,
+        partition=record_id, blocking=check.blocking, severity=dg.AssetCheckSeverity.ERROR,
+        description=description,
+        metadata={"problems": dg.MetadataValue.json(problems[:PROBLEMS_SHOWN]),
+                  "problem_count": len(problems), "published": published}))

@@ -1,0 +1,174 @@
+"""Each reconciliation rule fails on data that breaks it, and names what is wrong."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from assets.checks import (
+    accounts_belong_to_record,
+    chain_breaks,
+    has_topic,
+    income_matches_transactions,
+    last_running_balances,
+    ledger_mismatches,
+)
+from resources.columns import MONEY
+
+T0 = dt.datetime(2026, 3, 1, 9, tzinfo=dt.UTC)
+
+
+def lines(*rows) -> pa.Table:
+    """rows: (account, id, minutes after T0 or None when pending, amount, balance or None)."""
+    return pa.table({
+        "account_id": [r[0] for r in rows],
+        "transaction_id": [r[1] for r in rows],
+        "cleared_date": pa.array([None if r[2] is None else T0 + dt.timedelta(minutes=r[2])
+                                  for r in rows], pa.timestamp("ms", tz="UTC")),
+        "amount": pa.array([Decimal(r[3]) for r in rows], MONEY),
+        "balance": pa.array([None if r[4] is None else Decimal(r[4]) for r in rows], MONEY),
+    })
+
+
+GOOD = lines(("a", "a1", 0, "100.00", "100.00"), ("a", "a2", 5, "-30.50", "69.50"),
+             ("a", "a3", 9, "0.01", "69.51"),
+             ("b", "b1", 1, "10.00", "510.00"), ("b", "b2", 2, "-510.00", "0.00"))
+
+
+def test_a_whole_chain_passes():
+    assert chain_breaks("r", GOOD) == []
+    assert last_running_balances(GOOD) == {"a": 6951, "b": 0}
+
+
+def test_a_chain_broken_by_one_kobo_in_the_middle_names_the_line():
+    bad = lines(("a", "a1", 0, "100.00", "100.00"), ("a", "a2", 5, "-30.50", "69.51"),
+                ("a", "a3", 9, "0.01", "69.52"), ("a", "a4", 10, "1.00", "70.52"))
+    (problem,) = chain_breaks("r", bad)
+    assert problem == {"record": "r", "account": "a", "transaction_id": "a2",
+                       "cleared_date": str(T0 + dt.timedelta(minutes=5)),
+                       "previous_balance": "100.00", "amount": "-30.50", "balance": "69.51",
+                       "expected_balance": "69.50",
+                       "problem": "running balance does not follow from the previous line"}
+
+
+def test_a_missing_line_breaks_the_chain_at_the_next_one():
+    """A line posted back-dated and not pulled: the next line's balance includes it."""
+    bad = lines(("a", "a1", 0, "100.00", "100.00"), ("a", "a3", 9, "5.00", "125.00"))
+    (problem,) = chain_breaks("r", bad)
+    assert problem["transaction_id"] == "a3" and problem["expected_balance"] == "105.00"
+
+
+def test_the_chain_follows_posting_order_not_the_table_order():
+    shuffled = GOOD.take([4, 2, 0, 3, 1])
+    assert chain_breaks("r", shuffled) == []
+    # a line posted back-dated sits by when it cleared, not by its value date
+    late = lines(("a", "a1", 0, "100.00", "100.00"), ("a", "a9", 60, "-1.00", "98.00"),
+                 ("a", "a2", 30, "-1.00", "99.00"))
+    assert chain_breaks("r", late) == []
+
+
+def test_pending_lines_are_outside_the_chain_and_accounts_do_not_leak_into_each_other():
+    with_pending = lines(("a", "a1", 0, "100.00", "100.00"), ("a", "p1", None, "-9.00", None),
+                         ("a", "a2", 5, "-30.50", "69.50"))
+    assert chain_breaks("r", with_pending) == []
+    assert last_running_balances(with_pending) == {"a": 6950}
+    # b's first line does not follow a's last: a new account starts a new chain
+    two = lines(("a", "a1", 0, "1.00", "1.00"), ("b", "b1", 1, "1.00", "900.00"))
+    assert chain_breaks("r", two) == []
+
+
+def test_only_the_first_break_of_each_account_is_named():
+    bad = lines(("a", "a1", 0, "1.00", "1.00"), ("a", "a2", 1, "1.00", "5.00"),
+                ("a", "a3", 2, "1.00", "9.00"), ("b", "b1", 0, "1.00", "1.00"),
+                ("b", "b2", 1, "1.00", "3.00"))
+    assert [(p["account"], p["transaction_id"]) for p in chain_breaks("r", bad)] == [
+        ("a", "a2"), ("b", "b2")]
+
+
+def test_short_and_empty_tables_have_nothing_to_break():
+    assert chain_breaks("r", GOOD.slice(0, 1)) == []
+    assert chain_breaks("r", GOOD.slice(0, 0)) == []
+    assert last_running_balances(GOOD.slice(0, 0)) == {}
+
+
+def test_the_last_running_balance_must_be_the_ledger_to_the_kobo():
+    service = [{"account": "a", "ledger_balance": 69.51}, {"account": "b", "ledger_balance": 0},
+               {"account": "c", "ledger_balance": 5.0}]  # c has no lines: nothing to compare
+    assert ledger_mismatches("r", GOOD, service) == []
+    off = [{"account": "a", "ledger_balance": 69.52}, {"account": "b", "ledger_balance": None}]
+    assert ledger_mismatches("r", GOOD, off) == [
+        {"record": "r", "account": "a", "running_balance": "69.51", "ledger_balance": "69.52",
+         "problem": "last running balance differs from the ledger balance"},
+        {"record": "r", "account": "b", "running_balance": "0.00", "ledger_balance": None,
+         "problem": "last running balance differs from the ledger balance"}]
+    assert ledger_mismatches("r", GOOD.slice(0, 0), off) == []
+    # a ledger figure with a third decimal is no figure at all
+    (odd,) = ledger_mismatches("r", GOOD, [{"account": "a", "ledger_balance": 69.505}])
+    assert odd["ledger_balance"] is None
+
+
+def income_parts(counts: dict[str, int], claimed: int):
+    summary = pa.table({"number_of_transactions": [claimed]})
+    streams = pa.table({"account_ids": [[a] for a in counts],
+                        "number_of_transactions": list(counts.values())})
+    return summary, streams
+
+
+def tagged_lines(per_account: dict[str, int], extra: list | None = None) -> pa.Table:
+    rows = []
+    for account, n in per_account.items():
+        rows += [(account, ["income", "salary"], "500.00", "1.00")] * n
+    rows += extra or []
+    return pa.table({
+        "account_id": [r[0] for r in rows],
+        "transaction_id": [f"t{i}" for i in range(len(rows))],
+        "topics": pa.array([r[1] for r in rows], pa.list_(pa.string())),
+        "credit": pa.array([None if r[2] is None else Decimal(r[2]) for r in rows], MONEY),
+        "balance": pa.array([None if r[3] is None else Decimal(r[3]) for r in rows], MONEY),
+    })
+
+
+def test_income_matches_the_income_tagged_posted_credits():
+    summary, streams = income_parts({"a": 3, "b": 2}, 5)
+    noise = [("a", ["shopping"], "9.00", "1.00"),          # not income
+             ("a", ["income"], None, "1.00"),              # a debit tagged income
+             ("a", ["income"], "7.00", None),              # pending: not posted yet
+             ("b", None, "1.00", "1.00")]                  # no topics at all
+    assert income_matches_transactions("r", summary, streams,
+                                       tagged_lines({"a": 3, "b": 2}, noise)) == []
+
+
+def test_income_that_counts_other_credits_fails_and_says_where():
+    summary, streams = income_parts({"a": 3, "b": 2}, 5)
+    problems = income_matches_transactions("r", summary, streams, tagged_lines({"a": 3, "b": 1}))
+    assert problems == [
+        {"record": "r", "income_transactions": 5, "income_tagged_credits": 4,
+         "problem": "income counts another number of transactions"},
+        {"record": "r", "account": "b", "stream_transactions": 2, "income_tagged_credits": 1,
+         "problem": "an account's income streams count other credits"}]
+    # an account with income credits but no stream is named too
+    summary, streams = income_parts({"a": 3}, 4)
+    problems = income_matches_transactions("r", summary, streams, tagged_lines({"a": 3, "c": 1}))
+    assert [(p["account"], p["stream_transactions"]) for p in problems] == [("c", 0)]
+
+
+def test_has_topic_reads_each_row_of_a_list_column():
+    topics = pa.chunked_array([pa.array([["a", "income"], None, [], ["income"]],
+                                        pa.list_(pa.string())), pa.array([["x"]],
+                                                                          pa.list_(pa.string()))])
+    assert has_topic(topics, "income").to_pylist() == [True, False, False, True, False]
+    assert has_topic(pa.chunked_array([], pa.list_(pa.string())), "income").to_pylist() == []
+
+
+@pytest.mark.parametrize("accounts,known,want", [
+    ([{"_id": "a1", "record": "r"}, {"_id": "a2"}], {"r"}, []),
+    ([{"_id": "a1", "record": "other"}], {"r"},
+     [{"record": "r", "account": "a1", "names_record": "other",
+       "problem": "account names another record"}]),
+    ([], set(), [{"record": "r", "problem": "record is not a known partition"}]),
+])
+def test_accounts_belong_to_their_record(accounts, known, want):
+    assert accounts_belong_to_record("r", accounts, known) == want
