@@ -1,0 +1,69 @@
+"""The shipped dagster.yaml: the project's library logs reach a run's event log (the UI)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from pathlib import Path
+
+import dagster as dg
+
+from assets.accounts import accounts
+from resources.client import ConnectionClient
+from resources.lake import Lake
+from tests.resources.sandboxes import client_for, make_customers
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class _Seen(logging.Handler):
+    """Sets `event` once the client has logged a retry."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.event = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("retrying "):
+            self.event.set()
+
+
+def test_a_client_retry_warning_lands_in_the_runs_event_log(sandbox, tmp_path):
+    home = tmp_path / "dagster"
+    home.mkdir()
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    with client_for(sandbox) as control:
+        (one,) = make_customers(control, {"accounts": 1, "months": 1})
+        record = one["record"]
+        control.post("sandbox/maintenance", {"on": True})  # every call: 500, retried
+
+        # maintenance ends once the asset's call has been refused and retried, not on a
+        # timer: the run cannot finish before the warning, nor wait long after it
+        seen = _Seen()
+        client_log = logging.getLogger("ledgerlake.client")
+        client_log.addHandler(seen)
+        ended = threading.Thread(target=lambda: seen.event.wait(120) and control.post(
+            "sandbox/maintenance", {"on": False}))
+        ended.start()
+        try:
+            with dg.DagsterInstance.from_config(str(home)) as instance:
+                instance.add_dynamic_partitions("records", [record])
+                client = ConnectionClient(base_url=sandbox.url, secret_key=sandbox.sandbox_key,
+                                          environment="sandbox", max_attempts=1000,
+                                          backoff_base_s=0.05, backoff_max_s=0.2)
+                result = dg.materialize([accounts], partition_key=record, instance=instance,
+                                        resources={"client": client,
+                                                   "lake": Lake(root=str(tmp_path / "lake"))})
+                logs = instance.all_logs(result.run_id)
+        finally:
+            seen.event.set()  # let the thread go whatever happened
+            ended.join()
+            client_log.removeHandler(seen)
+    assert result.success
+    retried = [e for e in logs if e.level == logging.WARNING
+               and e.user_message.startswith("retrying POST accounts/get")
+               and "PLANNED_MAINTENANCE" in e.user_message]
+    assert retried, [e.user_message for e in logs]
+    assert retried[0].step_key == "accounts"  # shown with the step, in the run's log
+    assert all(sandbox.sandbox_key not in e.user_message for e in logs)
