@@ -195,6 +195,135 @@ def cmd_dev(args: argparse.Namespace) -> int:
     return run_dev(port=args.port, customers=args.customers)
 
 
+def _dagster_home(settings) -> str | None:
+    """DAGSTER_HOME, else the one `ledgerlake demo` and `dev` use ($LEDGERLAKE_HOME/dagster);
+    None when neither holds an instance yet."""
+    home = os.environ.get("DAGSTER_HOME") or str(settings.home / "dagster")
+    return home if Path(home).is_dir() else None
+
+
+def _records_and_instance(settings):
+    logging.getLogger().setLevel(logging.WARNING)  # the instance's migrations are not news
+    home = _dagster_home(settings)
+    if home is None:
+        raise SystemExit("ledgerlake: no Dagster instance: set DAGSTER_HOME, or run "
+                         "`ledgerlake demo` or `ledgerlake dev` first")
+    os.environ["DAGSTER_HOME"] = home
+    from dagster import DagsterInstance
+
+    from .inbox import Inbox, InboxMissing
+    try:
+        inbox = Inbox(settings.inbox)
+    except InboxMissing as exc:
+        print(f"ledgerlake: {exc}; connection statuses unknown", file=sys.stderr)
+        inbox = None
+    return DagsterInstance.get(), inbox
+
+
+def _products(value: str) -> list[str]:
+    from .status import PRODUCTS
+
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [n for n in names if n not in PRODUCTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"products are {', '.join(PRODUCTS)}; not "
+                                         f"{', '.join(unknown) or 'none'}")
+    return names
+
+
+def _record(value: str) -> str:
+    from resources.lake import RECORD_ID
+
+    if not RECORD_ID.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"a record id matches ^[A-Za-z0-9_-]{{1,64}}$, "
+                                         f"not {value!r:.70}")
+    return value
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from .config import Settings
+    from .status import PRODUCTS, statuses
+
+    settings = Settings.from_env()
+    instance, inbox = _records_and_instance(settings)
+    from .definitions import defs
+
+    try:
+        with instance:
+            rows = statuses(defs, instance, inbox, args.records or None)
+    except ValueError as exc:
+        print(f"ledgerlake: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if inbox is not None:
+            inbox.close()
+    if args.failed:
+        rows = [r for r in rows if r.needs_action]
+    if args.json:
+        print(json.dumps([{"record": r.record, "connection": r.connection,
+                           "products": r.products, "held_by": r.details} for r in rows]))
+        return 0
+    head = ["record", "connection", *PRODUCTS]
+    table = [head] + [[r.record, r.connection, *(r.products.get(p, "-") for p in PRODUCTS)]
+                      for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    needing = sum(1 for r in rows if r.needs_action)
+    print(f"{len(rows)} records; {needing} with a failed or held product"
+          + ("  (ledgerlake rerun --failed)" if needing else ""), file=sys.stderr)
+    return 0
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    from .config import Settings
+    from .local import QUIET
+    from .status import rerun as run_again
+    from .status import statuses
+
+    if not args.records and not args.failed:
+        print("ledgerlake: name the records to run again, or --failed", file=sys.stderr)
+        return 2
+    if not os.environ.get("LEDGERLAKE_SECRET_KEY"):
+        print("ledgerlake: rerun fetches from the service: set LEDGERLAKE_SECRET_KEY",
+              file=sys.stderr)
+        return 2
+    settings = Settings.from_env()
+    instance, inbox = _records_and_instance(settings)
+    from .definitions import defs
+
+    failures = 0
+    with instance:
+        try:
+            rows = statuses(defs, instance, inbox, args.records or None)
+        except ValueError as exc:
+            print(f"ledgerlake: {exc}", file=sys.stderr)
+            return 2
+        finally:
+            if inbox is not None:
+                inbox.close()
+        if args.failed:
+            rows = [r for r in rows if r.needs_action]
+        if not rows:
+            print("nothing to run again", file=sys.stderr)
+        for row in rows:
+            assets = args.products or (row.needs_action if args.failed else
+                                       [p for p, s in row.products.items() if s != "-"])
+            if not assets:
+                print(f"record {row.record}: no product heard of yet; name --products",
+                      file=sys.stderr)
+                failures += 1
+                continue
+            result = run_again(defs, instance, row.record, assets,
+                               full_history=args.full_history, run_config=QUIET)
+            failures += not result.success
+            print(f"record {row.record}: {', '.join(assets)}: "
+                  f"{'landed' if result.success else 'failed'} (run {result.run_id})")
+    return 1 if failures else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ledgerlake",
@@ -250,6 +379,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", help="table (default), csv, json or parquet")
     p.add_argument("--output", metavar="FILE", help="write the result here (atomically)")
     p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("status", help="each record's products: landed, held, failed, waiting",
+                       description="Each record's products as Dagster and the inbox know "
+                                   "them: landed, held (a blocking check kept the previous "
+                                   "rows), failed (after the engine's retries), running, "
+                                   "waiting (called back, not landed).")
+    p.add_argument("records", nargs="*", type=_record, help="only these records")
+    p.add_argument("--failed", action="store_true", help="only records with a failed or "
+                                                         "held product")
+    p.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("rerun", help="run records' products again now, without a callback",
+                       description="Run records' products again, in this process, recorded "
+                                   "in the Dagster instance like any run (the UI shows them).")
+    p.add_argument("records", nargs="*", type=_record, help="the records to run again")
+    p.add_argument("--failed", action="store_true",
+                   help="every record with a failed or held product (those products only)")
+    p.add_argument("--products", type=_products,
+                   help="comma-separated, e.g. transactions,balances (default: the failed "
+                        "ones with --failed, else every product the record has)")
+    p.add_argument("--full-history", action="store_true",
+                   help="pull transactions whole, not from the last date seen")
+    p.set_defaults(func=cmd_rerun)
 
     p = sub.add_parser("demo", help="run the pipeline end to end on a fresh sandbox")
     p.add_argument("--customers", type=_number(int, 1, 100, "customers"), default=3)

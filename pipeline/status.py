@@ -70,7 +70,7 @@ def statuses(defs: dg.Definitions, instance: dg.DagsterInstance, inbox: Inbox | 
     known = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     held = _held(instance, _blocking_checks(defs), keys)
     for asset in (a for a in PRODUCTS if a in known):
-        by_partition = instance.get_status_by_partition(dg.AssetKey(asset), keys, records)
+        by_partition = instance.get_status_by_partition(dg.AssetKey(asset), keys, records) or {}
         for row in out:
             got = by_partition.get(row.record)
             called = states.get(row.record) is not None and any(
