@@ -67,3 +67,14 @@ def test_a_client_retry_warning_lands_in_the_runs_event_log(sandbox, tmp_path):
     assert retried, [e.user_message for e in logs]
     assert retried[0].step_key == "accounts"  # shown with the step, in the run's log
     assert all(sandbox.sandbox_key not in e.user_message for e in logs)
+
+
+def test_runs_that_die_are_retried_by_the_daemon_and_failed_steps_are_not(tmp_path):
+    import shutil
+
+    import dagster as dg
+
+    shutil.copyfile(REPO / "dagster.yaml", tmp_path / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.run_retries_enabled and instance.run_retries_max_retries == 2
+        assert instance.run_retries_retry_on_asset_or_op_failure is False

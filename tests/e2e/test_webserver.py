@@ -95,4 +95,4 @@ def test_webserver_loads_code_location(tmp_path):
     assets = {"/".join(n["assetKey"]["path"]) for n in repo["assetNodes"]}
     assert {"accounts", "warehouse"} <= assets
     assert "inbox_sensor" in {s["name"] for s in repo["sensors"]}
-    assert {"accounts_job", "warehouse_job"} <= {j["name"] for j in repo["jobs"]}
+    assert {"ingest_job", "refresh_job", "warehouse_job"} <= {j["name"] for j in repo["jobs"]}

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets.warehouse import build
+from resources.columns import money
 from resources.lake import Lake
 
 TS = pa.timestamp("ms", tz="UTC")
@@ -30,9 +31,9 @@ def lines(account: str, n: int, start: float) -> pa.Table:
     return pa.table({
         "transaction_id": [f"{account}-{i:04d}" for i in range(n)],
         "account_id": [account] * n,
-        "trans_date": pa.array(when, TS),
-        "debit": pa.array(debit, pa.float64()), "credit": pa.array(credit, pa.float64()),
-        "amount": amount, "balance": balance, "currency": ["NGN"] * n,
+        "trans_date": pa.array(when, TS), "cleared_date": pa.array(when, TS),
+        "debit": money(debit), "credit": money(credit),
+        "amount": money(amount), "balance": money(balance), "currency": ["NGN"] * n,
         "topics": pa.array([["shopping", "pos"]] * n, pa.list_(pa.string())),
     })
 

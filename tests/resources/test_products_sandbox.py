@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -11,7 +12,7 @@ import pytest
 from sandboxes import client_for, make_customers
 
 from resources.client import PARSE_PAGES
-from resources.columns import TRANSACTION_SCHEMA
+from resources.columns import MONEY, TRANSACTION_SCHEMA
 from resources.errors import AuthError, InvalidInput, InvalidRequest, RecordError
 
 
@@ -59,8 +60,9 @@ def test_transactions_as_arrow(client, two):
     assert set(table["account_id"].to_pylist()) == set(first["accounts"])
     debit, credit = table["debit"], table["credit"]
     assert pc.all(pc.xor(pc.is_null(debit), pc.is_null(credit))).as_py()  # exactly one set
-    assert pc.all(pc.equal(table["amount"], pc.subtract(pc.fill_null(credit, 0.0),
-                                                         pc.fill_null(debit, 0.0)))).as_py()
+    zero = pa.scalar(0, MONEY)  # exact: decimal naira, no tolerance
+    assert pc.all(pc.equal(table["amount"], pc.subtract(pc.fill_null(credit, zero),
+                                                         pc.fill_null(debit, zero)))).as_py()
     assert table["narration"].null_count == 0 and table["trans_date"].null_count == 0
     dates = table["trans_date"].to_numpy()
     assert (dates[1:] >= dates[:-1]).all()  # the service's order: by date
@@ -79,7 +81,9 @@ def test_the_running_balance_agrees_with_the_balance_endpoint(client, two):
     account = two[0]["accounts"][0]
     table = client.transactions(account=account)
     (balance,) = client.balance(account=account)
-    assert table["balance"][-1].as_py() == pytest.approx(balance["available_balance"])
+    posted = table.filter(pc.is_valid(table["balance"])).sort_by(
+        [("cleared_date", "ascending"), ("transaction_id", "ascending")])  # posting order
+    assert posted["balance"][-1].as_py() == Decimal(repr(balance["ledger_balance"]))
 
 
 def test_transactions_from_to_and_batches_per_page(shared_sandbox, client, two):
