@@ -328,11 +328,19 @@ def test_a_large_batch_lands_in_worker_processes(shared_sandbox, tmp_path):
     keys = [m["record"] for m in made]
     out = run_range([transactions], keys, resources(shared_sandbox, tmp_path))
     assert out.success, failure_text(out)
+    # landed in the workers, reported by the run: each record with its own figures
+    mats = {m.partition: m.metadata for m in out.asset_materializations_for_node("transactions")}
+    assert set(mats) == set(keys)
     for key in keys:
         table = read(tmp_path, "transactions", key)
         assert table.num_rows == total_transactions(shared_sandbox, key) > 0
-    checks = {c.check_name: c.passed for c in out.get_asset_check_evaluations()}
-    assert checks == {"running_balance_reconciles": True}
+        assert mats[key]["dagster/row_count"].value == table.num_rows
+        assert mats[key]["fetched_rows"].value == table.num_rows  # a first pull: all of it
+        first_id = table["transaction_id"][0].as_py()
+        assert first_id in mats[key]["preview"].value  # this record's rows, not another's
+        assert mats[key]["path"].value.endswith(f"record_id={key}/part-0.parquet")
+    verdicts = {(c.partition, c.check_name): c.passed for c in out.get_asset_check_evaluations()}
+    assert verdicts == {(k, "running_balance_reconciles"): True for k in keys}
 
 
 def test_a_failure_in_a_worker_fails_the_run_and_writes_nothing(tmp_path):
