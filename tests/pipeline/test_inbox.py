@@ -223,3 +223,76 @@ def test_a_reader_never_creates_a_missing_inbox(tmp_path):
     with pytest.raises(InboxMissing, match=str(path)):
         Inbox(path)
     assert not path.exists() and not path.parent.exists()
+
+
+# -- issue 19: what the review found untested -------------------------------------------------
+
+@pytest.mark.parametrize("keep", ["record", "recordId"])
+def test_a_callback_naming_its_record_by_one_member_alone_is_that_records(inbox, make, keep):
+    body = make.callback("placeholder", "AUTH", "AUTH_SUCCESS", customer="c1",
+                         ended_at="2026-01-01T00:00:00.000Z")
+    del body["record"], body["recordId"]
+    body[keep] = "rec-one"
+    assert describe(body)["record"] == "rec-one"
+    event_id, new = inbox.add(body)
+    assert new
+    (event,) = inbox.after(0)
+    assert (event.id, event.record, event.records) == (event_id, "rec-one", ("rec-one",))
+    state = inbox.records(["rec-one"])["rec-one"]
+    assert (state.customer, state.status, set(state.products)) == ("c1", "connected", {"AUTH"})
+
+
+@pytest.mark.parametrize("data, complaint", [
+    ({"customer": 42, "disconnected_at": "2026-01-02T00:00:00Z"},
+     "connection event customer must be a string"),
+    ({"customer": ["c1"], "disconnected_at": "2026-01-02T00:00:00Z"},
+     "connection event customer must be a string"),
+    ({"customer": "c1", "accounts": "acc-a", "disconnected_at": "2026-01-02T00:00:00Z"},
+     "connection event accounts must be a list of account ids"),
+    ({"customer": "c1", "accounts": {"acc-a": 1}, "disconnected_at": "2026-01-02T00:00:00Z"},
+     "connection event accounts must be a list of account ids"),
+])
+def test_a_connection_event_with_a_wrong_customer_or_accounts_is_refused(inbox, make, data,
+                                                                        complaint):
+    inbox.add(make.callback("rec-a", "AUTH", "AUTH_SUCCESS", customer="c1", account="acc-a",
+                            ended_at="2026-01-01T00:00:00.000Z"))
+    body = {"event": "USER_DISCONNECT", "message": "bye", "data": data}
+    with pytest.raises(InvalidEvent) as info:
+        inbox.add(body)
+    assert str(info.value) == complaint
+    assert inbox.count() == 1 and inbox.status("rec-a") == "connected"  # nothing changed
+
+
+def test_a_batch_that_fails_part_way_leaves_nothing_of_itself(inbox, make, tmp_path):
+    before = make.callback("rec-0", ended_at="2026-01-01T00:00:00.000Z")
+    inbox.add(before)
+    good = [make.callback(f"rec-{i}", "AUTH", "AUTH_SUCCESS", customer="c1",
+                          ended_at="2026-01-01T01:00:00.000Z") for i in (1, 2)]
+    gone = describe(make.disconnect("c1", "2026-01-02T00:00:00.000Z"))
+    items = [(describe(b), orjson.dumps(b)) for b in good] + [(gone, orjson.dumps({}))]
+    items.append((describe(make.callback("rec-3")), None))  # body NOT NULL: SQLite refuses it
+    with pytest.raises(sqlite3.IntegrityError):
+        inbox.add_described(items)
+    # nothing of the batch: no event, no record, no product, no status change, in this
+    # connection or another one
+    assert [e.record for e in inbox.after(0)] == ["rec-0"]
+    assert set(inbox.records()) == {"rec-0"}
+    with Inbox(tmp_path / "inbox.sqlite3") as other:
+        assert other.count() == 1 and set(other.records()) == {"rec-0"}
+    # and the inbox is not left inside the failed transaction: the same events go in afterwards
+    assert [new for _, new in inbox.add_described(items[:3])] == [True, True, True]
+    assert inbox.records()["rec-1"].status == "disconnected"
+    assert inbox.add(before)[1] is False
+
+
+def test_received_at_is_read_back_as_stored(inbox, make, monkeypatch):
+    clock = iter([1_767_225_600.25, 1_767_225_601.5])
+    monkeypatch.setattr("pipeline.inbox.time.time", lambda: next(clock))
+    first_id, _ = inbox.add(make.callback("rec-1", "AUTH", "AUTH_SUCCESS", customer="c1"))
+    inbox.add(make.reauth("c1", "2026-01-02T00:00:00.000Z"))
+    first, second = inbox.after(0)
+    assert (first.id, first.received_at, second.received_at) == (
+        first_id, 1_767_225_600.25, 1_767_225_601.5)
+    state = inbox.records()["rec-1"]
+    assert (state.first_seen, state.last_seen) == (1_767_225_600.25, 1_767_225_601.5)
+    assert state.products["AUTH"].received_at == 1_767_225_600.25
