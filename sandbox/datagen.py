@@ -4,6 +4,11 @@ Bulk data is never stored. An account's history is made from its seed one calend
 time with numpy (month `m` of account `a` depends only on the seed, `a` and `m`), so a month
 that the sandbox clock reaches later is appended without changing what came before, and a
 record of 100,000 transactions takes milliseconds. Amounts are kobo as int64 until the JSON.
+
+Lines settle as a real bank's do (`_settle`): the history's arrays are in posting order, and
+the running balance follows that order; a few lines carry a value date (`trans_date`) days
+before their posting; a few were pending under another id for two days before they posted;
+and a few pending authorisations are reversed after two days, never to post at all.
 """
 
 from __future__ import annotations
@@ -213,6 +218,7 @@ class AccountSpec:
     volume: int        # transactions per day, on average
     first_month: int   # month index where the history starts
     created_month: int  # the opening balance is fixed from the months up to this one
+    settlement: bool = True  # pending, reversed and back-dated lines (customers/create)
 
 
 class _Fill(dict):
@@ -353,6 +359,133 @@ def _opening(spec: AccountSpec) -> int:
     return _profile(spec)["opening_base"] - low
 
 
+# -- settlement: value dates, pending precursors, reversed authorisations -----------------------
+
+PENDING_S = 2 * DAY                  # a pending line waits this long to post, or to be reversed
+BACKDATE_S = (4 * DAY, 14 * DAY)     # a back-dated line's value date is this far before posting
+BACKDATED, PENDING, REVERSED = 0.005, 0.02, 0.01  # shares of a month's lines
+REVERSED_SEQ = 1 << 19               # reversed lines' sequences sit above the month's own lines
+NEVER = np.iinfo(np.int64).max
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser over uint64s: a cheap, well-spread hash, vectorised."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _pos_category(spec: AccountSpec) -> int:
+    """The card-purchase category: what a reversed authorisation looks like."""
+    cats = BUSINESS if spec.business else PERSONAL
+    return next(i for i, c in enumerate(cats) if c[5] == "POS" and not c[1])
+
+
+@lru_cache(maxsize=1024)
+def _settle(spec: AccountSpec, m: int) -> dict:
+    """How month `m`'s lines settle. Kept apart from `_month`, whose random stream (and so
+    every line made before this existed) stays as it was.
+
+    `trans`: each line's value date (its posting time, or 4 to 14 days before for a
+    back-dated line); `pending`: indices of lines that were pending under another id for
+    two days first; `reversed_*`: authorisations of the month that never post. Which lines
+    is a hash of (seed, account, sequence); income lines are never chosen.
+    """
+    mo = _month(spec, m)
+    ts = mo["ts"]
+    none = np.zeros(0, np.int64)
+    if not spec.settlement or not len(ts):
+        return {"trans": ts, "pending": none, "reversed_ts": none, "reversed_signed": none,
+                "reversed_pool": none}
+    seq = (np.int64(m) << 20) + np.arange(len(ts), dtype=np.int64)
+    key = np.uint64(_int(spec.seed, "settle", spec.account_id))
+    h = _mix(key ^ _mix(seq.astype(np.uint64)))
+    u = (h >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    free = mo["stream"] < 0
+    back = free & (u < BACKDATED)
+    pending = np.flatnonzero(free & (u >= BACKDATED) & (u < BACKDATED + PENDING))
+    trans = ts.copy()
+    span = np.uint64(BACKDATE_S[1] - BACKDATE_S[0] + 1)
+    trans[back] -= BACKDATE_S[0] + (_mix(h[back]) % span).astype(np.int64)
+    rng = np.random.default_rng([spec.seed & 0xFFFFFFFF, _int(spec.account_id) & 0xFFFFFFFF,
+                                 m, 0x5E771E])
+    k = int(rng.binomial(len(ts), REVERSED))
+    rts = np.sort(month_start(m) + rng.integers(0, month_days(m), k) * DAY
+                  + rng.integers(6 * 3600, 22 * 3600, k))
+    cat = (BUSINESS if spec.business else PERSONAL)[_pos_category(spec)]
+    amount = np.maximum(100, np.round(cat[3] * np.exp(rng.standard_normal(k) * cat[4])) * 100)
+    return {"trans": trans, "pending": pending, "reversed_ts": rts,
+            "reversed_signed": -amount.astype(np.int64),
+            "reversed_pool": rng.integers(0, POOL, k)}
+
+
+@dataclass
+class Pending:
+    """An account's lines that are not posted: each is visible from `start` (its trans_date)
+    until `until`, then gone for good (posted under its own id, or reversed). They never
+    count in a running balance."""
+    start: np.ndarray     # int64 seconds: trans_date, and when the line appears
+    until: np.ndarray     # int64 seconds: the line is gone from here on
+    signed: np.ndarray    # int64 kobo
+    cat: np.ndarray       # category index
+    order: np.ndarray     # int64: place among lines of the same trans_date and account
+    ref: np.ndarray       # int64: the sequence the line's ref is made of
+    ids: list             # 24 hex characters each
+    descs: list
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def visible(self, now: float) -> np.ndarray:
+        t = int(now)  # the bounds are whole seconds
+        return (self.start <= t) & (self.until > t)
+
+
+def _pending(spec: AccountSpec, last_month: int, lead: bool) -> Pending:
+    """The pending lines of months first_month..last_month and, with `lead`, the precursors of
+    the next month's first lines, already pending in the last two days of this one."""
+    pools = _profile(spec)["pools"]
+    pos = _pos_category(spec)
+    cols: dict[str, list] = {k: [] for k in ("start", "until", "signed", "cat", "order", "ref")}
+    ids: list[str] = []
+    descs: list[str] = []
+    for m in range(spec.first_month, last_month + 1 + lead):
+        mo, st = _month(spec, m), _settle(spec, m)
+        p = st["pending"]
+        posted_at = mo["ts"][p]
+        if m > last_month:
+            keep = posted_at - PENDING_S < month_start(m)
+            p, posted_at = p[keep], posted_at[keep]
+        seq = (np.int64(m) << 20) + p
+        cat = mo["cat"][p]
+        cols["start"].append(posted_at - PENDING_S)
+        cols["until"].append(posted_at)
+        cols["signed"].append(mo["signed"][p])
+        cols["cat"].append(cat)
+        cols["order"].append(seq * 2 + 1)  # after the posted line of the same sequence
+        cols["ref"].append(seq)
+        ids.extend(object_id(spec.seed, "pending", spec.account_id, q) for q in seq.tolist())
+        descs.extend(pools[c][q] for c, q in zip(cat.tolist(), mo["pool"][p].tolist(),
+                                                   strict=True))
+        if m > last_month:
+            continue
+        rts = st["reversed_ts"]
+        rseq = (np.int64(m) << 20) + REVERSED_SEQ + np.arange(len(rts), dtype=np.int64)
+        cols["start"].append(rts)
+        cols["until"].append(rts + PENDING_S)
+        cols["signed"].append(st["reversed_signed"])
+        cols["cat"].append(np.full(len(rts), pos, dtype=np.int64))
+        cols["order"].append(rseq * 2)
+        cols["ref"].append(rseq)
+        ids.extend(object_id(spec.seed, "reversed", spec.account_id, m, j)
+                   for j in range(len(rts)))
+        descs.extend(pools[pos][q] for q in st["reversed_pool"].tolist())
+    arrays = {k: np.concatenate(v).astype(np.int64) if v else np.zeros(0, np.int64)
+              for k, v in cols.items()}
+    return Pending(**arrays, ids=ids, descs=descs)
+
+
 @dataclass
 class History:
     """An account's transactions up to the end of a month, as columns."""
@@ -366,18 +499,36 @@ class History:
     seq: np.ndarray       # stable per-account sequence (month << 20 | i)
     descs: list           # narration per line
     opening: int
+    trans: np.ndarray     # int64 seconds: value date (trans_date); ts but for back-dated lines
+    pending: Pending      # lines not posted (not in ts..descs)
     _rows: list | None = None
 
     def __len__(self) -> int:
         return len(self.ts)
 
     def visible(self, now: float) -> int:
-        """How many lines have happened by `now`."""
+        """How many lines have posted by `now` (they are the first ones: ts is ascending)."""
         return int(self.ts.searchsorted(int(now), side="right"))
+
+    def ids(self, upto: int) -> list[str]:
+        """The ids of the first `upto` posted lines: the account's prefix, then the sequence,
+        so that they sort in posting order."""
+        prefix = self.spec.account_id[:12]
+        return [f"{prefix}{q:012x}" for q in self.seq[:upto].tolist()]
+
+    def id_of(self, i: int) -> str:
+        return f"{self.spec.account_id[:12]}{int(self.seq[i]):012x}"
+
+
+def lead(last_month: int, now: float) -> bool:
+    """Whether `now` is close enough to the next month that its first lines are pending."""
+    return now >= month_start(last_month + 1) - PENDING_S
 
 
 @lru_cache(maxsize=256)
-def history(spec: AccountSpec, last_month: int) -> History:
+def history(spec: AccountSpec, last_month: int, lead: bool = False) -> History:
+    """Lines up to the end of `last_month`; with `lead`, also the next month's precursors
+    (generating a month ahead costs as much as a month: only done when they can show)."""
     months = [_month(spec, m) for m in range(spec.first_month, last_month + 1)]
     prof = _profile(spec)
     ts = np.concatenate([mo["ts"] for mo in months]) if months else np.zeros(0, np.int64)
@@ -395,7 +546,10 @@ def history(spec: AccountSpec, last_month: int) -> History:
         extra = mo["extra"]
         descs.extend(extra[-1 - c] if c < 0 else pools[c][p]
                      for c, p in zip(mo["cat"].tolist(), mo["pool"].tolist(), strict=True))
-    return History(spec, ts, signed, balance, cat, pool, stream, seq, descs, opening)
+    trans = (np.concatenate([_settle(spec, mo["month"])["trans"] for mo in months])
+             if months else ts)
+    return History(spec, ts, signed, balance, cat, pool, stream, seq, descs, opening, trans,
+                   _pending(spec, last_month, lead))
 
 
 def topics_of(h: History, i: int) -> list[str]:
@@ -425,10 +579,16 @@ def _remember(h: History) -> None:
         old._rows = None
 
 
-def rows(h: History, ctx: dict) -> list[bytes]:
-    """Every line as pre-serialised JSON (orjson bytes), built once per history and cached.
+def _stamps(ts: np.ndarray) -> list[str]:
+    return np.char.add(np.datetime_as_string(ts.astype("datetime64[s]")), ".000Z").tolist()
 
-    `ctx` holds the ids every line carries (account, record, customer, bank, env).
+
+def rows(h: History, ctx: dict) -> list[bytes]:
+    """Every line as pre-serialised JSON (orjson bytes), built once per history and cached:
+    the posted lines in posting order, then the pending ones (`h.pending`'s order).
+
+    `ctx` holds the ids every line carries (account, record, customer, bank, env). Callers
+    must not change the list: records with the same spec share it.
     """
     if h._rows is not None:
         _SERVED.move_to_end(id(h), last=True)
@@ -448,26 +608,48 @@ def rows(h: History, ctx: dict) -> list[bytes]:
             + orjson.dumps(ctx["customer"]) + b',"bank":' + orjson.dumps(ctx["bank"])
             + b',"currency":"NGN","branch":' + orjson.dumps(branch)
             + b',"benefactor":null,"env":' + orjson.dumps(ctx["env"])).decode()
-    head = head.replace("{", "{{").replace("}", "}}").replace("%s", "{0}")
-    template = (head + ',"trans_date":"{1}","cleared_date":"{1}","debit":{2},"credit":{3},'
-                '"balance":{4},"notes":{{"desc":{5},"topics":{6}}},"ref":"{7}","code":"{8}",'
-                '"created_at":"{1}","last_updated":"{1}"}}')
+    h0, h1, h2 = head.split("%s")  # the line's id goes in twice; f-strings beat str.format
     cat_json = [orjson.dumps(t).decode() for t in cat_topics]
     stream_json = [orjson.dumps(t).decode() for t in stream_topics]
-    stamps = np.char.add(np.datetime_as_string(h.ts.astype("datetime64[s]")), ".000Z").tolist()
+    cleared = _stamps(h.ts)
+    trans = list(cleared)
+    back = np.flatnonzero(h.trans != h.ts)  # a few: patch their value dates in
+    for i, stamp in zip(back.tolist(), _stamps(h.trans[back]), strict=True):
+        trans[i] = stamp
     short = h.spec.bank_short
-    fmt = template.format
+    dumps = orjson.dumps
     out = []
-    for stamp, amt, bal, c, q, desc in zip(stamps, h.signed.tolist(), h.balance.tolist(),
-                                           h.cat.tolist(), h.seq.tolist(), h.descs, strict=True):
+    # a posted line appeared when it posted; a pending one when it was authorised
+    for tstamp, stamp, amt, bal, c, q, desc in zip(
+            trans, cleared, h.signed.tolist(), h.balance.tolist(), h.cat.tolist(),
+            h.seq.tolist(), h.descs, strict=True):
         if amt > 0:
             debit, credit = "null", repr(amt / 100)
         else:
             debit, credit = repr(-amt / 100), "null"
-        out.append(fmt(f"{prefix}{q:012x}", stamp, debit, credit, repr(bal / 100),
-                       orjson.dumps(desc).decode(),
-                       stream_json[-1 - c] if c < 0 else cat_json[c],
-                       f"{short}{q:014d}", "SAL" if c < 0 else cat_codes[c]).encode())
+        if c < 0:
+            topics, code = stream_json[-1 - c], "SAL"
+        else:
+            topics, code = cat_json[c], cat_codes[c]
+        lid = f"{prefix}{q:012x}"
+        out.append(f'{h0}{lid}{h1}{lid}{h2},"trans_date":"{tstamp}","cleared_date":"{stamp}",'
+                   f'"debit":{debit},"credit":{credit},"balance":{bal / 100!r},"notes":'
+                   f'{{"desc":{dumps(desc).decode()},"topics":{topics}}},"ref":"{short}'
+                   f'{q:014d}","code":"{code}","created_at":"{stamp}","last_updated":'
+                   f'"{stamp}"}}'.encode())
+    p = h.pending
+    for lid, tstamp, amt, c, q, desc in zip(p.ids, _stamps(p.start), p.signed.tolist(),
+                                            p.cat.tolist(), p.ref.tolist(), p.descs,
+                                            strict=True):
+        if amt > 0:
+            debit, credit = "null", repr(amt / 100)
+        else:
+            debit, credit = repr(-amt / 100), "null"
+        out.append(f'{h0}{lid}{h1}{lid}{h2},"trans_date":"{tstamp}","cleared_date":null,'
+                   f'"debit":{debit},"credit":{credit},"balance":null,"notes":'
+                   f'{{"desc":{dumps(desc).decode()},"topics":{cat_json[c]}}},"ref":"{short}'
+                   f'{q:014d}","code":"{cat_codes[c]}","created_at":"{tstamp}",'
+                   f'"last_updated":"{tstamp}"}}'.encode())
     h._rows = out
     _remember(h)
     return out

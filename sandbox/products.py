@@ -12,10 +12,9 @@ import logging
 import secrets
 from datetime import UTC, date, datetime
 
-import numpy as np
 import orjson
 
-from . import callbacks, datagen
+from . import callbacks, datagen, lines
 from .auth import SANDBOX
 from .clock import iso
 from .errors import BANK_ERRORS, RECORD_ERRORS, ServiceError
@@ -31,7 +30,7 @@ BANK_STATUS = {"healthy": None, "down": "BANK_DOWN", "not_responding": "BANK_NOT
                "unavailable": "BANK_NOT_AVAILABLE", "unsupported": "BANK_NO_LONGER_SUPPORTED"}
 PASSWORD_ERRORS = set(RECORD_ERRORS) | set(BANK_ERRORS) | {"INTERNAL_SERVER_ERROR"}
 CUSTOMER_FIELDS = {"name", "bank", "login_type", "account_type", "accounts", "months",
-                   "volume", "seed", "products", "password", "income"}
+                   "volume", "seed", "products", "password", "income", "settlement"}
 INTERNAL = "_sandbox"  # record members the API never shows
 
 
@@ -161,7 +160,8 @@ class Products:
         return datagen.AccountSpec(
             seed=g["seed"], account_id=account_id, bank_short=bank["slug"][:3].upper(),
             business=rec["account_type"] == "business", income=g["income"], primary=k == 0,
-            volume=g["volume"], first_month=g["first_month"], created_month=g["created_month"])
+            volume=g["volume"], first_month=g["first_month"], created_month=g["created_month"],
+            settlement=g.get("settlement", True))
 
     def _histories(self, rec: dict, now: float) -> list[tuple[str, datagen.History, int]]:
         last = max(datagen.month_index(now), rec[INTERNAL]["gen"]["created_month"])
@@ -169,9 +169,10 @@ class Products:
         if specs is None:
             specs = [self._spec(rec, k, a) for k, a in enumerate(rec[INTERNAL]["accounts"])]
             self._specs[(rec["env"], rec["_id"])] = specs
+        lead = datagen.lead(last, now)
         out = []
         for spec in specs:
-            h = datagen.history(spec, last)
+            h = datagen.history(spec, last, lead)
             out.append((spec.account_id, h, h.visible(now)))
         return out
 
@@ -180,24 +181,17 @@ class Products:
                                 "customer": rec["customer"], "bank": rec["bank"],
                                 "env": rec["env"]})
 
-    def _record_view(self, rec: dict, now: float) -> tuple[np.ndarray, list[bytes]]:
-        """All of a record's lines in the API's order (date, then _id), with their JSON."""
-        parts = self._histories(rec, now)
-        key = (rec["env"], rec["_id"], len(parts[0][1]) if parts else 0,
-               max(datagen.month_index(now), rec[INTERNAL]["gen"]["created_month"]))
+    def _view(self, rec: dict, now: float, k: int | None = None) -> lines.View:
+        """The lines of a record (or of its account `k`) in the API's order, kept per month
+        of history (and its last two days): within that, the clock changes only what is
+        visible."""
+        last = max(datagen.month_index(now), rec[INTERNAL]["gen"]["created_month"])
+        key = (rec["env"], rec["_id"], k, last, datagen.lead(last, now))
         view = self._views.get(key)
         if view is None:
-            if len(parts) == 1:
-                account_id, h, _ = parts[0]
-                view = (h.ts, self._rows(rec, account_id, h))
-            else:
-                ts = np.concatenate([h.ts for _, h, _ in parts])
-                rank = np.concatenate([np.full(len(h), r) for r, (_, h, _) in enumerate(
-                    sorted(parts, key=lambda p: p[0]))])
-                seq = np.concatenate([h.seq for _, h, _ in parts])
-                order = np.lexsort((seq, rank, ts))
-                rows = [r for a, h, _ in parts for r in self._rows(rec, a, h)]
-                view = (ts[order], [rows[i] for i in order.tolist()])
+            parts = self._histories(rec, now)
+            chosen = parts if k is None else [parts[k]]
+            view = lines.View.build([(a, h, self._rows(rec, a, h)) for a, h, _ in chosen])
             if len(self._views) > 64:
                 self._views.clear()
             self._views[key] = view
@@ -259,26 +253,23 @@ class Products:
 
     async def transactions_get(self, env: str, body: dict) -> dict:
         now = self.clock.now()
+        since = int(_date("from", body["from"])) if "from" in body else None
+        until = int(_date("to", body["to"])) + DAY if "to" in body else None
         if "account" in body:
             rec, k = self._account(env, body["account"])
-            self._check(rec, "transactions")
-            account_id, h, _ = self._histories(rec, now)[k]
-            ts, rows = h.ts, self._rows(rec, account_id, h)
         else:
-            rec = self._target(env, body)
-            self._check(rec, "transactions")
-            ts, rows = self._record_view(rec, now)
+            rec, k = self._target(env, body), None
+        self._check(rec, "transactions")
+        view = self._view(rec, now, k)
+        pos, tkey = view.visible(now)
         # search with ints: a float key would make numpy convert the whole int64 column
-        lo, hi = 0, int(ts.searchsorted(int(now), side="right"))
-        if "from" in body:
-            lo = int(ts.searchsorted(int(_date("from", body["from"])), side="left"))
-        if "to" in body:
-            hi = min(hi, int(ts.searchsorted(int(_date("to", body["to"])) + DAY, side="left")))
+        lo = int(tkey.searchsorted(since, side="left")) if since is not None else 0
+        hi = int(tkey.searchsorted(until, side="left")) if until is not None else len(pos)
         hi = max(lo, hi)
         page, limit = body.get("page", 1), body.get("limit", 20)
         pagination = self.pages(hi - lo, page, limit)
         start = lo + (page - 1) * limit
-        chunk = rows[start:min(hi, start + limit)] if start < hi else []
+        chunk = view.serve(pos[start:min(hi, start + limit)]) if start < hi else []
         return {"pagination": pagination,
                 "transaction": orjson.Fragment(b"[" + b",".join(chunk) + b"]")}
 
@@ -411,7 +402,8 @@ class Products:
                                + ", ".join(f"{where}.{u}" for u in unknown))
         out = {"accounts": 1, "months": 6, "volume": 4, "login_type": "bank",
                "account_type": "personal", "products": list(datagen.PRODUCTS),
-               "income": True, "name": None, "password": None, "seed": None, "bank": None}
+               "income": True, "settlement": True, "name": None, "password": None,
+               "seed": None, "bank": None}
         for key, value in spec.items():
             if value is None:
                 continue
@@ -437,7 +429,7 @@ class Products:
                 if value not in ("personal", "business"):
                     raise ServiceError("INVALID_FIELD", f"{f} must be personal or business")
                 out[key] = value
-            elif key == "income":
+            elif key in ("income", "settlement"):
                 if not isinstance(value, bool):
                     raise ServiceError("INVALID_FIELD", f"{f} must be a boolean")
                 out[key] = value
@@ -509,7 +501,8 @@ class Products:
                        "accounts": account_ids, "created_ts": now, "verify_failures": 0,
                        "auth": datagen.object_id(seed, env, "auth", n),
                        "gen": {"seed": seed, "months": spec["months"], "volume": spec["volume"],
-                               "income": spec["income"], "created_month": created_month,
+                               "income": spec["income"], "settlement": spec["settlement"],
+                               "created_month": created_month,
                                "first_month": created_month - spec["months"]}},
         }
         self._save(rec)
@@ -558,6 +551,17 @@ class Products:
         self._save(rec)
         asyncio.get_running_loop().call_soon(self._complete_connection, env, rec["_id"])
         return {"verified": True}
+
+    async def records_ledger(self, env: str, body: dict) -> dict:
+        rec = self._record(env, body["record"])
+        now = self.clock.now()
+        docs, ids = [], []
+        for account_id, h, _ in self._histories(rec, now):
+            doc, account_ids = lines.ledger(account_id, h, now)
+            docs.append(doc)
+            ids += account_ids
+        return {"record": rec["_id"], "now": iso(now), "lines": len(ids),
+                "ids_sha256": lines.ids_sha256(ids), "accounts": docs}
 
     async def banks_status(self, env: str, body: dict) -> dict:
         if body["bank"] not in self.bank_by_id:

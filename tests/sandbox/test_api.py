@@ -99,15 +99,19 @@ def test_balance_agrees_with_the_last_transaction(shared_sandbox, made):
         for bal in balances:
             lines = all_transactions(api, account=bal["account"])
             assert lines, "three months at six a day make lines"
-            assert bal["ledger_balance"] == lines[-1]["balance"]
+            # the running balance is over posted lines in posting order; pending ones have none
+            posted = sorted((t for t in lines if t["cleared_date"] is not None),
+                            key=lambda t: (t["cleared_date"], t["_id"]))
+            assert all(t["balance"] is None for t in lines if t["cleared_date"] is None)
+            assert bal["ledger_balance"] == posted[-1]["balance"]
             assert isinstance(bal["available_balance"], float)
             # each line's running balance follows from the one before
-            for prev, line in zip(lines, lines[1:], strict=False):
+            for prev, line in zip(posted, posted[1:], strict=False):
                 delta = (line["credit"] or 0) - (line["debit"] or 0)
                 assert abs(prev["balance"] + delta - line["balance"]) < 0.005
             periodic = bal["periodic"]
-            assert periodic["ledger_balance"][-1]["amount"] == lines[-1]["balance"]
-            assert periodic["ledger_balance"][-1]["date"] == lines[-1]["trans_date"][:10]
+            assert periodic["ledger_balance"][-1]["amount"] == posted[-1]["balance"]
+            assert periodic["ledger_balance"][-1]["date"] == posted[-1]["cleared_date"][:10]
             assert set(periodic) == {"available_balance", "ledger_balance"}
 
 
@@ -245,7 +249,8 @@ def test_openapi_lists_every_route(shared_sandbox):
               "settings/webhook", "banks/list"):
         assert "/sandbox/v2/" + p in paths and "/v2/" + p in paths
     for p in ("customers/create", "records/verify", "records/reset_login", "banks/status",
-              "maintenance", "payments/initiate", "clock/advance", "records/fire_webhook"):
+              "maintenance", "payments/initiate", "clock/advance", "records/fire_webhook",
+              "records/ledger"):
         assert "/sandbox/v2/sandbox/" + p in paths and "/v2/sandbox/" + p not in paths
 
 

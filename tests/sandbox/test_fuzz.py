@@ -20,11 +20,12 @@ PATHS = ["auth/getByCustomer", "auth/get", "accounts/get", "balance/get", "trans
          "callback/trigger", "token/exchange", "settings/webhook", "banks/list",
          "sandbox/customers/create", "sandbox/records/fire_webhook",
          "sandbox/records/reset_login", "sandbox/records/verify", "sandbox/banks/status",
-         "sandbox/payments/initiate", "sandbox/clock/advance"]
+         "sandbox/payments/initiate", "sandbox/clock/advance", "sandbox/records/ledger"]
 FIELDS = ["record", "customer", "account", "access_token", "public_token", "page", "limit",
           "from", "to", "records", "url", "token", "customers", "method", "code", "amounts",
           "bank", "status", "amount", "recurring", "seconds", "accounts", "months", "volume",
-          "seed", "products", "login_type", "account_type", "income", "name", "password"]
+          "seed", "products", "login_type", "account_type", "income", "name", "password",
+          "settlement"]
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False)
