@@ -655,6 +655,14 @@ def rows(h: History, ctx: dict) -> list[bytes]:
     return out
 
 
+def balance_patch(row: bytes, kobo: int, delta: int) -> bytes:
+    """`row` (a posted line whose running balance is `kobo`) serving `kobo + delta` instead."""
+    old = b',"balance":' + repr(kobo / 100).encode() + b','
+    new = b',"balance":' + repr((kobo + delta) / 100).encode() + b','
+    assert row.count(old) == 1, "a posted line has one balance member"
+    return row.replace(old, new)
+
+
 def streams_of(spec: AccountSpec) -> list[dict]:
     return _profile(spec)["streams"]
 

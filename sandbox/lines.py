@@ -5,18 +5,19 @@ A view joins its accounts' histories, posted and pending lines alike, and sorts 
 by trans_date, then account (by id), then sequence. Posted lines are visible from their
 posting time on; a pending one only in its window. The visible positions are worked out
 once per clock second and kept, so paging costs a slice, not a pass over the record.
-Rows are never changed here: records with the same spec share them.
+Patches (`sandbox/records/corrupt`) are applied to the served copies of rows, never to the
+cached rows, which records with the same spec share.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 
 import numpy as np
 
-from .datagen import NEVER, History
+from .datagen import NEVER, History, balance_patch
 
 
 @dataclass
@@ -27,7 +28,9 @@ class View:
     start: np.ndarray         # visible from (posting time, or the pending line's start)
     until: np.ndarray         # visible before (NEVER for a posted line)
     index: np.ndarray         # where each line's row is in `rows`
+    offsets: list[int]        # where each part's rows begin in `rows`
     _at: tuple | None = None  # (clock second, visible positions, their trans_date)
+    _patches: dict = field(default_factory=dict)
 
     @classmethod
     def build(cls, parts: list[tuple[str, History, list[bytes]]]) -> View:
@@ -44,11 +47,12 @@ class View:
             cols["order"] += [h.seq * 2, p.order]  # a posted sequence before its precursor
         c = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
         order = np.lexsort((c["order"], c["rank"], c["tkey"]))
+        offsets = np.cumsum([0] + [len(r) for _, _, r in parts]).tolist()
         # one part: its (shared) list as it is; several: one list, joined at C speed
         rows = parts[0][2] if len(parts) == 1 else list(chain.from_iterable(
             r for _, _, r in parts))
         return cls([h for _, h, _ in parts], rows, c["tkey"][order], c["start"][order],
-                   c["until"][order], order)
+                   c["until"][order], order, offsets)
 
     def visible(self, now: float) -> tuple[np.ndarray, np.ndarray]:
         """Positions of the lines visible at `now`, in order, and their trans_date seconds."""
@@ -58,10 +62,20 @@ class View:
             self._at = (second, pos, self.tkey[pos])
         return self._at[1], self._at[2]
 
-    def serve(self, positions: np.ndarray) -> list[bytes]:
-        """The rows at `positions`."""
+    def serve(self, positions: np.ndarray, patches: tuple = ()) -> list[bytes]:
+        """The rows at `positions`; `patches` holds (part, posted index, kobo) to add to the
+        running balance served for that line."""
         rows = self.rows
-        return [rows[i] for i in self.index[positions].tolist()]
+        if not patches:
+            return [rows[i] for i in self.index[positions].tolist()]
+        patched = self._patches.get(patches)
+        if patched is None:  # the latest set of patches is all a record has
+            patched = {}
+            for k, i, delta in patches:
+                at = self.offsets[k] + i
+                patched[at] = balance_patch(rows[at], int(self.histories[k].balance[i]), delta)
+            self._patches = {patches: patched}
+        return [patched.get(i) or rows[i] for i in self.index[positions].tolist()]
 
 
 def ledger(account_id: str, h: History, now: float) -> tuple[dict, list[str]]:

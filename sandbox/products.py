@@ -17,7 +17,7 @@ import orjson
 from . import callbacks, datagen, lines
 from .auth import SANDBOX
 from .clock import iso
-from .errors import BANK_ERRORS, RECORD_ERRORS, ServiceError
+from .errors import BANK_ERRORS, CODES, RECORD_ERRORS, ServiceError
 from .ratelimit import RateLimiter
 
 log = logging.getLogger("sandbox.products")
@@ -31,6 +31,11 @@ BANK_STATUS = {"healthy": None, "down": "BANK_DOWN", "not_responding": "BANK_NOT
 PASSWORD_ERRORS = set(RECORD_ERRORS) | set(BANK_ERRORS) | {"INTERNAL_SERVER_ERROR"}
 CUSTOMER_FIELDS = {"name", "bank", "login_type", "account_type", "accounts", "months",
                    "volume", "seed", "products", "password", "income", "settlement"}
+# products whose endpoint sandbox/records/fail can make fail, and that endpoint
+FAILABLE = {"accounts": "accounts/get", "balance": "balance/get",
+            "transactions": "transactions/get", "income": "income/get",
+            "identity": "identity/get", "auth": "auth/get"}
+CORRUPT_KOBO = 100  # records/corrupt: the served running balance is off by 1.00 naira
 INTERNAL = "_sandbox"  # record members the API never shows
 
 
@@ -197,6 +202,35 @@ class Products:
             self._views[key] = view
         return view
 
+    def _patches(self, rec: dict, k: int | None) -> tuple:
+        """records/corrupt's patches as (part of the view, posted index, kobo)."""
+        bad = rec[INTERNAL].get("corrupt")
+        if not bad:
+            return ()
+        accounts = rec[INTERNAL]["accounts"]
+        return tuple(sorted((accounts.index(c["account"]) if k is None else 0, c["index"],
+                             CORRUPT_KOBO) for c in bad
+                            if k is None or c["account"] == accounts[k]))
+
+    def _inject(self, rec: dict, product: str) -> None:
+        """Answer the failure records/fail set for this product, while some remain."""
+        fails = rec[INTERNAL].get("fail") or {}
+        fail = fails.get(product)
+        if not fail:
+            return
+        fail["remaining"] -= 1
+        if fail["remaining"] <= 0:
+            del fails[product]
+        self._save(rec)
+        code = fail["error_code"]
+        extra, headers = {}, {}
+        if CODES[code][0] == "RATE_LIMIT_EXCEEDED":
+            headers["Retry-After"] = "1"
+        if code == "VERIFICATION_EXPIRED":
+            extra["account_id"] = rec[INTERNAL]["accounts"][0]
+        raise ServiceError(code, f"{FAILABLE[product]} failed: {code} (sandbox/records/fail)",
+                           extra=extra, headers=headers)
+
     def _balance_doc(self, rec: dict, account: dict, h: datagen.History, upto: int,
                      with_periodic: bool = True) -> dict:
         amount = (int(h.balance[upto - 1]) if upto else h.opening) / 100
@@ -213,6 +247,7 @@ class Products:
     async def accounts_get(self, env: str, body: dict) -> dict:
         if "record" in body or "access_token" in body:
             rec = self._target(env, body)
+            self._inject(rec, "accounts")
             self._check(rec, "accounts")
             recs = [rec]
         else:
@@ -242,6 +277,7 @@ class Products:
             rec, k = self._account(env, body["account"])
         else:
             rec, k = self._target(env, body), None
+        self._inject(rec, "balance")
         self._check(rec, "balance")
         docs = []
         for i, (account_id, h, upto) in enumerate(self._histories(rec, self.clock.now())):
@@ -259,6 +295,7 @@ class Products:
             rec, k = self._account(env, body["account"])
         else:
             rec, k = self._target(env, body), None
+        self._inject(rec, "transactions")
         self._check(rec, "transactions")
         view = self._view(rec, now, k)
         pos, tkey = view.visible(now)
@@ -269,13 +306,15 @@ class Products:
         page, limit = body.get("page", 1), body.get("limit", 20)
         pagination = self.pages(hi - lo, page, limit)
         start = lo + (page - 1) * limit
-        chunk = view.serve(pos[start:min(hi, start + limit)]) if start < hi else []
+        chunk = (view.serve(pos[start:min(hi, start + limit)], self._patches(rec, k))
+                 if start < hi else [])
         return {"pagination": pagination,
                 "transaction": orjson.Fragment(b"[" + b",".join(chunk) + b"]")}
 
     async def income_get(self, env: str, body: dict) -> dict:
         if "record" in body or "access_token" in body:
             rec = self._target(env, body)
+            self._inject(rec, "income")
         else:
             recs = self._customer_records(env, body["customer"])
             if not recs:
@@ -297,8 +336,11 @@ class Products:
             ident_id=datagen.object_id("identity", rec["_id"]))
 
     async def identity_get(self, env: str, body: dict) -> dict:
-        recs = ([self._target(env, body)] if "record" in body or "access_token" in body
-                else self._customer_records(env, body["customer"]))
+        if "record" in body or "access_token" in body:
+            recs = [self._target(env, body)]
+            self._inject(recs[0], "identity")
+        else:
+            recs = self._customer_records(env, body["customer"])
         for rec in recs:
             self._check(rec, "identity")
         items, pagination = self.paginate([self._identity(r) for r in recs], 1, 100)
@@ -322,6 +364,7 @@ class Products:
 
     async def auth_get(self, env: str, body: dict) -> dict:
         rec = self._target(env, body)
+        self._inject(rec, "auth")
         self._check(rec, "auth", auth_call=True)
         accounts = [self.store.get("accounts", env, a) for a in rec[INTERNAL]["accounts"]]
         return {"auth": {**self._auth_doc(rec), "accounts": [
@@ -551,6 +594,40 @@ class Products:
         self._save(rec)
         asyncio.get_running_loop().call_soon(self._complete_connection, env, rec["_id"])
         return {"verified": True}
+
+    async def records_fail(self, env: str, body: dict) -> dict:
+        rec = self._record(env, body["record"])
+        product = body["product"]
+        if product not in FAILABLE:
+            raise ServiceError("INVALID_FIELD", "product must be one of " + ", ".join(FAILABLE))
+        times = _int_in("times", body["times"], 1, 1000)
+        code = body.get("error_code", "INTERNAL_SERVER_ERROR")
+        if not isinstance(code, str) or code not in CODES:
+            raise ServiceError("INVALID_FIELD", "error_code must be an error code the sandbox "
+                                                "answers (docs/interface.md lists them)")
+        rec[INTERNAL].setdefault("fail", {})[product] = {"error_code": code,
+                                                         "remaining": times}
+        self._save(rec)
+        return {"record": rec["_id"], "product": product, "remaining": times}
+
+    async def records_corrupt(self, env: str, body: dict) -> dict:
+        rec = self._record(env, body["record"])
+        accounts = rec[INTERNAL]["accounts"]
+        account_id = body.get("account", accounts[0])
+        if account_id not in accounts:
+            raise ServiceError("INVALID_FIELD", "account is not an account of this record")
+        k = accounts.index(account_id)
+        _, h, upto = self._histories(rec, self.clock.now())[k]
+        if not upto:
+            raise ServiceError("INVALID_FIELD", "account has no posted line yet")
+        line = _int_in("line", body["line"], 0, upto - 1) if "line" in body else upto // 2
+        bad = rec[INTERNAL].setdefault("corrupt", [])
+        if not any(c["account"] == account_id and c["index"] == line for c in bad):
+            bad.append({"account": account_id, "index": line})
+            self._save(rec)
+        true = int(h.balance[line])
+        return {"transaction": h.id_of(line), "account": account_id,
+                "balance_served": (true + CORRUPT_KOBO) / 100, "balance_true": true / 100}
 
     async def records_ledger(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])

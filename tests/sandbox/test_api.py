@@ -250,7 +250,7 @@ def test_openapi_lists_every_route(shared_sandbox):
         assert "/sandbox/v2/" + p in paths and "/v2/" + p in paths
     for p in ("customers/create", "records/verify", "records/reset_login", "banks/status",
               "maintenance", "payments/initiate", "clock/advance", "records/fire_webhook",
-              "records/ledger"):
+              "records/fail", "records/corrupt", "records/ledger"):
         assert "/sandbox/v2/sandbox/" + p in paths and "/v2/sandbox/" + p not in paths
 
 
