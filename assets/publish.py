@@ -122,7 +122,7 @@ def to_land(context: dg.AssetExecutionContext, asset: str) -> list[str]:
         return ids
     done = set()
     conn = context.instance.get_records_for_run(
-        context.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION, limit=100_000)
+        context.run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION, limit=100_000)
     for rec in conn.records:
         mat = rec.event_log_entry.asset_materialization
         if mat is not None and mat.asset_key == dg.AssetKey(asset):

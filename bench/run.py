@@ -380,6 +380,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
     os.environ.update({"LEDGERLAKE_HOME": str(home), "LEDGERLAKE_INBOX":
                        str(home / "inbox.sqlite3"), "LEDGERLAKE_LAKE": str(home / "lake")})
     from assets.transactions import transactions
+    from pipeline.inbox import InboxResource
     from pipeline.jobs import ingest_job
     from pipeline.sensors import inbox_sensor
     from resources.client import ConnectionClient
@@ -398,7 +399,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
         defs = dg.Definitions(
             assets=[transactions], jobs=[ingest_job], sensors=[inbox_sensor],
             resources={"client": ConnectionClient(base_url=sandbox.url, secret_key=key),
-                       "lake": lake})
+                       "lake": lake, "inbox": InboxResource()})
         api = httpx.Client(base_url=sandbox.url + "/sandbox/v2/", timeout=30,
                            headers={"Authorization": f"Bearer {key}"})
         api.post("settings/webhook", json={"url": receiver.url + "/callbacks/",
