@@ -86,6 +86,10 @@ class FaultServer:
 
     def stop(self) -> None:
         self.stopping.set()
+        try:  # wakes the accept() now rather than at its next 0.2 s timeout
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
         self.thread.join(timeout=5)
 
