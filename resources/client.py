@@ -136,7 +136,7 @@ class ConnectionClient(ConfigurableResource):
                 # An httpx error's message holds no header but its `.request` does: keep only
                 # the message, and raise after this block so the error has no __context__.
                 err: ServiceError = TransportError(
-                    f"{type(exc).__name__}: {exc or 'no detail'}", method=method, path=path)
+                    f"{type(exc).__name__}: {str(exc) or 'no detail'}", method=method, path=path)
                 final = not isinstance(exc, _TRANSIENT) or (
                     not idempotent and not isinstance(exc, _NOT_SENT))
             if final:
