@@ -229,12 +229,20 @@ def test_a_page_range_of_pages_stops_at_its_last(faulty):
     with faulty.client(page_size=2) as c:
         got = list(c.transaction_pages(RECORD, first_page=2, last_page=3))
         assert [[t["page"] for t in p] for p in got] == [[2, 2], [3, 3]]
-    faulty.script = [success({"pagination": {"page": 1, "hasNextPage": False},
-                              "transaction": []})]
+    faulty.script = [tx_page(1, 2), tx_page(2, 2, rows=[tx(2, 0)]), tx_page(1, 1)]
     with faulty.client() as c:
-        batches = list(c.transaction_batches(RECORD))
-    assert [b.num_rows for b in batches] == [0]
-    assert [body["page"] for _, _, body in sent(faulty)] == [2, 3, 1]
+        batches = list(c.transaction_batches(account="acc", from_date="2026-10-01",
+                                             to_date=dt.date(2026, 10, 31)))
+        assert [b.num_rows for b in c.transaction_batches(RECORD)] == [2]
+    assert [b.num_rows for b in batches] == [2, 1]
+    assert batches[0]["transaction_id"].to_pylist() == [tx(1, 0)["_id"], tx(1, 1)["_id"]]
+    window = {"account": "acc", "from": "2026-10-01", "to": "2026-10-31"}
+    assert sent(faulty) == [
+        ("POST", "/sandbox/v2/transactions/get", {"record": RECORD, "page": 2, "limit": 2}),
+        ("POST", "/sandbox/v2/transactions/get", {"record": RECORD, "page": 3, "limit": 2}),
+        ("POST", "/sandbox/v2/transactions/get", {**window, "page": 1, "limit": 100}),
+        ("POST", "/sandbox/v2/transactions/get", {**window, "page": 2, "limit": 100}),
+        ("POST", "/sandbox/v2/transactions/get", {"record": RECORD, "page": 1, "limit": 100})]
 
 
 @pytest.mark.parametrize("pagination", [{}, {"totalDocs": -1}, {"totalDocs": True},
@@ -434,11 +442,15 @@ def test_the_backoff_doubles_from_its_base_to_its_cap_with_jitter_below_it(
         faulty, caplog, jitter, end, expected):
     caplog.set_level(logging.WARNING, "ledgerlake.client")
     jitter(end)
-    faulty.script = [answer(503) for _ in range(4)] + [success({"banks": []})]
+    faulty.script = [answer(503, request_id=f"{i}" * 24) for i in range(4)] + [
+        success({"banks": []})]
     with faulty.client(backoff_base_s=0.02, backoff_max_s=0.05) as c:
         assert c.banks() == []
     assert waits(caplog) == pytest.approx(expected)
-    assert [r.args[3:5] for r in caplog.records] == [(2, 6), (3, 6), (4, 6), (5, 6)]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"retrying GET banks/list in {wait:.2f}s (attempt {i + 2} of 6): HTTP 503: the service "
+        f"answered 503 without a JSON error body on GET banks/list (http 503, request "
+        f"{str(i) * 24})" for i, wait in enumerate(expected)]
 
 
 def test_a_retry_after_date_is_waited_for_and_a_past_one_is_no_wait(faulty, caplog, jitter):
@@ -461,15 +473,24 @@ def test_a_retry_after_date_is_waited_for_and_a_past_one_is_no_wait(faulty, capl
     assert "retry budget of 5s spent (next wait" in str(info.value)
 
 
+def test_a_call_that_changes_nothing_retries_any_5xx(faulty):
+    faulty.script = [error(500, "API_ERROR", "INTERNAL_SERVER_ERROR"),
+                     error(502, "API_ERROR", "BAD_GATEWAY"), success({"record": {"_id": "r"}})]
+    with faulty.client() as c:
+        assert c.record(RECORD) == {"_id": "r"}
+    assert len(faulty.seen) == 3
+
+
 def test_what_a_call_that_changes_state_retries(faulty):
     faulty.script = [answer(503), success({"removed": 1}),
                      error(502, "API_ERROR", "BAD_GATEWAY"),
                      error(500, "API_ERROR", "PLANNED_MAINTENANCE"), success({"removed": 2})]
     with faulty.client() as c:
         assert c.remove_record(RECORD) == {"removed": 1}  # 503: not done, so tried again
-        with pytest.raises(ApiError):  # any other 5xx may have been half done
+        with pytest.raises(ApiError) as info:  # any other 5xx may have been half done
             c.remove_record(RECORD)
-        assert c.remove_record(RECORD) == {"removed": 2}
+        assert (info.value.error_code, info.value.attempts) == ("BAD_GATEWAY", 1)
+        assert c.remove_record(RECORD) == {"removed": 2}  # maintenance: not done either
     assert len(faulty.seen) == 5
 
 
@@ -524,3 +545,51 @@ def test_as_a_dagster_resource_it_checks_its_settings_at_init_and_closes_after(f
     assert client._http is None and http.is_closed
     with pytest.raises(ValueError, match="page_size"):
         faulty.client(page_size=0).setup_for_execution(context)
+
+
+def test_transactions_of_an_account_in_a_window(faulty):
+    faulty.script = [tx_page(1, 1)]
+    with faulty.client() as c:
+        table = c.transactions(account="acc", from_date="2026-10-01", to_date="2026-10-02")
+    assert table.num_rows == 2
+    assert sent(faulty) == [("POST", "/sandbox/v2/transactions/get", {
+        "account": "acc", "from": "2026-10-01", "to": "2026-10-02", "page": 1, "limit": 100})]
+
+
+def test_errors_of_a_pull_and_a_trigger_name_their_call(faulty):
+    faulty.script = [error(400, "INVALID_REQUEST", "INVALID_FIELD", "bad from"),
+                     tx_page(1, 2, hasNextPage=True, nextPage=1),
+                     error(400, "INVALID_REQUEST", "INVALID_FIELD", "bad record")]
+    with faulty.client() as c:
+        with pytest.raises(ServiceError) as refused:
+            c.transactions(RECORD)
+        faulty.script.insert(1, tx_page(2, 2))  # asked for ahead of page 1
+        with pytest.raises(MalformedResponse) as looping:
+            c.transactions(RECORD)
+        with pytest.raises(ServiceError) as trigger:
+            c.trigger_callbacks([RECORD])
+    assert str(refused.value).startswith("INVALID_FIELD: bad from on POST transactions/get (")
+    assert str(looping.value) == ("no answer: page 1 says hasNextPage but nextPage is 1 on POST "
+                                  "transactions/get (no http status, request unknown)")
+    assert str(trigger.value).startswith("INVALID_FIELD: bad record on POST callback/trigger (")
+
+
+def test_a_page_whose_status_is_not_success_is_refused(faulty):
+    failed = answer(200, orjson.dumps({"status": "failure", "data": {
+        "pagination": {"page": 1, "totalPages": 1, "hasNextPage": False},
+        "transaction": [tx(1, 0)]}}), request_id="e" * 24)
+    faulty.script = [failed]
+    with faulty.client() as c, pytest.raises(MalformedResponse, match="without status and data"):
+        c.transactions(RECORD)
+
+
+@pytest.mark.parametrize("bad, asked_for", [
+    (1, list(range(1, 21))),   # the first group is 20 pages, asked for before any is read
+    (21, list(range(1, 26))),  # the rest are asked for ahead too, from the count read so far
+])
+def test_pages_are_read_twenty_at_a_time_and_asked_for_ahead(faulty, bad, asked_for):
+    faulty.script = [tx_page(n, 25, rows=[tx(n, 0, debit="x") if n == bad else tx(n, 0)])
+                     for n in range(1, 26)]
+    with faulty.client(page_size=1) as c, pytest.raises(ValueError, match="interface's shape"):
+        c.transactions(RECORD)
+    assert asked(faulty) == asked_for
