@@ -8,7 +8,7 @@ UV_VERSION := 0.13.8
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(CURDIR)/$(VENV)
 
-.PHONY: all setup test demo lint bench dev clean
+.PHONY: all setup test demo lint bench dev mutation clean
 
 all: test
 
@@ -34,6 +34,12 @@ demo: setup
 bench: setup
 	$(VENV)/bin/python bench/run.py $(BENCH_ARGS)
 
+# mutmut on pipeline/inbox.py, resources/client.py, assets/checks.py, assets/transactions.py,
+# each with its own tests (mutation/run.py); not part of `make test`. MODULES=... picks some.
+# Figures, equivalent mutants and how long it takes: docs/testing.md
+mutation: setup
+	$(VENV)/bin/python mutation/run.py $(MODULES)
+
 lint: setup
 	$(VENV)/bin/ruff check .
 
@@ -41,4 +47,4 @@ dev: setup
 	$(VENV)/bin/ledgerlake dev
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .ruff_cache
+	rm -rf $(VENV) data .pytest_cache .ruff_cache .mutation mutants
