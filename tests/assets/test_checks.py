@@ -172,3 +172,59 @@ def test_has_topic_reads_each_row_of_a_list_column():
 ])
 def test_accounts_belong_to_their_record(accounts, known, want):
     assert accounts_belong_to_record("r", accounts, known) == want
+
+
+def test_a_line_naming_no_account_is_in_no_chain():
+    """Lines without an account are compared with no neighbour, not even one another."""
+    orphans = lines(("a", "a1", 0, "1.00", "1.00"), (None, "x1", 1, "5.00", "50.00"),
+                    ("a", "a2", 2, "1.00", "2.00"), (None, "x2", 3, "5.00", "90.00"))
+    assert chain_breaks("r", orphans) == []
+
+
+def test_a_single_posted_line_is_its_accounts_last_running_balance():
+    one = lines(("a", "a1", 0, "5.00", "5.00"), ("a", "p1", None, "-1.00", None))
+    assert last_running_balances(one) == {"a": 500}
+    assert ledger_mismatches("r", one, [{"account": "a", "ledger_balance": 5.0}]) == []
+    (off,) = ledger_mismatches("r", one, [{"account": "a", "ledger_balance": 6.0}])
+    assert off["running_balance"] == "5.00" and off["ledger_balance"] == "6.00"
+
+
+def test_an_account_the_lake_lacks_does_not_hide_the_ones_after_it():
+    service = [{"account": "c", "ledger_balance": 5.0},  # no lines of c: skipped
+               {"account": "a", "ledger_balance": 69.52}, {"account": "b", "ledger_balance": 0}]
+    assert [(p["account"], p["ledger_balance"]) for p in ledger_mismatches("r", GOOD, service)] \
+        == [("a", "69.52")]
+
+
+def streams_of(*streams: tuple[list[str], int]) -> pa.Table:
+    return pa.table({"account_ids": pa.array([s[0] for s in streams], pa.list_(pa.string())),
+                     "number_of_transactions": pa.array([s[1] for s in streams], pa.int64())})
+
+
+def test_an_accounts_income_is_the_sum_of_its_streams():
+    """Two streams on one account (salary and rent, say) count together; a stream that counts
+    no transaction on an account without income credits is no mismatch."""
+    summary = pa.table({"number_of_transactions": [3]})
+    streams = streams_of((["a"], 2), (["a"], 1), (["b"], 0))
+    assert income_matches_transactions("r", summary, streams, tagged_lines({"a": 3})) == []
+    # nothing claimed, nothing tagged
+    none = pa.table({"number_of_transactions": pa.array([0], pa.int64())})
+    quiet = tagged_lines({}, [("b", ["shopping"], "9.00", "1.00")])
+    assert income_matches_transactions("r", none, streams_of((["b"], 0)), quiet) == []
+    empty = pa.table({"number_of_transactions": pa.array([], pa.int64())})
+    assert income_matches_transactions("r", empty, streams_of(), quiet) == []
+
+
+def test_a_stream_counting_credits_an_account_does_not_have_fails():
+    summary = pa.table({"number_of_transactions": [4]})
+    streams = streams_of((["a"], 3), (["b"], 1))
+    assert income_matches_transactions("r", summary, streams, tagged_lines({"a": 3})) == [
+        {"record": "r", "income_transactions": 4, "income_tagged_credits": 3,
+         "problem": "income counts another number of transactions"},
+        {"record": "r", "account": "b", "stream_transactions": 1, "income_tagged_credits": 0,
+         "problem": "an account's income streams count other credits"}]
+
+
+def test_a_topic_list_holding_a_null_does_not_hold_the_topic():
+    topics = pa.array([["income", None], [None], None, ["x", "income"]], pa.list_(pa.string()))
+    assert has_topic(topics, "income").to_pylist() == [True, False, False, True]
