@@ -135,3 +135,58 @@ def test_validation_names_the_records_that_fail_and_only_those():
     assert out["r2"].startswith("ValidationFailed: transactions of record r2")
     assert "currency" in out["r2"]
     assert list(tx.bad_records({"r2": bad})) == ["r2"]
+
+
+def test_a_lake_of_one_line_keeps_it_when_a_window_does_not_reach_it():
+    lake = rows(("old", at(1), "1.00"))
+    out = tx.apply_window(lake, rows(("new", at(12), "2.00")), dt.date(2026, 3, 10))
+    assert out["transaction_id"].to_pylist() == ["old", "new"]
+    assert tx.pull_from(lake) == dt.date(2026, 2, 26)  # one line is a date seen too
+
+
+def test_a_partition_whose_lines_carry_no_date_is_pulled_whole():
+    lake = rows(("a", at(1), "1.00"))
+    lake = lake.set_column(lake.schema.get_field_index("trans_date"), "trans_date",
+                           pa.array([None], TS))
+    assert tx.pull_from(lake) is None
+
+
+class Statvfs:
+    def __init__(self, blocks: int, size: int = 4096):
+        self.f_bavail, self.f_frsize = blocks, size
+
+
+@pytest.fixture
+def shm(monkeypatch):
+    """/dev/shm as the hand-off folder sees it: its free space, and whether it is writable."""
+    state = {"room": 0, "writable": True, "asked": []}
+
+    def statvfs(path):
+        state["asked"].append(("statvfs", path))
+        if state["room"] is None:
+            raise FileNotFoundError(path)
+        return Statvfs(state["room"] // 4096)
+
+    def access(path, mode):
+        state["asked"].append(("access", path, mode))
+        return state["writable"]
+
+    monkeypatch.setattr(tx.os, "statvfs", statvfs)
+    monkeypatch.setattr(tx.os, "access", access)
+    return state
+
+
+def test_pages_are_handed_over_in_memory_only_with_room_to_spare(shm):
+    """More than 1 KiB a line free in a writable /dev/shm: there; else the temporary folder."""
+    shm["room"] = 4096 * 1000
+    assert tx._handoff_folder(3999) == "/dev/shm"  # 4,094,976 bytes of 4,096,000
+    assert ("statvfs", "/dev/shm") in shm["asked"]
+    assert ("access", "/dev/shm", tx.os.W_OK) in shm["asked"]
+    assert tx._handoff_folder(4000) is None  # exactly 1 KiB a line: no room to spare
+    assert tx._handoff_folder(4001) is None
+    shm["room"] = 4096  # a container's tiny /dev/shm
+    assert tx._handoff_folder(1000) is None
+    shm["room"], shm["writable"] = 4096 * 1000, False
+    assert tx._handoff_folder(10) is None
+    shm["room"] = None  # no /dev/shm at all
+    assert tx._handoff_folder(10) is None
