@@ -1,0 +1,361 @@
+"""How the transactions asset lands records, called directly against a real sandbox (no
+Dagster run): `land_records` (each record fetched ahead, windowed, validated, audited and
+published, in order, a failing one reported with its error), `land_one` (a window that does
+not reconcile is pulled whole; what still does not is held back), and the worker processes'
+parts. Those the pools run in forked workers (`_start_worker`, `_land_chunk`, `_fetch_pages`)
+are called here in this process as the pool calls them, so a fault in them fails a test here
+(and mutation testing, which sees only calls made in the test's own process, reaches them).
+
+Ground truth is the sandbox's own (`sandbox/records/ledger`), never the pipeline's.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gc
+import hashlib
+import http.server
+import threading
+import time
+from decimal import Decimal
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from assets import transactions as tx
+from resources.client import ConnectionClient
+from resources.columns import naira
+from resources.lake import Lake
+
+CHECK = tx.RUNNING_BALANCE.name
+SAID = "record %s: %d fetched (%s), %d in the partition"
+
+
+def control(box, path: str, **body) -> dict:
+    with box.api() as api:
+        resp = api.post(f"sandbox/{path}", json=body)
+        assert resp.status_code == 200, resp.text
+        return resp.json()["data"]
+
+
+def create(box, **spec) -> str:
+    """A new record of the shared sandbox, once its transactions are ready."""
+    record = control(box, "customers/create", customers=[spec])["customers"][0]["record"]
+    for _ in range(100):  # the connection completes on its own, right after creation
+        with box.api() as api:
+            if api.post("transactions/get", json={"record": record,
+                                                  "limit": 1}).status_code == 200:
+                return record
+        time.sleep(0.1)
+    raise AssertionError("the sandbox never made the record's transactions ready")
+
+
+def client(box, **settings) -> ConnectionClient:
+    return ConnectionClient(base_url=box.url, secret_key=box.sandbox_key,
+                            environment="sandbox", **settings)
+
+
+def config_of(c: ConnectionClient) -> dict:
+    return {name: getattr(c, name) for name in type(c).model_fields}
+
+
+def truth(box, record: str) -> dict:
+    return control(box, "records/ledger", record=record)
+
+
+def assert_lake_is_truth(box, lake: Lake, record: str) -> dict:
+    """The partition holds exactly the lines a full pull returns now: ids and sums."""
+    want = truth(box, record)
+    table = lake.read("transactions", record)
+    ids = table["transaction_id"].to_pylist()
+    assert len(ids) == len(set(ids)) == want["lines"]
+    for account in want["accounts"]:
+        mine = table.filter(pc.equal(table["account_id"], account["account"]))
+        got = "\n".join(sorted(mine["transaction_id"].to_pylist()))
+        assert hashlib.sha256(got.encode()).hexdigest() == account["ids_sha256"]
+        assert int(pc.sum(mine["amount"]).as_py() * 100) == account["net_kobo"]
+    return want
+
+
+def test_a_run_lands_each_record_in_order_with_its_own_pull_and_figures(shared_sandbox,
+                                                                        tmp_path):
+    """Five records (more than are fetched ahead), two already in the lake: one is pulled
+    from its window, the other whole because the run says so; each is published with its
+    own figures, and the run's log has one line per record."""
+    box = shared_sandbox
+    ids = [create(box, accounts=2, months=1, volume=3, seed=40 + i) for i in range(5)]
+    lake = Lake(root=str(tmp_path))
+    with client(box) as c:
+        before = tx.land_records(c, lake, [ids[1], ids[3]])
+        assert [(x.record_id, x.published) for x in before] == [(ids[1], True), (ids[3], True)]
+        start = tx.pull_from(lake.read("transactions", ids[1]))
+        in_window = c.transaction_total(ids[1], from_date=start)
+        said: list[tuple] = []
+        landings = tx.land_records(c, lake, ids, full={ids[3]},
+                                   say=lambda *line: said.append(line))
+    assert [x.record_id for x in landings] == ids
+    logged, pending = [], 0
+    for rid, x in zip(ids, landings, strict=True):
+        want = assert_lake_is_truth(box, lake, rid)
+        windowed = rid == ids[1]
+        fetched = in_window if windowed else want["lines"]
+        assert x.published is True and x.error is None and x.problems == {CHECK: []}
+        meta = x.metadata
+        assert meta["pull"] == (f"window from {start}" if windowed else tx.FULL)
+        assert meta["fetched_rows"] == fetched
+        assert meta["accounts"] == 2
+        assert meta["pending_lines"] == sum(a["pending"] for a in want["accounts"])
+        pending += meta["pending_lines"]
+        assert meta["dagster/row_count"] == want["lines"]
+        assert meta["path"].value.endswith(f"transactions/record_id={rid}/part-0.parquet")
+        first = lake.read("transactions", rid)["transaction_id"][0].as_py()
+        assert first in meta["preview"].value  # this record's rows, not another's
+        logged.append((SAID, rid, fetched, f"from {start}" if windowed else "full history",
+                       want["lines"]))
+    assert 0 < in_window < truth(box, ids[1])["lines"]  # a window, not the whole history
+    assert pending > 0, "seeds 40 to 44 show pending lines: the test needs some"
+    assert said == logged
+
+
+def test_a_failing_record_is_reported_with_its_error_and_the_others_land(shared_sandbox,
+                                                                         tmp_path):
+    """One record's fetch fails (a 500: worth retrying), another's audit cannot ask for its
+    ledger balance (login required: not worth it); nothing of theirs is written, and the
+    records before and after them land."""
+    box = shared_sandbox
+    ids = [create(box, accounts=1, months=1, volume=2, seed=50 + i) for i in range(4)]
+    control(box, "records/fail", record=ids[1], product="transactions", times=100)
+    control(box, "records/fail", record=ids[2], product="balance", times=100,
+            error_code="RECORD_LOGIN_REQUIRED")
+    lake = Lake(root=str(tmp_path))
+    with client(box, max_attempts=1) as c:
+        landings = tx.land_records(c, lake, ids)
+    assert [(x.record_id, x.published) for x in landings] == [
+        (ids[0], True), (ids[1], False), (ids[2], False), (ids[3], True)]
+    fetch, audit = landings[1], landings[2]
+    assert fetch.error.startswith("ApiError: INTERNAL_SERVER_ERROR: ")
+    assert "on POST transactions/get" in fetch.error and fetch.retryable is True
+    assert audit.error.startswith("RecordError: RECORD_LOGIN_REQUIRED: ")
+    assert "on POST balance/get" in audit.error and audit.retryable is False
+    assert fetch.metadata == {} and audit.metadata == {}
+    assert lake.read("transactions", ids[1]) is None and lake.read("transactions", ids[2]) is None
+    for rid in (ids[0], ids[3]):
+        assert_lake_is_truth(box, lake, rid)
+
+
+def last_line(table: pa.Table, account: str) -> tuple[str, int]:
+    """The id of the account's last posted line, and the running balance before it (kobo)."""
+    mine = table.filter(pc.equal(table["account_id"], account)).sort_by(
+        [("cleared_date", "ascending"), ("transaction_id", "ascending")])
+    return mine["transaction_id"][-1].as_py(), int(mine["balance"][-2].as_py() * 100)
+
+
+def test_a_partition_short_of_its_last_line_is_held_or_pulled_whole(shared_sandbox, tmp_path):
+    """Its chain holds but ends off the ledger: from a whole pull it is held back, nothing
+    written; from a window it is pulled again whole, and that one is published."""
+    box = shared_sandbox
+    rid = create(box, accounts=2, months=1, volume=3, seed=60, settlement=False)
+    lake = Lake(root=str(tmp_path))
+    with client(box) as c:
+        whole = tx.apply_window(None, tx.fetch(c, rid, None), None)
+        account = sorted(set(whole["account_id"].to_pylist()))[0]
+        dropped, running = last_line(whole, account)
+        short = whole.filter(pc.not_equal(whole["transaction_id"], dropped))
+        held = tx.land_one(c, lake, rid, short, None, 11)
+        assert lake.read("transactions", rid) is None  # nothing written
+        start = dt.date(2026, 11, 1)
+        mended = tx.land_one(c, lake, rid, short, start, 11)
+    ledger = {a["account"]: a["ledger_balance_kobo"] for a in truth(box, rid)["accounts"]}
+    assert held.record_id == rid and held.published is False and held.error is None
+    assert held.problems == {CHECK: [
+        {"record": rid, "account": account, "running_balance": naira(running),
+         "ledger_balance": naira(ledger[account]),
+         "problem": "last running balance differs from the ledger balance"}]}
+    assert {k: held.metadata[k] for k in ("fetched_rows", "pull", "accounts", "pending_lines",
+                                          "dagster/row_count")} == {
+        "fetched_rows": 11, "pull": tx.FULL, "accounts": 2, "pending_lines": 0,
+        "dagster/row_count": short.num_rows}
+    assert "path" not in held.metadata
+    assert mended.record_id == rid and mended.published is True
+    assert mended.problems == {CHECK: []}
+    assert mended.metadata["pull"] == f"{tx.FULL} (the window pull from {start} did not reconcile)"
+    assert mended.metadata["fetched_rows"] == 11 + whole.num_rows
+    assert mended.metadata["dagster/row_count"] == whole.num_rows
+    assert mended.metadata["path"].value.endswith(f"record_id={rid}/part-0.parquet")
+    assert_lake_is_truth(box, lake, rid)
+
+
+def test_a_broken_chain_a_whole_pull_does_not_mend_is_held(shared_sandbox, tmp_path):
+    box = shared_sandbox
+    rid = create(box, accounts=1, months=1, volume=3, seed=61, settlement=False)
+    bad = control(box, "records/corrupt", record=rid)  # a line mid-history, served wrong
+    lake = Lake(root=str(tmp_path))
+    start = dt.date(2026, 11, 1)
+    with client(box) as c:
+        table = tx.apply_window(None, tx.fetch(c, rid, None), None)
+        held = tx.land_one(c, lake, rid, table, start, 5)
+    assert held.published is False and held.record_id == rid
+    assert held.metadata["pull"] == f"{tx.FULL} (the window pull from {start} did not reconcile)"
+    assert held.metadata["fetched_rows"] == 5 + table.num_rows
+    first = held.problems[CHECK][0]
+    assert first["record"] == rid and first["transaction_id"] == bad["transaction"]
+    assert first["balance"] == f"{Decimal(str(bad['balance_served'])):.2f}"
+    assert lake.read("transactions", rid) is None
+
+
+def test_a_record_without_lines_publishes_an_empty_partition(shared_sandbox, tmp_path):
+    """A record whose accounts have no line yet: nothing to reconcile, an empty partition."""
+    box = shared_sandbox
+    rid = create(box, accounts=1, months=1, volume=1, seed=62, settlement=False)
+    lake = Lake(root=str(tmp_path))
+    with client(box) as c:
+        x = tx.land_one(c, lake, rid, tx.SCHEMA.empty_table(), None, 0)
+    assert x.published is True and x.problems == {CHECK: []}
+    assert {k: x.metadata[k] for k in ("fetched_rows", "pull", "accounts", "pending_lines",
+                                       "dagster/row_count")} == {
+        "fetched_rows": 0, "pull": tx.FULL, "accounts": 0, "pending_lines": 0,
+        "dagster/row_count": 0}
+    assert lake.read("transactions", rid).num_rows == 0
+
+
+class BadLines:
+    """A stand-in service whose every answer is one page with a line that breaks the rules
+    (both debit and credit). The sandbox never serves bad data."""
+
+    def __init__(self):
+        good = {"_id": "t1", "account": "acc1", "record": "rec1", "customer": "c1",
+                "bank": "b1", "trans_date": "2026-11-01T10:00:00.000Z",
+                "cleared_date": "2026-11-01T10:00:00.000Z", "debit": 100.0, "credit": None,
+                "balance": 900.0, "currency": "NGN", "notes": {"desc": "POS", "topics": []},
+                "ref": "r1", "branch": "x", "code": "POS", "env": "production-sandbox",
+                "created_at": "2026-11-01T10:00:00.000Z",
+                "last_updated": "2026-11-01T10:00:00.000Z"}
+        body = orjson.dumps({"status": "success", "message": "ok", "data": {
+            "pagination": {"totalDocs": 2, "limit": 100, "page": 1, "totalPages": 1,
+                           "pagingCounter": 1, "hasPrevPage": False, "hasNextPage": False,
+                           "prevPage": None, "nextPage": None},
+            "transaction": [good, {**good, "_id": "t2", "credit": 50.0}]}})
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_records_failing_validation_are_named_written_nowhere_and_not_retried(tmp_path):
+    bad = BadLines()
+    lake = Lake(root=str(tmp_path))
+    try:
+        with ConnectionClient(base_url=bad.url, secret_key="sk_test_x") as c:
+            landings = tx.land_records(c, lake, ["rec1", "rec2"])
+    finally:
+        bad.close()
+    assert [(x.record_id, x.published, x.retryable) for x in landings] == [
+        ("rec1", False, False), ("rec2", False, False)]
+    for x in landings:
+        assert x.error.startswith(f"ValidationFailed: transactions of record {x.record_id}")
+        assert "exactly one of debit and credit" in x.error
+    assert not list(tmp_path.rglob("*.parquet"))
+
+
+@pytest.fixture
+def worker(monkeypatch):
+    """This process as one of the pool's workers: the state `_start_worker` sets, dropped
+    afterwards (and the collector's freeze undone)."""
+    monkeypatch.setattr(tx, "_worker", {})
+    yield tx._worker
+    if tx._worker.get("client") is not None:
+        tx._worker["client"].close()
+    gc.unfreeze()
+
+
+def test_a_worker_lands_its_chunk_with_a_client_and_lake_of_its_own(shared_sandbox, tmp_path,
+                                                                    worker):
+    box = shared_sandbox
+    ids = [create(box, accounts=1, months=1, volume=3, seed=70 + i) for i in range(2)]
+    lake = Lake(root=str(tmp_path))
+    with client(box, page_size=7) as c:
+        tx.land_records(c, lake, [ids[1]])  # in the lake already
+        tx._start_worker(config_of(c), str(tmp_path))  # as the pool starts each worker
+        assert worker["client"] is not c and config_of(worker["client"]) == config_of(c)
+        assert worker["lake"].root == str(tmp_path)
+        landings = tx._land_chunk(([ids[0], ids[1]], {ids[1]}))  # the second pulled whole
+        worker["client"].close()
+        tx._start_worker(config_of(c), None)  # a worker that only fetches has no lake
+        assert worker["lake"] is None
+    assert [(x.record_id, x.published, x.metadata["pull"]) for x in landings] == [
+        (ids[0], True, tx.FULL), (ids[1], True, tx.FULL)]
+    for rid, x in zip(ids, landings, strict=True):
+        assert x.metadata["fetched_rows"] == assert_lake_is_truth(box, lake, rid)["lines"]
+
+
+def read_arrow(path: str) -> pa.Table:
+    return pa.ipc.open_file(pa.memory_map(path)).read_all()
+
+
+def test_a_worker_hands_its_page_range_over_as_an_arrow_file(shared_sandbox, tmp_path, worker):
+    box = shared_sandbox
+    rid = create(box, accounts=1, months=1, volume=3, seed=72)
+    with client(box, page_size=7) as c:
+        tx._start_worker(config_of(c), None)
+        path = tx._fetch_pages((rid, None, 2, 3, str(tmp_path)))
+        assert path == f"{tmp_path}/pages-2.arrow"
+        want = c.transactions(rid, first_page=2, last_page=3).select(tx.SCHEMA.names)
+        assert want.num_rows == 14 and read_arrow(path).equals(want)
+        whole = tx.fetch(c, rid, None)
+        start = (pc.max(whole["trans_date"]).as_py() - dt.timedelta(days=5)).date()
+        path = tx._fetch_pages((rid, start, 1, None, str(tmp_path)))
+        assert path == f"{tmp_path}/pages-1.arrow"
+        window = tx.fetch(c, rid, start)
+        assert 0 < window.num_rows < whole.num_rows and read_arrow(path).equals(window)
+
+
+def test_a_big_lone_record_is_fetched_as_page_ranges_in_worker_processes(shared_sandbox,
+                                                                        monkeypatch):
+    """The ranges join in the service's order: the same table as one pull, whole or from a
+    window (the size that makes a record big is lowered to this one's)."""
+    box = shared_sandbox
+    monkeypatch.setattr(tx, "SPLIT_ROWS", 20)
+    rid = create(box, accounts=2, months=1, volume=3, seed=73)
+    with client(box, page_size=9) as c:
+        whole = tx.fetch(c, rid, None)
+        assert whole.num_rows > 4 * 9
+        assert tx.fetch_split(c, rid, None).equals(whole)
+        start = (pc.max(whole["trans_date"]).as_py() - dt.timedelta(days=10)).date()
+        window = tx.fetch(c, rid, start)
+        assert tx.SPLIT_ROWS <= window.num_rows < whole.num_rows
+        assert tx.fetch_split(c, rid, start).equals(window)
+
+
+def test_many_records_land_in_worker_processes_chunk_by_chunk(shared_sandbox, tmp_path,
+                                                             monkeypatch):
+    box = shared_sandbox
+    monkeypatch.setattr(tx, "CHUNK", 2)  # five records: three chunks
+    ids = [create(box, accounts=1, months=1, volume=2, seed=80 + i) for i in range(5)]
+    lake = Lake(root=str(tmp_path))
+    with client(box) as c:
+        tx.land_records(c, lake, [ids[1], ids[3]])
+        start = tx.pull_from(lake.read("transactions", ids[1]))
+        landings = tx.land_in_workers(c, lake, ids, full={ids[3]})
+    assert [(x.record_id, x.published) for x in landings] == [(r, True) for r in ids]
+    assert [x.metadata["pull"] for x in landings] == [
+        tx.FULL, f"window from {start}", tx.FULL, tx.FULL, tx.FULL]
+    for rid in ids:
+        assert_lake_is_truth(box, lake, rid)
