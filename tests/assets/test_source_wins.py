@@ -12,6 +12,7 @@ import hashlib
 import time
 
 import dagster as dg
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -95,19 +96,36 @@ def test_lines_gone_at_source_leave_the_lake_and_back_dated_ones_arrive(sandbox,
     breaks, the record is pulled whole); after both the lake equals the sandbox's truth."""
     made = create(sandbox, accounts=3, months=2, volume=40, seed=7)
     record = made["record"]
+    lake = Lake(root=str(tmp_path))
     with dg.DagsterInstance.ephemeral() as instance:
         first = land([transactions], record, resources(sandbox, tmp_path), instance)
         assert first.success
         assert_equals_truth(sandbox, tmp_path, record)
-        was_pending = pending_ids(tmp_path, record)
+        before = lake.read("transactions", record)
+        pending = before.filter(pc.is_null(before["cleared_date"]))
+        was_pending = set(pending["transaction_id"].to_pylist())
         assert was_pending, "seed 7 shows pending lines: the test needs some"
+        last_posted = pc.max(before["cleared_date"]).as_py()
         control(sandbox, "clock/advance", seconds=5 * DAY)  # every one of them resolves
         second = land([transactions], record, resources(sandbox, tmp_path), instance)
         assert second.success
-    assert not was_pending & set(lake_ids(tmp_path, record))
-    assert_equals_truth(sandbox, tmp_path, record)
+    after = lake.read("transactions", record)
+    assert not was_pending & set(after["transaction_id"].to_pylist())
+    # both fates happened: some posted again under a new id (same ref and amount), some were
+    # reversed (no line of theirs is left at all)
+    posted = set(zip(after["ref"].to_pylist(), after["amount"].to_pylist(), strict=True))
+    fates = [(r, a) in posted for r, a in zip(pending["ref"].to_pylist(),
+                                             pending["amount"].to_pylist(), strict=True)]
+    assert any(fates) and not all(fates), fates
+    # lines posted since the first pull with a value date before the second pull's window
+    late = after.filter(pc.and_(
+        pc.greater(after["cleared_date"], pa.scalar(last_posted, after["cleared_date"].type)),
+        pc.less(after["trans_date"], pa.scalar(
+            last_posted - dt.timedelta(days=3), after["trans_date"].type))))
+    assert late.num_rows > 0, "seed 7 posts a line back-dated in those days"
     (mat,) = second.asset_materializations_for_node("transactions")
-    assert mat.metadata["pull"].value.startswith(("window from", FULL))
+    assert mat.metadata["pull"].value.startswith(f"{FULL} (the window pull from")
+    assert_equals_truth(sandbox, tmp_path, record)
 
 
 def test_the_weekly_reconcile_pulls_the_whole_history(sandbox, tmp_path):
