@@ -57,7 +57,7 @@ def to_table(accounts: list[dict]) -> pa.Table:
     }, schema=SCHEMA)
 
 
-@product("accounts", checks=[ACCOUNT_HAS_RECORD],
+@product("accounts", schema=SCHEMA, checks=[ACCOUNT_HAS_RECORD],
          description="Every account of the record: NUBAN, name, type, currency, bank, owner")
 def accounts(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
     known = set(context.instance.get_dynamic_partitions(records.name))

@@ -72,8 +72,9 @@ def periodic(items: list[dict]) -> pa.Table:
     }, schema=PERIODIC)
 
 
-@product("balances", description="Available and ledger balance of every account, as a "
-                                  "history of snapshots beside the service's daily series")
+@product("balances", schema=HISTORY,
+         description="Available and ledger balance of every account, as a "
+                     "history of snapshots beside the service's daily series")
 def balances(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
     source = source_of(context)
 

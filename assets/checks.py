@@ -25,7 +25,7 @@ def posted_in_order(table: pa.Table) -> pa.Table:
                           "balance"]).sort_by(CHAIN_ORDER)
 
 
-def chain_breaks(record_id: str, table: pa.Table) -> list[dict]:
+def chain_breaks(record_id: str, table: pa.Table, lines: pa.Table | None = None) -> list[dict]:
     """Per account, the first posted line whose running balance is not the previous line's
     balance plus its own amount, to the kobo.
 
@@ -57,9 +57,9 @@ def chain_breaks(record_id: str, table: pa.Table) -> list[dict]:
     return problems
 
 
-def last_running_balances(table: pa.Table) -> dict[str, int]:
+def last_running_balances(table: pa.Table, lines: pa.Table | None = None) -> dict[str, int]:
     """Each account's running balance after its last posted line, in kobo."""
-    lines = posted_in_order(table)
+    lines = posted_in_order(table) if lines is None else lines
     if lines.num_rows == 0:
         return {}
     accounts = lines["account_id"].to_pylist()
@@ -67,10 +67,11 @@ def last_running_balances(table: pa.Table) -> dict[str, int]:
     return dict(zip(accounts, balance, strict=True))  # the last line of each account wins
 
 
-def ledger_mismatches(record_id: str, table: pa.Table, balances: list[dict]) -> list[dict]:
+def ledger_mismatches(record_id: str, table: pa.Table, balances: list[dict],
+                      lines: pa.Table | None = None) -> list[dict]:
     """The last running balance of each account equals its ledger balance at the service
     (`/balance/get` items), to the kobo."""
-    running = last_running_balances(table)
+    running = last_running_balances(table, lines)
     if not running:
         return []
     problems = []

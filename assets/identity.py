@@ -36,7 +36,8 @@ def to_table(items: list[dict]) -> pa.Table:
     return pa.table(cols).select(SCHEMA.names).cast(SCHEMA)
 
 
-@product("identity", description="Who the record's customer is, as their bank knows them")
+@product("identity", schema=SCHEMA,
+         description="Who the record's customer is, as their bank knows them")
 def identity(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
     def land(record_id: str) -> Landing:
         table = to_table(client.identity(record_id))

@@ -127,7 +127,7 @@ def recheck_income(context: AssetExecutionContext, lake: Lake, record_ids: list[
                  income_matches_transactions(record_id, summary, streams, transactions))
 
 
-@product("income", checks=[INCOME_MATCHES],
+@product("income", schema=SUMMARY, checks=[INCOME_MATCHES],
          description="Income summary and streams (salary and recurrent credits) of the record")
 def income(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
     def land(record_id: str) -> Landing:

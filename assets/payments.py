@@ -121,8 +121,9 @@ def to_table(callbacks: list[dict]) -> pa.Table:
     return pa.table(cols, schema=SCHEMA)
 
 
-@product("payments", description="Payments (one-off and recurring) made from the record's "
-                                  "accounts, from the PAYMENT callbacks")
+@product("payments", schema=SCHEMA,
+         description="Payments (one-off and recurring) made from the record's "
+                     "accounts, from the PAYMENT callbacks")
 def payments(context: AssetExecutionContext, callback_log: CallbackLog, lake: Lake):
     def land(record_id: str) -> Landing:
         table = to_table(callback_log.payloads(record_id, PAYMENT_METHODS))

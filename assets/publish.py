@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
+import pyarrow as pa
 from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluation
 from dagster._core.events import DagsterEventType
 
@@ -29,6 +30,7 @@ from resources.errors import (
     TransportError,
 )
 
+from .metadata import columns
 from .partitions import batched, record_ids, records
 
 PROBLEMS_SHOWN = 20
@@ -101,12 +103,14 @@ def worth_retrying(exc: BaseException) -> bool:
     return not isinstance(exc, ValueError | LookupError | TypeError)  # bad data, or a bug
 
 
-def product(name: str, *, description: str, checks: Sequence[Check] = (),
+def product(name: str, *, description: str, schema: pa.Schema, checks: Sequence[Check] = (),
             kinds: Iterable[str] = ("parquet",)) -> Callable:
     """A product asset partitioned by record, with partitioned checks, that reports each
-    record itself (see the module's docstring)."""
+    record itself (see the module's docstring). `schema`: its table's columns, shown on the
+    asset."""
     spec = dg.AssetSpec(name, partitions_def=records, skippable=True, group_name="products",
-                        kinds=set(kinds), description=description)
+                        kinds=set(kinds), description=description,
+                        metadata={"dagster/column_schema": columns(schema)})
     return dg.multi_asset(
         name=name, specs=[spec], can_subset=True, partitions_def=records,
         backfill_policy=batched, retry_policy=FETCH_RETRY,
@@ -150,6 +154,13 @@ def land_each(context: dg.AssetExecutionContext, asset: str, land: Callable[[str
 def report(context: dg.AssetExecutionContext, asset: str, landings: Iterable[Landing],
            checks: Sequence[Check] = ()) -> None:
     """Tell Dagster of each record; raise (so the step is retried) if any record failed."""
+    raise_failed(asset, announce(context, asset, landings, checks))
+
+
+def announce(context: dg.AssetExecutionContext, asset: str, landings: Iterable[Landing],
+             checks: Sequence[Check] = ()) -> list[Landing]:
+    """Tell Dagster of each record: a materialization if it was published, an evaluation per
+    check it ran. Returns the records that failed."""
     key = dg.AssetKey(asset)
     selected = {k.name for k in context.selected_asset_check_keys if k.asset_key == key}
     failed: list[Landing] = []
@@ -165,16 +176,23 @@ def report(context: dg.AssetExecutionContext, asset: str, landings: Iterable[Lan
         if landing.error:
             failed.append(landing)
             context.log.error("record %s: %s", landing.record_id, landing.error)
-    if failed:
-        retry = any(f.retryable for f in failed)
-        raise dg.Failure(
-            description=f"{len(failed)} record(s) of {asset} failed and were not written "
-                        f"(the records already landed are kept): "
-                        + "; ".join(f"{f.record_id}: {f.error}" for f in failed[:3])
-                        + ("" if retry else " -- bad data or a refusal: not retried"),
-            metadata={"failed_records": dg.MetadataValue.json(
-                {f.record_id: f.error for f in failed[:PROBLEMS_SHOWN]})},
-            allow_retries=retry)
+    return failed
+
+
+def raise_failed(asset: str, failed: list[Landing]) -> None:
+    """Fail the step for the records that failed (after the others were told), retried by
+    the engine unless none of the failures is worth another try."""
+    if not failed:
+        return
+    retry = any(f.retryable for f in failed)
+    raise dg.Failure(
+        description=f"{len(failed)} record(s) of {asset} failed and were not written "
+                    f"(the records already landed are kept): "
+                    + "; ".join(f"{f.record_id}: {f.error}" for f in failed[:3])
+                    + ("" if retry else " -- bad data or a refusal: not retried"),
+        metadata={"failed_records": dg.MetadataValue.json(
+            {f.record_id: f.error for f in failed[:PROBLEMS_SHOWN]})},
+        allow_retries=retry)
 
 
 def evaluate(context: dg.AssetExecutionContext, asset: str, check: Check, record_id: str,

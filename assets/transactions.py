@@ -18,7 +18,7 @@ import os
 import sys
 import tempfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
@@ -30,10 +30,10 @@ from resources.client import ConnectionClient, tls_context
 from resources.columns import TRANSACTION_SCHEMA, UTC_MS
 from resources.lake import Lake
 
-from .checks import chain_breaks, ledger_mismatches
+from .checks import chain_breaks, ledger_mismatches, posted_in_order
 from .income import recheck_income
 from .metadata import record_metadata
-from .publish import Check, Landing, product, report, to_land
+from .publish import Check, Landing, announce, product, raise_failed, to_land
 from .schemas import Transactions, ValidationFailed, validate
 
 # record_id lives in the folder name (hive layout), not in the file
@@ -121,8 +121,9 @@ def fetch(client: ConnectionClient, record_id: str, start: dt.date | None) -> pa
 def audit(client: ConnectionClient, record_id: str, table: pa.Table) -> list[dict]:
     """What stops the partition from being published: a broken chain, a last running balance
     that is not the service's ledger balance."""
-    return chain_breaks(record_id, table) or ledger_mismatches(
-        record_id, table, client.balance(record_id))
+    lines = posted_in_order(table)  # sorted once for both rules
+    return chain_breaks(record_id, table, lines) or ledger_mismatches(
+        record_id, table, client.balance(record_id), lines)
 
 
 def bad_records(tables: dict[str, pa.Table]) -> dict[str, str]:
@@ -287,13 +288,12 @@ def _workers(client: ConnectionClient, lake: Lake | None = None) -> ProcessPoolE
 
 
 def land_in_workers(client: ConnectionClient, lake: Lake, ids: list[str],
-                    full: set[str] = frozenset()) -> list[Landing]:
+                    full: set[str] = frozenset()) -> Iterator[list[Landing]]:
+    """Each chunk's landings, in order, as the workers finish them: the run reports one chunk
+    while the workers land the next."""
     chunks = [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
-    out: list[Landing] = []
     with _workers(client, lake) as pool:
-        for landed in pool.map(_land_chunk, [(c, full & set(c)) for c in chunks]):
-            out += landed  # in order: the run's log and metadata stay stable
-    return out
+        yield from pool.map(_land_chunk, [(c, full & set(c)) for c in chunks])
 
 
 def _fetch_pages(args: tuple) -> str:
@@ -353,7 +353,7 @@ def full_pulls(context: AssetExecutionContext, config: PullConfig, ids: list[str
     return {r for r in ids if reconciles_on(r, when, every)}
 
 
-@product("transactions", checks=[RUNNING_BALANCE],
+@product("transactions", schema=SCHEMA, checks=[RUNNING_BALANCE],
          description="Every transaction of the record: signed amount, running balance, "
                      "narration; the source wins inside each pull's window")
 def transactions(context: AssetExecutionContext, config: PullConfig, client: ConnectionClient,
@@ -361,11 +361,17 @@ def transactions(context: AssetExecutionContext, config: PullConfig, client: Con
     ids = to_land(context, "transactions")
     full = full_pulls(context, config, ids)
     if len(ids) >= POOL_MIN_RECORDS and sys.platform == "linux":
-        landings = land_in_workers(client, lake, ids, full)
+        chunks = land_in_workers(client, lake, ids, full)
     else:
-        landings = land_records(client, lake, ids, full, split=sys.platform == "linux",
-                                # a Dagster log line is a stored event (~10 ms): few records only
-                                say=context.log.info if len(ids) <= LOG_EACH else None)
+        chunks = [land_records(client, lake, ids, full, split=sys.platform == "linux",
+                               # a Dagster log line is a stored event (~10 ms): few records only
+                               say=context.log.info if len(ids) <= LOG_EACH else None)]
+    landings, failed = [], []
+    for chunk in chunks:  # told while the workers land the next chunk
+        # income that landed before these transactions is checked now that both are here
+        recheck_income(context, lake, [x.record_id for x in chunk if x.published])
+        failed += announce(context, "transactions", chunk, [RUNNING_BALANCE])
+        landings += chunk
     published = [x for x in landings if x.published]
     if len(ids) > LOG_EACH:
         pulls = [x.metadata.get("pull", "") for x in landings]
@@ -378,7 +384,5 @@ def transactions(context: AssetExecutionContext, config: PullConfig, client: Con
     for x in landings:
         if x.metadata.get("pull", "").startswith(f"{FULL} ("):
             context.log.warning("record %s: %s", x.record_id, x.metadata["pull"])
-    # income that landed before these transactions is checked now that both sides are here
-    recheck_income(context, lake, [x.record_id for x in published])
-    report(context, "transactions", landings, [RUNNING_BALANCE])
+    raise_failed("transactions", failed)
     yield from ()  # each record was reported on its own: the step has no output of its own

@@ -364,7 +364,9 @@ def test_many_records_land_in_worker_processes_chunk_by_chunk(box, tmp_path, mon
     with client(box) as c:
         tx.land_records(c, lake, [ids[1], ids[3]])
         start = tx.pull_from(lake.read("transactions", ids[1]))
-        landings = tx.land_in_workers(c, lake, ids, full={ids[3]})
+        chunks = list(tx.land_in_workers(c, lake, ids, full={ids[3]}))
+    assert [[x.record_id for x in chunk] for chunk in chunks] == [ids[:2], ids[2:4], ids[4:]]
+    landings = [x for chunk in chunks for x in chunk]
     assert [(x.record_id, x.published) for x in landings] == [(r, True) for r in ids]
     assert [x.metadata["pull"] for x in landings] == [
         tx.FULL, f"window from {start}", tx.FULL, tx.FULL, tx.FULL]
