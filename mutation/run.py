@@ -30,6 +30,15 @@ WORK = ROOT / ".mutation"
 DOC = ROOT / "docs" / "testing.md"
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # not `python -m mutmut`: it warns
 
+# The checks and the transactions asset share their tests: the rules on their own first, then
+# the asset's landing called directly against a sandbox (which also calls, in this process,
+# what the worker pools run in forked processes: mutmut sees only in-process calls, see
+# docs/testing.md), then whole Dagster runs against sandboxes (~30 s between them).
+ASSET_TESTS = ["tests/assets/test_checks.py",
+               "tests/assets/test_transactions_rules.py",
+               "tests/assets/test_transactions_landing.py",
+               "tests/assets/test_source_wins.py",
+               "tests/assets/test_products.py"]
 # module -> (the tests that target it, cheapest first, and the least kill rate of its
 # non-equivalent mutants, or None while the module is not judged). The client's retry tests
 # against the real sandbox (test_retries_sandbox.py, seconds of Retry-After each) and its
@@ -43,10 +52,8 @@ MODULES: dict[str, tuple[list[str], float | None]] = {
                              "tests/resources/test_transaction_pages.py",
                              "tests/resources/test_client_sandbox.py",
                              "tests/resources/test_page_ranges.py"], 90.0),
-    # being rewritten: wired in, not judged yet (test_products.py, which lands every product
-    # through Dagster, would cost ~20 s a surviving mutant)
-    "assets/checks.py": (["tests/assets/test_checks.py"], None),
-    "assets/transactions.py": (["tests/assets/test_transactions_rules.py"], None),
+    "assets/checks.py": (ASSET_TESTS, 90.0),
+    "assets/transactions.py": (ASSET_TESTS, 90.0),
 }
 # pytest options of every run: the slow end-to-end tests stay out, a mutant that makes a test
 # hang (a retry that sleeps for ever) fails it after 60 s instead of 300, and the tests run in
