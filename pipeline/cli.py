@@ -240,27 +240,35 @@ def _record(value: str) -> str:
     return value
 
 
+def _statuses(defs, instance, inbox, args: argparse.Namespace) -> list | None:
+    """The rows `status` and `rerun` act on (only those needing action with --failed), or
+    None when a named record is unknown (said on stderr). Closes the inbox."""
+    from .status import statuses
+
+    try:
+        rows = statuses(defs, instance, inbox, args.records or None)
+    except ValueError as exc:
+        print(f"ledgerlake: {exc}", file=sys.stderr)
+        return None
+    finally:
+        if inbox is not None:
+            inbox.close()
+    return [r for r in rows if r.needs_action] if args.failed else rows
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     import json
 
     from .config import Settings
-    from .status import PRODUCTS, statuses
+    from .status import PRODUCTS
 
-    settings = Settings.from_env()
-    instance, inbox = _records_and_instance(settings)
+    instance, inbox = _records_and_instance(Settings.from_env())
     from .definitions import defs
 
-    try:
-        with instance:
-            rows = statuses(defs, instance, inbox, args.records or None)
-    except ValueError as exc:
-        print(f"ledgerlake: {exc}", file=sys.stderr)
+    with instance:
+        rows = _statuses(defs, instance, inbox, args)
+    if rows is None:
         return 2
-    finally:
-        if inbox is not None:
-            inbox.close()
-    if args.failed:
-        rows = [r for r in rows if r.needs_action]
     if args.json:
         print(json.dumps([{"record": r.record, "connection": r.connection,
                            "products": r.products, "held_by": r.details} for r in rows]))
@@ -281,7 +289,6 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     from .config import Settings
     from .local import QUIET
     from .status import rerun as run_again
-    from .status import statuses
 
     if not args.records and not args.failed:
         print("ledgerlake: name the records to run again, or --failed", file=sys.stderr)
@@ -296,16 +303,9 @@ def cmd_rerun(args: argparse.Namespace) -> int:
 
     failures = 0
     with instance:
-        try:
-            rows = statuses(defs, instance, inbox, args.records or None)
-        except ValueError as exc:
-            print(f"ledgerlake: {exc}", file=sys.stderr)
+        rows = _statuses(defs, instance, inbox, args)
+        if rows is None:
             return 2
-        finally:
-            if inbox is not None:
-                inbox.close()
-        if args.failed:
-            rows = [r for r in rows if r.needs_action]
         if not rows:
             print("nothing to run again", file=sys.stderr)
         for row in rows:

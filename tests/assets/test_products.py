@@ -22,6 +22,7 @@ from assets.income import income
 from assets.transactions import transactions
 from resources.client import ConnectionClient
 from resources.lake import Lake
+from tests.bad_service import BadPages
 
 PRODUCTS = [accounts, balances, transactions, income, identity]
 
@@ -235,53 +236,6 @@ def test_incremental_pull_after_new_days(sandbox, tmp_path):
     assert pc.count_distinct(table["transaction_id"]).as_py() == after_total
     wire = raw_pages(sandbox, "transactions/get", {"record": made["record"]}, "transaction")
     assert sorted(table["transaction_id"].to_pylist()) == sorted(t["_id"] for t in wire)
-
-
-class BadPages:
-    """A stand-in service answering one page whose second line breaks the rules.
-
-    The sandbox never serves bad data, so this fault needs a server of its own.
-    """
-
-    def __init__(self):
-        import http.server
-        import threading
-
-        import orjson
-
-        good = {"_id": "t1", "account": "acc1", "record": "rec1", "customer": "c1",
-                "bank": "b1", "trans_date": "2026-11-01T10:00:00.000Z",
-                "cleared_date": "2026-11-01T10:00:00.000Z", "debit": 100.0, "credit": None,
-                "balance": 900.0, "currency": "NGN", "notes": {"desc": "POS", "topics": []},
-                "ref": "r1", "branch": "x", "code": "POS", "env": "production-sandbox",
-                "created_at": "2026-11-01T10:00:00.000Z",
-                "last_updated": "2026-11-01T10:00:00.000Z"}
-        bad = {**good, "_id": "t2", "credit": 50.0}  # both debit and credit set
-        body = orjson.dumps({"status": "success", "message": "ok", "data": {
-            "pagination": {"totalDocs": 2, "limit": 100, "page": 1, "totalPages": 1,
-                           "pagingCounter": 1, "hasPrevPage": False, "hasNextPage": False,
-                           "prevPage": None, "nextPage": None},
-            "transaction": [good, bad]}})
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def test_failed_validation_writes_nothing(tmp_path):

@@ -14,12 +14,9 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import hashlib
-import http.server
-import threading
 import time
 from decimal import Decimal
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -29,6 +26,7 @@ from assets.schemas import ValidationFailed
 from resources.client import ConnectionClient
 from resources.columns import naira
 from resources.lake import Lake
+from tests.bad_service import BadPages
 from tests.conftest import start_sandbox
 
 CHECK = tx.RUNNING_BALANCE.name
@@ -209,7 +207,7 @@ def test_a_broken_chain_a_whole_pull_does_not_mend_is_held(box, tmp_path):
     assert first["balance"] == f"{Decimal(str(bad['balance_served'])):.2f}"
     assert lake.read("transactions", rid) is None
     # a whole pull that breaks the rules is refused as a window's would be, naming the record
-    service = BadLines()
+    service = BadPages()
     try:
         with ConnectionClient(base_url=service.url, secret_key="sk_test_x") as c:
             with pytest.raises(ValidationFailed, match=f"^transactions of record {rid}: 1 row"):
@@ -233,47 +231,8 @@ def test_a_record_without_lines_publishes_an_empty_partition(box, tmp_path):
     assert lake.read("transactions", rid).num_rows == 0
 
 
-class BadLines:
-    """A stand-in service whose every answer is one page with a line that breaks the rules
-    (both debit and credit). The sandbox never serves bad data."""
-
-    def __init__(self):
-        good = {"_id": "t1", "account": "acc1", "record": "rec1", "customer": "c1",
-                "bank": "b1", "trans_date": "2026-11-01T10:00:00.000Z",
-                "cleared_date": "2026-11-01T10:00:00.000Z", "debit": 100.0, "credit": None,
-                "balance": 900.0, "currency": "NGN", "notes": {"desc": "POS", "topics": []},
-                "ref": "r1", "branch": "x", "code": "POS", "env": "production-sandbox",
-                "created_at": "2026-11-01T10:00:00.000Z",
-                "last_updated": "2026-11-01T10:00:00.000Z"}
-        body = orjson.dumps({"status": "success", "message": "ok", "data": {
-            "pagination": {"totalDocs": 2, "limit": 100, "page": 1, "totalPages": 1,
-                           "pagingCounter": 1, "hasPrevPage": False, "hasNextPage": False,
-                           "prevPage": None, "nextPage": None},
-            "transaction": [good, {**good, "_id": "t2", "credit": 50.0}]}})
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_records_failing_validation_are_named_written_nowhere_and_not_retried(tmp_path):
-    bad = BadLines()
+    bad = BadPages()
     lake = Lake(root=str(tmp_path))
     try:
         with ConnectionClient(base_url=bad.url, secret_key="sk_test_x") as c:
