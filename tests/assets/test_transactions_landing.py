@@ -150,6 +150,17 @@ def test_a_failing_record_is_reported_with_its_error_and_the_others_land(box, tm
         assert_lake_is_truth(box, lake, rid)
 
 
+def test_a_lone_record_whose_fetch_fails_is_reported_not_raised(box, tmp_path):
+    """The sensor's runs carry one record, fetched in this thread (its pages may go to the
+    worker processes): a failure there is the record's, reported like any other."""
+    rid = create(box, accounts=1, months=1, volume=2, seed=58)
+    control(box, "records/fail", record=rid, product="transactions", times=100)
+    with client(box, max_attempts=1) as c:
+        [landing] = tx.land_records(c, Lake(root=str(tmp_path)), [rid], split=True)
+    assert landing.published is False and landing.retryable is True
+    assert landing.error.startswith("ApiError: INTERNAL_SERVER_ERROR: ")
+
+
 def last_line(table: pa.Table, account: str) -> tuple[str, int]:
     """The id of the account's last posted line, and the running balance before it (kobo)."""
     mine = table.filter(pc.equal(table["account_id"], account)).sort_by(
