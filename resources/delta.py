@@ -1,0 +1,309 @@
+"""The lake's tables as Delta tables (delta-rs): one atomic commit per write, time travel, upkeep.
+
+A record's rerun replaces exactly its rows with a predicate overwrite: the files holding them
+are rewritten without them and the new rows added, in one commit, so a reader sees the table
+before or after, never between. Writers do not lock: delta-rs rebases a commit over the ones
+that landed since it read the table when they cannot conflict (appends), and refuses one that
+might (`CommitFailedError`, e.g. two predicate overwrites at once, even of different records);
+`replace` then runs the whole write again on the new version, a bounded number of times.
+
+Where: a local path or `s3://bucket/prefix/table`, optionally with the query `lake.py`'s roots
+carry (`?endpoint_override=host:port&scheme=http&region=...`). Credentials come from the AWS
+environment variables at each call and are never part of a URI, a message or a repr.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date, datetime
+from urllib.parse import parse_qsl, urlsplit
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+from deltalake import DeltaTable, WriterProperties, write_deltalake
+from deltalake.exceptions import CommitFailedError, TableNotFoundError
+
+RECORD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the rule of resources.lake.check_record_id
+ATTEMPTS = 8          # commits lost to concurrent writers before giving up
+BACKOFF_S = 0.05      # first wait; doubles, jittered, capped at MAX_BACKOFF_S
+MAX_BACKOFF_S = 2.0
+ZSTD = WriterProperties(compression="ZSTD")
+_QUERY_KEYS = {"endpoint_override", "scheme", "region"}
+_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
+
+
+class CommitConflict(RuntimeError):
+    """A write kept losing to concurrent writers of the same table."""
+
+
+def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
+            partition_by: Sequence[str] = (),
+            window: Mapping[str, date | datetime] | None = None,
+            storage_options: Mapping[str, str] | None = None) -> int:
+    """Replace the rows of each record in `parts` with its table, in one commit; returns the
+    committed version. With `window[record]` only that record's rows with
+    `trans_date >= window[record]` are replaced (a windowed pull: older rows stay), and its new
+    rows must all fall in the window. The table is created on first write."""
+    window = dict(window or {})
+    ids = [check_record_id(r) for r in parts]
+    if not ids:
+        raise ValueError("replace needs at least one record")
+    if stray := sorted(set(window) - set(ids)):
+        raise ValueError(f"window names records with no rows given: {stray}")
+    schema = _with_record_id(schema)
+    data = pa.concat_tables([_conform(parts[r], schema, r, window.get(r)) for r in ids])
+    predicate = _predicate(ids, window)
+    location, options = _where(uri, storage_options)
+
+    def write() -> int:
+        table = _open_or_create(location, schema, partition_by, options)
+        write_deltalake(table, data, mode="overwrite", predicate=predicate,
+                        writer_properties=ZSTD)
+        return table.version()
+
+    return _retrying(uri, write)
+
+
+def append(uri: str, schema: pa.Schema, data: pa.Table,
+           storage_options: Mapping[str, str] | None = None) -> int:
+    """Add rows (balance snapshots): concurrent appends all land. Returns the committed version."""
+    data = _conform(data, schema)
+    location, options = _where(uri, storage_options)
+
+    def write() -> int:
+        table = _open_or_create(location, schema, (), options)
+        write_deltalake(table, data, mode="append", writer_properties=ZSTD)
+        return table.version()
+
+    return _retrying(uri, write)
+
+
+def read(uri: str, record_id: str | None = None, columns: Sequence[str] | None = None,
+         version: int | datetime | None = None,
+         storage_options: Mapping[str, str] | None = None) -> pa.Table | None:
+    """The table (or one record's rows) at `version` (default: the latest), None if the table
+    does not exist. Delta stores timestamps in microseconds: ms columns come back as us."""
+    table = _open(uri, version, storage_options)
+    if table is None:
+        return None
+    if record_id is None:
+        return table.to_pyarrow_dataset().to_table(columns=columns)
+    check_record_id(record_id)
+    # files whose record_id range misses it are skipped by their stats, the rest filtered
+    dataset = table.to_pyarrow_dataset(file_pruning_predicate=f"record_id = '{record_id}'")
+    return dataset.to_table(columns=columns, filter=pc.field("record_id") == record_id)
+
+
+def files(uri: str, version: int | datetime | None = None,
+          storage_options: Mapping[str, str] | None = None) -> list[str]:
+    """Absolute URIs of the data files of a snapshot, for readers of plain Parquet (DuckDB's
+    read_parquet). Refused when the snapshot has deletion vectors, which such readers ignore."""
+    table = _open(uri, version, storage_options)
+    if table is None:
+        raise FileNotFoundError(f"no Delta table at {_shown(uri)}")
+    if "deletionVectors" in (table.protocol().reader_features or []):
+        if table.deletion_vectors().read_all().num_rows:
+            raise ValueError(f"{_shown(uri)} version {table.version()} has deletion vectors: "
+                             "its Parquet files hold deleted rows; read it with deltalake")
+    return table.file_uris()
+
+
+def version(uri: str, storage_options: Mapping[str, str] | None = None) -> int | None:
+    """The latest committed version, None if the table does not exist."""
+    table = _open(uri, None, storage_options)
+    return None if table is None else table.version()
+
+
+def compact(uri: str, *, target_size: int | None = None,
+            storage_options: Mapping[str, str] | None = None) -> dict:
+    """Rewrite small files into large ones (one commit; the rows are unchanged). Returns what
+    the pass did: versions, live files and bytes before and after, files added and removed."""
+    location, options = _where(uri, storage_options)
+
+    def run() -> dict:
+        table = DeltaTable(location, storage_options=options)
+        before, version_before = _live(table), table.version()
+        metrics = table.optimize.compact(target_size=target_size, writer_properties=ZSTD)
+        after = _live(table)
+        return {"version_before": version_before, "version_after": table.version(),
+                "files_before": before[0], "files_after": after[0],
+                "bytes_before": before[1], "bytes_after": after[1],
+                "files_added": metrics["numFilesAdded"],
+                "files_removed": metrics["numFilesRemoved"]}
+
+    return _retrying(uri, run)
+
+
+def vacuum(uri: str, retention_hours: int, *,
+           storage_options: Mapping[str, str] | None = None) -> dict:
+    """Delete the data files no version younger than `retention_hours` refers to, and files no
+    version ever did (left by commits that lost a race) once older than that; then log entries
+    past the table's log retention. Time travel further back than the retention stops working,
+    and a write taking longer than it could lose its files: keep it hours, not minutes. Returns
+    the versions, the live files and bytes (unchanged), and the files and bytes removed."""
+    location, options = _where(uri, storage_options)
+    table = DeltaTable(location, storage_options=options)
+    live, version_before = _live(table), table.version()
+    settings = {"retention_hours": retention_hours, "enforce_retention_duration": False,
+                "full": True}
+    # delta-rs lists (and logs) files its tombstones name even when already deleted: count
+    # only what is there
+    store = table.to_pyarrow_dataset().filesystem
+    root = location.rstrip("/") + "/"
+    candidates = [p.removeprefix(root) for p in table.vacuum(dry_run=True, **settings)]
+    present = [i for i in store.get_file_info(candidates) if i.type == pafs.FileType.File]
+    if present:
+        table.vacuum(dry_run=False, **settings)
+    table.cleanup_metadata()
+    return {"version_before": version_before, "version_after": table.version(),
+            "files_before": live[0], "files_after": live[0],
+            "bytes_before": live[1], "bytes_after": live[1],
+            "files_removed": len(present), "bytes_removed": sum(i.size for i in present)}
+
+
+def check_record_id(record_id: str) -> str:
+    """Record ids are quoted into predicates: refuse anything but ^[A-Za-z0-9_-]{1,64}$."""
+    if not isinstance(record_id, str) or not RECORD_ID.fullmatch(record_id):
+        raise ValueError(f"record id {record_id!r} is not of the form ^[A-Za-z0-9_-]{{1,64}}$")
+    return record_id
+
+
+def _retrying(uri: str, attempt: Callable):
+    """Run `attempt` until it commits; each try reads the table's latest version afresh."""
+    for n in range(ATTEMPTS):
+        try:
+            return attempt()
+        except CommitFailedError as exc:
+            if n == ATTEMPTS - 1:
+                raise CommitConflict(f"{_shown(uri)}: {ATTEMPTS} commits in a row lost to "
+                                     f"concurrent writers; nothing of this write landed") from exc
+            time.sleep(min(MAX_BACKOFF_S, BACKOFF_S * 2**n) * random.uniform(0.5, 1.5))
+    raise AssertionError("unreachable")
+
+
+def _open_or_create(location: str, schema: pa.Schema, partition_by: Sequence[str],
+                    options: dict | None) -> DeltaTable:
+    try:
+        return DeltaTable(location, storage_options=options)
+    except TableNotFoundError:
+        # two first writers race for version 0: the loser's CommitFailedError is retried
+        return DeltaTable.create(location, schema, mode="ignore",
+                                 partition_by=list(partition_by) or None,
+                                 storage_options=options)
+
+
+def _open(uri: str, version: int | datetime | None,
+          storage_options: Mapping[str, str] | None) -> DeltaTable | None:
+    location, options = _where(uri, storage_options)
+    try:
+        table = DeltaTable(location, storage_options=options)
+    except TableNotFoundError:
+        return None
+    if version is not None:
+        table.load_as_version(version)
+    return table
+
+
+def _live(table: DeltaTable) -> tuple[int, int]:
+    """Files and bytes of the table's current version."""
+    adds = pa.table(table.get_add_actions(flatten=False))
+    return adds.num_rows, int(pc.sum(adds["size_bytes"]).as_py() or 0)
+
+
+def _with_record_id(schema: pa.Schema) -> pa.Schema:
+    if "record_id" in schema.names:
+        return schema
+    return schema.insert(0, pa.field("record_id", pa.string(), nullable=False))
+
+
+def _conform(data: pa.Table, schema: pa.Schema, record_id: str | None = None,
+             since: date | datetime | None = None) -> pa.Table:
+    """`data` in `schema`'s columns and types; money stays decimal (delta-rs would quietly
+    cast a float column into a decimal one, so a float is refused here)."""
+    if record_id is not None:
+        rid = pa.array([record_id] * data.num_rows, pa.string())
+        if "record_id" in data.column_names:
+            if pc.all(pc.equal(data["record_id"], rid)).as_py() is False:
+                raise ValueError(f"the rows given for record {record_id} name other records")
+            data = data.drop_columns(["record_id"])
+        data = data.append_column("record_id", rid)
+    if missing := [n for n in schema.names if n not in data.column_names]:
+        raise ValueError(f"columns missing from the rows: {missing}")
+    for field in schema:
+        got = data.schema.field(field.name).type
+        if pa.types.is_decimal(field.type) and not (pa.types.is_decimal(got)
+                                                    or pa.types.is_null(got)):
+            raise TypeError(f"column {field.name} is money ({field.type}) but came as {got}")
+    data = data.select(schema.names).cast(schema)
+    if since is not None:
+        if "trans_date" not in schema.names:
+            raise ValueError("a window needs a trans_date column")
+        inside = pc.greater_equal(data["trans_date"], pa.scalar(since, schema.field(
+            "trans_date").type))
+        if data.num_rows and not pc.all(pc.fill_null(inside, False)).as_py():
+            raise ValueError(f"record {record_id}: rows dated before its window "
+                             f"({since.isoformat()}) or undated")
+    return data
+
+
+def _predicate(ids: list[str], window: Mapping[str, date | datetime]) -> str:
+    """Which rows the commit replaces, in delta-rs's SQL (ids are checked, so quoting is safe)."""
+    whole = [r for r in ids if r not in window]
+    terms = [f"record_id IN ({', '.join(_quote(r) for r in whole)})"] if whole else []
+    for rid in ids:
+        if rid in window:
+            terms.append(f"(record_id = {_quote(rid)} AND trans_date >= "
+                         f"{_quote(_day(window[rid]))})")
+    return " OR ".join(terms)
+
+
+def _day(when: date | datetime) -> str:
+    if isinstance(when, datetime) and when.tzinfo is None:
+        raise ValueError(f"window start {when.isoformat()} has no time zone")
+    return when.isoformat()
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _shown(uri: str) -> str:
+    """The URI as messages show it: without its query."""
+    return uri.split("?", 1)[0]
+
+
+def _where(uri: str, storage_options: Mapping[str, str] | None) -> tuple[str, dict | None]:
+    """delta-rs's location and storage options: S3 settings from the URI's query, the options
+    given and the AWS environment (credentials only from there)."""
+    if "://" not in uri:
+        if storage_options:
+            raise ValueError("storage options are for s3:// tables only")
+        return os.path.abspath(uri), None
+    parts = urlsplit(uri)
+    if parts.scheme != "s3":
+        raise ValueError(f"unsupported lake location {_shown(uri)}: a path or s3:// only")
+    query = dict(parse_qsl(parts.query))
+    if unknown := sorted(set(query) - _QUERY_KEYS):
+        raise ValueError(f"unknown options in the s3 URI: {unknown} (credentials come from "
+                         "the AWS environment variables)")
+    options = {k: os.environ[k] for k in _ENV if os.environ.get(k)}
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        options["AWS_REGION"] = region
+    given = dict(storage_options or {})
+    endpoint = given.pop("endpoint_override", None) or query.get("endpoint_override")
+    if endpoint:
+        if "://" not in endpoint:
+            endpoint = f"{query.get('scheme', 'https')}://{endpoint}"
+        options["AWS_ENDPOINT_URL"] = endpoint
+    if "region" in query:
+        options["AWS_REGION"] = query["region"]
+    options.update(given)
+    if options.get("AWS_ENDPOINT_URL", "").startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"
+    return f"s3://{parts.netloc}{parts.path}", options
