@@ -2,11 +2,12 @@
 
 Each view is one file in `sql/`, named after the view. In the SQL, `{lake:TABLE}` stands for
 the lake table (read_parquet over absolute paths, `record_id` from the hive folder name,
-`union_by_name` so partitions written before a column was added still read), and
-`{lake:TABLE?}` for one that may be missing: an empty relation with the table's columns
-stands in. A `-- needs: view, ...` line names views the file reads. A view is created only
-when its lake tables exist (at least one, if all are optional) and the views it needs were
-created; the rest wait for a later refresh.
+`union_by_name` so partitions written before a column was added still read); when the lake
+has no file of it yet, an empty relation with the table's columns and types (LAKE_TABLES)
+stands in, so every view exists over any lake, even an empty one, with the same typed
+columns it has over real rows. (`{lake:TABLE?}`, once the spelling for a table that may
+be missing, means the same.) A `-- needs: view, ...` line names views the file reads; a view
+is created after them.
 
 Analysts open the published file read-only. A refresh builds a new file next to it and
 renames it into place, so readers never see a half-built one, and since the build never
@@ -24,10 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 from dagster import AssetExecutionContext, ConfigurableResource, MaterializeResult, asset
 
 from resources.lake import Lake, fsync
 
+from . import accounts as accounts_module
+from . import balances as balances_module
+from . import identity as identity_module
+from . import income as income_module
+from . import payments as payments_module
+from . import record_status as record_status_module
+from . import transactions as transactions_module
 from .accounts import accounts
 from .balances import balances
 from .identity import identity
@@ -42,22 +51,20 @@ SQL_DIR = Path(__file__).parent / "sql"
 # tables kept as one file, `<lake>/<table>/part-0.parquet`, not one per record (docs/lake.md)
 UNPARTITIONED = {"records"}
 
-# Columns of the lake tables a view reads with `{lake:TABLE?}` (docs/lake.md): the stand-in
-# when the table is not there yet, so the view binds and types the same as when it is.
-STAND_INS = {
-    "transactions": {
-        "record_id": "varchar", "transaction_id": "varchar", "account_id": "varchar",
-        "customer_id": "varchar", "trans_date": "timestamptz", "cleared_date": "timestamptz",
-        "debit": "decimal(18,2)", "credit": "decimal(18,2)", "amount": "decimal(18,2)",
-        "balance": "decimal(18,2)",
-        "currency": "varchar", "narration": "varchar", "topics": "varchar[]",
-        "ref": "varchar", "branch": "varchar", "code": "varchar", "env": "varchar",
-        "created_at": "timestamptz", "bank_id": "varchar", "last_updated": "timestamptz",
-    },
-    "balance_periodic": {
-        "record_id": "varchar", "account_id": "varchar", "date": "date",
-        "available_balance": "decimal(18,2)", "ledger_balance": "decimal(18,2)",
-    },
+# The lake's tables as their assets write them (docs/lake.md, "Tables"): a table not there yet
+# is stood in for by an empty relation of these columns and types, so every view exists over
+# any lake, even an empty one, and types the same with rows as without. A partitioned table's
+# files hold no `record_id`: the hive folder adds it, last, as DuckDB's read_parquet does.
+LAKE_TABLES: dict[str, pa.Schema] = {
+    "accounts": accounts_module.SCHEMA,
+    "balance_history": balances_module.HISTORY,
+    "balance_periodic": balances_module.PERIODIC,
+    "transactions": transactions_module.SCHEMA,
+    "income": income_module.SUMMARY,
+    "income_streams": income_module.STREAMS,
+    "identity": identity_module.SCHEMA,
+    "payments": payments_module.SCHEMA,
+    "records": record_status_module.SCHEMA,
 }
 
 # Views need no newer storage: written as DuckDB 1.0 reads it, any DuckDB from 1.0 on (the
@@ -148,10 +155,36 @@ def lake_source(lake_root: Path, table: str) -> str:
             "hive_types = {'record_id': varchar}, union_by_name = true)")
 
 
+def duckdb_type(t: pa.DataType) -> str:
+    """The DuckDB type a Parquet column of Arrow type `t` reads as."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "varchar"
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_timestamp(t):
+        return "timestamptz" if t.tz else "timestamp"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return duckdb_type(t.value_type) + "[]"
+    simple = {pa.bool_(): "boolean", pa.int32(): "integer", pa.int64(): "bigint",
+              pa.float64(): "double", pa.date32(): "date"}
+    if t in simple:
+        return simple[t]
+    raise ValueError(f"no DuckDB type known for the lake's Arrow type {t}")
+
+
+def lake_columns(table: str) -> dict[str, str]:
+    """A lake table's columns as a view reads them: name -> DuckDB type."""
+    if table not in LAKE_TABLES:
+        raise ValueError(f"no schema for lake table {table!r}: add it to LAKE_TABLES")
+    cols = {f.name: duckdb_type(f.type) for f in LAKE_TABLES[table]}
+    if table not in UNPARTITIONED:
+        cols["record_id"] = "varchar"  # from the folder, after the file's own columns
+    return cols
+
+
 def stand_in(table: str) -> str:
-    if table not in STAND_INS:
-        raise ValueError(f"no stand-in columns for optional lake table {table!r}")
-    cols = ", ".join(f"null::{t} as {c}" for c, t in STAND_INS[table].items())
+    """An empty relation with the lake table's columns, for a table not in the lake yet."""
+    cols = ", ".join(f'null::{t} as "{c}"' for c, t in lake_columns(table).items())
     return f"(select {cols} limit 0)"
 
 
@@ -165,17 +198,14 @@ def render(view: View, lake_root: Path, present: set[str],
     return _LAKE_REF.sub(sub, view.sql).replace("{timezone}", zone)
 
 
-def buildable(view: View, present: set[str], created: set[str]) -> bool:
-    if not view.tables <= present or not set(view.needs) <= created:
-        return False
-    if not view.tables and view.optional and not view.optional & present:
-        return False
-    return True
+def buildable(view: View, created: set[str]) -> bool:
+    """A view is built once the views it reads are; missing lake tables are stood in for."""
+    return set(view.needs) <= created
 
 
 def build(lake_root: Path | str, target: Path | str,
           timezone: str = DEFAULT_TIMEZONE) -> list[str]:
-    """Publish at `target` a DuckDB file with every view the lake can serve; return their names.
+    """Publish at `target` a DuckDB file with every view, over any lake; return their names.
 
     The file is built under a temporary name in the same folder and renamed over `target`
     only once complete; on any error the published file is left as it was.
@@ -193,7 +223,7 @@ def build(lake_root: Path | str, target: Path | str,
         with duckdb.connect(str(tmp), config=FILE_CONFIG) as con:
             check_timezone(con, timezone)
             for view in views:
-                if not buildable(view, present, set(created)):
+                if not buildable(view, set(created)):
                     continue
                 try:
                     con.execute(render(view, lake_root, present, timezone))
@@ -235,10 +265,10 @@ def warehouse(context: AssetExecutionContext, lake: Lake,
     lake_root = Path(lake.root).resolve()
     target = Path(warehouse_db.path).resolve()
     views = build(lake_root, target, warehouse_db.timezone)
-    waiting = sorted({v.name for v in load_views()} - set(views))
+    empty = sorted(t for t in LAKE_TABLES if not table_present(lake_root, t))
     context.log.info("published %s with views %s", target, views)
     return MaterializeResult(metadata={
         "path": str(target),
         "views": ", ".join(views),
-        "waiting_for_lake_tables": ", ".join(waiting),
+        "lake_tables_not_landed": ", ".join(empty),  # their views exist, empty
     })

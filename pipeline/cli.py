@@ -173,6 +173,9 @@ def cmd_sql(args: argparse.Namespace) -> int:
             rel = sql.run(con, args.query)
             if fmt == "table":
                 sql.show(rel, args.max_rows, sys.stdout)
+            elif args.output is None:
+                sys.stdout.flush()
+                sql.emit(con, rel, fmt, sys.stdout.buffer)
             else:
                 rows = sql.write(con, rel, fmt, Path(args.output))
                 print(f"wrote {rows} rows to {Path(args.output).resolve()}", file=sys.stderr)
@@ -376,8 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query", nargs="?", help="SQL; omit for the interactive prompt")
     p.add_argument("--warehouse", help="DuckDB file (default $LEDGERLAKE_HOME/warehouse.duckdb)")
     p.add_argument("--max-rows", type=_positive, default=40, help="rows a table shows")
-    p.add_argument("--format", help="table (default), csv, json or parquet")
-    p.add_argument("--output", metavar="FILE", help="write the result here (atomically)")
+    p.add_argument("--format", help="table (default), csv, json, jsonl or parquet; csv, json "
+                                    "and jsonl print to stdout unless --output is given")
+    p.add_argument("--output", metavar="FILE", help="write the result here (atomically); "
+                                                    "parquet needs it")
     p.set_defaults(func=cmd_sql)
 
     p = sub.add_parser("status", help="each record's products: landed, held, failed, waiting",

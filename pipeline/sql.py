@@ -1,7 +1,10 @@
 """`ledgerlake sql`: queries against the published warehouse, read-only.
 
-One query prints a table or writes a file (csv, json, parquet; written aside and renamed, so
-a reader of the file never sees half of it). Without a query, statements are read from
+One query prints a table, prints csv, json (one array) or jsonl (one object a line) to
+standard output, or writes any of these or parquet to a file (written aside and renamed, so a
+reader of the file never sees half of it). In csv and json, decimals keep their exact digits
+(`1234.50`, a JSON number as DuckDB writes it, never through a float) and timestamps are
+ISO 8601 (`2025-01-30T12:00:00+00:00`). Without a query, statements are read from
 stdin, each ending with `;`, and each result printed; `.quit` or end of input stops.
 """
 
@@ -10,15 +13,18 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 import uuid
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 import duckdb
+import pyarrow as pa
 
-FORMATS = ("table", "csv", "json", "parquet")
+FORMATS = ("table", "csv", "json", "jsonl", "parquet")
+TO_STDOUT = ("csv", "json", "jsonl")  # parquet is binary: it needs --output
 COPY_OPTIONS = {"csv": "format csv, header true", "json": "format json, array true",
-                "parquet": "format parquet, compression zstd"}
+                "jsonl": "format json", "parquet": "format parquet, compression zstd"}
 PROMPT, MORE = "ledgerlake> ", "       ...> "
 
 
@@ -67,27 +73,84 @@ def _render(rel: duckdb.DuckDBPyRelation, max_rows: int, width: int) -> str:
     return buf.getvalue()
 
 
-def write(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None, fmt: str,
-          output: Path) -> int:
-    """Write the result to `output` atomically; return the number of rows."""
+def _result(rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
     if rel is None:
         raise QueryError("the statement returned no result to write")
     try:
-        result = rel.fetch_arrow_table()  # noqa: F841 (read by name in the COPY below)
+        return rel.to_arrow_table()
     except duckdb.Error as exc:
         raise QueryError(str(exc)) from None
+
+
+def _quote_name(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _projection(result: pa.Table, fmt: str) -> str:
+    """The select list COPY writes: in text formats, timestamps as ISO 8601 strings."""
+    if fmt == "parquet":
+        return "*"
+    iso = []
+    for field in result.schema:
+        if pa.types.is_timestamp(field.type):
+            col = _quote_name(field.name)
+            # DuckDB prints `2025-01-30 12:00:00+00`; ISO 8601 (and RFC 3339) wants the `T`
+            # and an offset of hours and minutes
+            iso.append(f"regexp_replace(replace({col}::varchar, ' ', 'T'), "
+                       f"'([+-][0-9][0-9])$', '\\1:00') as {col}")
+    return f"* replace ({', '.join(iso)})" if iso else "*"
+
+
+def _copy(con: duckdb.DuckDBPyConnection, result: pa.Table, fmt: str, path: Path) -> None:
+    quoted = "'" + str(path).replace("'", "''") + "'"
+    con.register("ledgerlake_result", result)
+    try:
+        con.execute(f"copy (select {_projection(result, fmt)} from ledgerlake_result) "
+                    f"to {quoted} ({COPY_OPTIONS[fmt]})")
+    finally:
+        con.unregister("ledgerlake_result")
+
+
+def write(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None, fmt: str,
+          output: Path) -> int:
+    """Write the result to `output` atomically; return the number of rows."""
+    result = _result(rel)
     output = output.resolve()
     if not output.parent.is_dir():
         raise QueryError(f"cannot write {output}: no folder {output.parent}")
     tmp = output.with_name(f".{output.name}.{uuid.uuid4().hex}.tmp")
-    quoted = "'" + str(tmp).replace("'", "''") + "'"
     try:
-        con.execute(f"copy (select * from result) to {quoted} ({COPY_OPTIONS[fmt]})")
+        _copy(con, result, fmt, tmp)
         os.replace(tmp, output)
     except duckdb.Error as exc:
         raise QueryError(f"cannot write {output}: {exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
+    return result.num_rows
+
+
+def emit(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None, fmt: str,
+         out: BinaryIO) -> int:
+    """Print the result to `out` in a text format, as `write` would write it; return its rows.
+
+    A reader that stops early (`| head`) is not an error: the rest is dropped quietly.
+    """
+    result = _result(rel)
+    with tempfile.TemporaryDirectory(prefix="ledgerlake-sql-") as folder:
+        path = Path(folder) / f"result.{fmt}"
+        try:
+            _copy(con, result, fmt, path)
+        except duckdb.Error as exc:
+            raise QueryError(str(exc)) from None
+        try:
+            with path.open("rb") as src:
+                shutil.copyfileobj(src, out)
+            out.flush()
+        except BrokenPipeError:
+            # the reader left; point stdout at nothing so the exit flush does not fail too
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out.fileno())
+            os.close(devnull)
     return result.num_rows
 
 
@@ -102,10 +165,10 @@ def format_of(fmt: str | None, output: Path | None) -> str:
                              f"--format {'|'.join(FORMATS[1:])}")
     if fmt not in FORMATS:
         raise QueryError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if fmt != "table" and output is None:
+    if fmt not in ("table", *TO_STDOUT) and output is None:
         raise QueryError(f"--format {fmt} writes a file: pass --output FILE")
     if fmt == "table" and output is not None:
-        raise QueryError("--output needs --format csv, json or parquet")
+        raise QueryError("--output needs --format csv, json, jsonl or parquet")
     return fmt
 
 

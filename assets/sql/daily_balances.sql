@@ -13,8 +13,7 @@
 --      It alone knows the balance before an account's first line, and it carries the
 --      available balance, which lines do not.
 --   3. carried forward: a day with neither takes the last known balance before it.
--- Either lake table may be missing (a record fetched only one of them); the view is built
--- when at least one exists.
+-- Either lake table may be missing (a record fetched only one of them): it reads as empty.
 create or replace view daily_balances as
 with lines as (
     select
@@ -24,7 +23,7 @@ with lines as (
         cleared_date,
         transaction_id,
         balance
-    from {lake:transactions?}
+    from {lake:transactions}
     where balance is not null and cleared_date is not null  -- posted lines only
 ),
 
@@ -40,7 +39,7 @@ from_lines as (
 
 from_periodic as (
     select record_id, account_id, date, ledger_balance as balance, available_balance
-    from {lake:balance_periodic?}
+    from {lake:balance_periodic}
 ),
 
 known as (

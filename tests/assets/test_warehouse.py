@@ -125,11 +125,11 @@ def lake_lines(lake_root: Path) -> pd.DataFrame:
     return df
 
 
-def test_views_built_for_tables_present(sandbox_lake):
-    _, views, _, _ = sandbox_lake
-    assert set(views) == {"accounts", "transactions", "monthly_cashflow", "daily_balances",
-                          "balance_history", "balances", "identity", "income_summary",
-                          "income_streams"}
+def test_every_view_built_over_a_lake_the_assets_filled(sandbox_lake):
+    target, views, _, _ = sandbox_lake
+    assert set(views) == set(VIEWS)  # payments and records too, empty: none landed
+    assert view_columns(target, "payments") == VIEWS["payments"]
+    assert query(target, "select count(*) as n from payments")["n"][0] == 0
 
 
 def test_transactions_view_is_every_line_the_sandbox_served(sandbox_lake):
@@ -265,31 +265,182 @@ def accounts_table(ids: list[str]) -> pa.Table:
                                                         * len(ids), TS)})
 
 
-def test_only_views_whose_tables_exist(tmp_path):
+def test_views_built_and_in_order_as_the_lake_fills(tmp_path):
     lake = Lake(root=str(tmp_path / "lake"))
     target = tmp_path / "w.duckdb"
-    assert build(lake.root, target) == []
+    assert set(build(lake.root, target)) == set(VIEWS)
     lake.write("accounts", "r1", accounts_table(["a"]))
-    assert build(lake.root, target) == ["accounts"]
+    assert set(build(lake.root, target)) == set(VIEWS)
+    assert query(target, "select count(*) as n from accounts")["n"][0] == 1
     lake.write("balance_periodic", "r1", pa.table({
         "account_id": ["a", "a"],
         "date": pa.array([dt.date(2025, 1, 1), dt.date(2025, 1, 3)], pa.date32()),
         "available_balance": [5.0, 7.0], "ledger_balance": [5.0, 7.0]}))
     # daily_balances can stand on the periodic history alone
-    assert set(build(lake.root, target)) == {"accounts", "daily_balances"}
+    build(lake.root, target)
     got = query(target, "select date, balance, source, carried_forward from daily_balances "
                         "order by date")
     assert got["balance"].tolist() == [5.0, 5.0, 7.0]
     assert got["carried_forward"].tolist() == [False, True, False]
     assert set(got["source"]) == {"periodic"}
-    # views that read other views wait for them: balances needs balance_history
-    names = {v.name for v in load_views()}
-    assert {"accounts", "balances", "balance_history", "daily_balances", "transactions",
-            "monthly_cashflow", "income_summary", "income_streams", "identity", "payments",
-            "records"} <= names
+    # views that read other views are built after them: balances needs balance_history
+    assert {v.name for v in load_views()} == set(VIEWS)
     order = [v.name for v in load_views()]
     assert order.index("balance_history") < order.index("balances")
     assert order.index("transactions") < order.index("monthly_cashflow")
+
+
+# -- every view always exists, with its documented, typed columns -------------------------------
+
+T = {"": "VARCHAR", "ts": "TIMESTAMP WITH TIME ZONE", "money": "DECIMAL(18,2)", "date": "DATE",
+     "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "list": "VARCHAR[]",
+     "sum": "DECIMAL(38,2)"}
+
+
+def columns(spec: str) -> list[tuple[str, str]]:
+    """`name name:type ...` as (name, DuckDB type); no type is varchar."""
+    return [(c.partition(":")[0], T[c.partition(":")[2]]) for c in spec.split()]
+
+
+# the lake's tables as docs/lake.md documents them, in the order the assets write them
+LAKE = {
+    "accounts": "account_id nuban name type currency bank_id customer_id customer_name "
+                "balance_id env created_at:ts last_updated:ts",
+    "balance_history": "account_id fetched_at:ts available_balance:money ledger_balance:money "
+                       "currency source service_updated_at:ts",
+    "balance_periodic": "account_id date:date available_balance:money ledger_balance:money",
+    "transactions": "transaction_id account_id customer_id bank_id trans_date:ts "
+                    "cleared_date:ts debit:money credit:money amount:money balance:money "
+                    "currency narration topics:list ref branch code env created_at:ts "
+                    "last_updated:ts",
+    "income": "income_id customer_id confidence:float number_of_transactions:int "
+              "average_monthly_income:money last_year_income:money account_age_months:int "
+              "number_of_streams:int past_three_months_total:money past_six_months_total:money "
+              "past_twelve_months_total:money past_twelve_months_average:money created_at:ts",
+    "income_streams": "stream_id account_ids:list type monthly_amount:money "
+                      "number_of_transactions:int source_name source_type first_date:date "
+                      "last_date:date total_count:int primary_stream:bool",
+    "identity": "customer_id bvn nin firstname middlename lastname fullname dob:date gender "
+                "marital_status nationality state_of_origin state_of_residence lga_of_origin "
+                "lga_of_residence phones:list emails:list addresses:list aliases:list",
+    "payments": "payment_id callback_type status amount:money fee:money currency ref "
+                "debit_account credit_account source interbank_response_code "
+                "bank_response_code bank_response_message schedule_interval created_at:ts "
+                "last_updated:ts",
+    "records": "record_id status status_at:ts last_method last_code last_callback_at:ts "
+               + " ".join(f"{p}_code {p}_at:ts" for p in ("auth", "identity", "accounts",
+                                                          "balance", "transactions", "income",
+                                                          "payment")),
+}
+
+# the views as the README's table documents them: the lake table's columns, then record_id
+# (from the folder), then what the view adds
+VIEWS = {
+    "accounts": columns(LAKE["accounts"] + " record_id"),
+    "balance_history": columns(LAKE["balance_history"] + " record_id"),
+    "balances": columns(LAKE["balance_history"] + " record_id"),
+    "daily_balances": columns("record_id account_id date:date balance:money "
+                              "available_balance:money source carried_forward:bool"),
+    "transactions": columns(LAKE["transactions"] + " record_id pending:bool"),
+    "monthly_cashflow": columns("record_id account_id month:date currency transactions:int "
+                                "inflow:sum outflow:sum net:sum"),
+    "income_summary": columns(LAKE["income"] + " record_id"),
+    "income_streams": columns(LAKE["income_streams"] + " record_id"),
+    "identity": columns(LAKE["identity"] + " record_id"),
+    "payments": columns(LAKE["payments"] + " record_id amount_kobo:int"),
+    "records": columns(LAKE["records"] + " is_connected:bool needs_reauth:bool"),
+}
+
+
+def view_columns(target: Path, view: str) -> list[tuple[str, str]]:
+    """What `select * from view` answers: its columns and their types."""
+    with duckdb.connect(str(target), read_only=True) as con:
+        rel = con.sql(f"select * from {view}")
+        rel.fetchall()  # it answers, not only binds
+        return [(name, str(kind)) for name, kind, *_ in rel.description]
+
+
+def every_view(target: Path) -> dict[str, list[tuple[str, str]]]:
+    with duckdb.connect(str(target), read_only=True) as con:
+        names = sorted(r[0] for r in con.execute(
+            "select view_name from duckdb_views() where not internal").fetchall())
+    return {name: view_columns(target, name) for name in names}
+
+
+def test_the_documented_columns_are_the_ones_in_the_docs():
+    root = Path(__file__).resolve().parents[2]
+    lake_doc = (root / "docs" / "lake.md").read_text().splitlines()
+    for table, spec in LAKE.items():
+        row = next(ln for ln in lake_doc if ln.startswith(f"| `{table}` |"))
+        missing = [c for c, _ in columns(spec) if f"`{c}`" not in row
+                   and not (c.endswith(("_code", "_at")) and "`<product>_code`" in row)]
+        assert missing == [], f"docs/lake.md does not list {missing} for {table}"
+    readme = (root / "README.md").read_text().splitlines()
+    for view, cols in VIEWS.items():
+        row = next(ln for ln in readme if ln.startswith("| `") and f"`{view}`" in
+                   ln.split("|")[1])
+        lake_table = {"balances": "balance_history", "income_summary": "income"}.get(view, view)
+        told = {c for c, _ in columns(LAKE.get(lake_table, ""))} | {"record_id"} \
+            if "lake table" in row or f"as `{lake_table}`" in row else set()
+        missing = [c for c, _ in cols if c not in told and f"`{c}`" not in row]
+        assert missing == [], f"README's view table does not list {missing} for {view}"
+
+
+def test_every_view_exists_typed_over_an_empty_lake(tmp_path):
+    target = tmp_path / "w.duckdb"
+    assert set(build(tmp_path / "lake", target)) == set(VIEWS)
+    got = every_view(target)
+    assert got == VIEWS
+    with duckdb.connect(str(target), read_only=True) as con:
+        assert con.execute("select count(*) from payments").fetchone()[0] == 0
+        assert con.execute("select count(*) from monthly_cashflow").fetchone()[0] == 0
+
+
+def test_every_view_exists_typed_over_a_lake_of_only_accounts(tmp_path):
+    from assets.accounts import SCHEMA
+
+    lake = Lake(root=str(tmp_path / "lake"))
+    lake.write("accounts", "r1", pa.Table.from_pylist([
+        {"account_id": "a", "nuban": "0123456789", "name": "ADA OBI", "currency": "NGN",
+         "created_at": dt.datetime(2025, 1, 1, tzinfo=UTC)}], schema=SCHEMA), schema=SCHEMA)
+    target = tmp_path / "w.duckdb"
+    assert set(build(lake.root, target)) == set(VIEWS)
+    assert every_view(target) == VIEWS
+    got = query(target, "select record_id, account_id, nuban from accounts")
+    assert got.to_dict("records") == [{"record_id": "r1", "account_id": "a",
+                                       "nuban": "0123456789"}]
+    assert query(target, "select count(*) as n from daily_balances")["n"][0] == 0
+
+
+def test_views_over_real_rows_type_as_their_empty_forms(sandbox_lake, tmp_path):
+    """The assets' own rows (sandbox_lake), and payments and records rows of their schemas."""
+    import shutil
+    from decimal import Decimal
+
+    from assets.payments import SCHEMA as PAYMENTS
+    from assets.record_status import SCHEMA as RECORDS
+
+    _, _, lake_root, _ = sandbox_lake
+    root = tmp_path / "lake"
+    shutil.copytree(lake_root, root)
+    lake = Lake(root=str(root))
+    when = dt.datetime(2025, 2, 1, 9, tzinfo=UTC)
+    lake.write("payments", "r1", pa.Table.from_pylist([
+        {"payment_id": "p1", "callback_type": "PAYMENT", "status": "successful",
+         "amount": Decimal("1234.50"), "fee": Decimal("10.75"), "currency": "NGN",
+         "created_at": when}], schema=PAYMENTS), schema=PAYMENTS)
+    lake.write("records", None, pa.Table.from_pylist([
+        {"record_id": "r1", "status": "connected", "status_at": when}], schema=RECORDS),
+        schema=RECORDS)
+    full, empty = tmp_path / "full.duckdb", tmp_path / "empty.duckdb"
+    build(root, full)
+    build(tmp_path / "nothing", empty)
+    assert every_view(full) == every_view(empty) == VIEWS
+    for view in VIEWS:
+        n = query(full, f"select count(*) as n from {view}")["n"][0]
+        assert n > 0, f"{view} has no rows over the full lake"
+    assert query(full, "select amount::varchar as a, amount_kobo from payments").to_dict(
+        "records") == [{"a": "1234.50", "amount_kobo": 123450}]
 
 
 def test_record_id_from_the_folder_stays_a_string(tmp_path):
@@ -313,7 +464,7 @@ def test_records_view_reads_the_unpartitioned_table(tmp_path):
         "last_method": ["TRANSACTIONS", "USER_DISCONNECT", "USER_REAUTH"],
         "last_code": ["TRANSACTIONS_SUCCESS", "USER_DISCONNECTED", "REAUTH_REQUIRED"],
     }), root / "records" / "part-0.parquet")
-    assert build(root, tmp_path / "w.duckdb") == ["records"]
+    assert "records" in build(root, tmp_path / "w.duckdb")
     got = query(tmp_path / "w.duckdb", "select record_id, is_connected, needs_reauth "
                                        "from records order by record_id")
     assert got["is_connected"].tolist() == [True, False, False]
@@ -385,7 +536,7 @@ def test_readers_never_block_a_refresh_nor_see_half_a_file(tmp_path):
     # an analyst holds the published file open, read-only, through a rebuild
     held = duckdb.connect(str(target), read_only=True)
     try:
-        assert build(big.root, target) == ["accounts", "daily_balances"]
+        assert set(build(big.root, target)) == set(VIEWS)
         assert held.execute("select count(*) from accounts").fetchone()[0] == 1  # the old file
     finally:
         held.close()
@@ -402,7 +553,7 @@ def test_readers_never_block_a_refresh_nor_see_half_a_file(tmp_path):
         out, _ = reader.communicate(timeout=60)
     seen = json.loads(out)
     assert seen, "the reader never opened the file"
-    allowed = [[["accounts"], 1], [["accounts", "daily_balances"], 3]]
+    allowed = [[sorted(VIEWS), 1], [sorted(VIEWS), 3]]
     assert [s for s in seen if s not in allowed] == []
 
 
@@ -418,8 +569,9 @@ def test_the_warehouse_asset_materializes_with_its_resources(tmp_path):
         "lake": lake, "warehouse_db": Warehouse(path=str(target))})
     assert result.success
     meta = result.asset_materializations_for_node("warehouse")[0].metadata
-    assert meta["views"].value == "accounts"
-    assert "transactions" in meta["waiting_for_lake_tables"].value
+    assert set(meta["views"].value.split(", ")) == set(VIEWS)
+    assert "transactions" in meta["lake_tables_not_landed"].value.split(", ")
+    assert "accounts" not in meta["lake_tables_not_landed"].value.split(", ")
     assert query(target, "select count(*) as n from accounts")["n"][0] == 2
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import io
 import json
 import os
+import shlex
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pandas as pd
@@ -104,6 +108,93 @@ def test_writes_csv_json_and_parquet(warehouse, tmp_path):
     assert table.column("topics").to_pylist()[0] == ["shopping", "pos"]
 
 
+FIRST_LINES = ("select account_id, transaction_id, amount, balance, trans_date, topics, "
+               "0.1::decimal(18,2) + 0.2::decimal(18,2) as drift "
+               "from transactions order by transaction_id limit 2")
+
+
+def test_prints_json_to_stdout_with_exact_decimals_and_iso_times(warehouse):
+    out = sql(FIRST_LINES, "--warehouse", str(warehouse), "--format", "json",
+              env={"TZ": "Africa/Lagos"})
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""  # nothing but the data, so a pipe gets only the data
+    rows = json.loads(out.stdout, parse_float=Decimal)
+    assert rows == [
+        {"account_id": "acc1", "transaction_id": "acc1-0000", "amount": Decimal("100.00"),
+         "balance": Decimal("1100.00"), "trans_date": "2025-01-30T12:00:00+00:00",
+         "topics": ["shopping", "pos"], "drift": Decimal("0.30")},
+        {"account_id": "acc1", "transaction_id": "acc1-0001", "amount": Decimal("-40.00"),
+         "balance": Decimal("1060.00"), "trans_date": "2025-01-31T12:00:00+00:00",
+         "topics": ["shopping", "pos"], "drift": Decimal("0.30")},
+    ]
+    # the digits as the warehouse holds them, never a float's (0.30000000000000004)
+    assert '"balance":1100.00' in out.stdout and '"drift":0.30' in out.stdout
+    assert dt.datetime.fromisoformat(rows[0]["trans_date"]) == dt.datetime(
+        2025, 1, 30, 12, tzinfo=dt.UTC)
+
+
+def test_prints_jsonl_one_object_a_line(warehouse):
+    out = sql("select transaction_id, balance from transactions order by transaction_id",
+              "--warehouse", str(warehouse), "--format", "jsonl")
+    assert out.returncode == 0, out.stderr
+    lines_ = out.stdout.splitlines()
+    assert len(lines_) == 9
+    objects = [json.loads(ln, parse_float=Decimal) for ln in lines_]
+    assert objects[0] == {"transaction_id": "acc1-0000", "balance": Decimal("1100.00")}
+    assert objects[-1] == {"transaction_id": "acc2-0002", "balance": Decimal("210.00")}
+
+
+def test_prints_csv_with_a_header(warehouse):
+    out = sql(FIRST_LINES, "--warehouse", str(warehouse), "--format", "csv")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    rows = list(csv.reader(io.StringIO(out.stdout)))
+    assert rows[0] == ["account_id", "transaction_id", "amount", "balance", "trans_date",
+                       "topics", "drift"]
+    assert rows[1] == ["acc1", "acc1-0000", "100.00", "1100.00", "2025-01-30T12:00:00+00:00",
+                       "[shopping, pos]", "0.30"]
+    assert rows[2][2:5] == ["-40.00", "1060.00", "2025-01-31T12:00:00+00:00"]
+    assert len(rows) == 3
+
+
+def test_an_empty_result_prints_empty_json_and_a_bare_csv_header(warehouse):
+    q = "select account_id, balance from transactions where false"
+    got = {fmt: sql(q, "--warehouse", str(warehouse), "--format", fmt)
+           for fmt in ("json", "jsonl", "csv")}
+    assert all(o.returncode == 0 for o in got.values()), [o.stderr for o in got.values()]
+    assert json.loads(got["json"].stdout) == []
+    assert got["jsonl"].stdout == ""
+    assert got["csv"].stdout.splitlines() == ["account_id,balance"]
+
+
+def test_a_file_holds_what_stdout_prints(warehouse, tmp_path):
+    for fmt in ("csv", "json", "jsonl"):
+        path = tmp_path / f"first.{fmt}"
+        printed = sql(FIRST_LINES, "--warehouse", str(warehouse), "--format", fmt)
+        written = sql(FIRST_LINES, "--warehouse", str(warehouse), "--output", str(path))
+        assert printed.returncode == written.returncode == 0, printed.stderr + written.stderr
+        assert "wrote 2 rows" in written.stderr and written.stdout == ""
+        assert path.read_text() == printed.stdout
+
+
+def test_pipes_into_a_json_reader_and_into_head(warehouse):
+    me = shlex.join([sys.executable, "-m", "pipeline.cli", "sql"])
+    w = shlex.quote(str(warehouse))
+    out = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {me} 'select * from accounts' --warehouse {w} "
+         f"--format json | {shlex.quote(sys.executable)} -c 'import json,sys; print(len(json.load(sys.stdin)))'"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "2"
+    # far more than a pipe holds: the writer meets a closed pipe once head has its line
+    out = subprocess.run(
+        ["bash", "-c", f"{me} 'select range as n from range(300000)' --warehouse {w} "
+         "--format jsonl | head -n 1; echo \"exit ${PIPESTATUS[0]}\""],
+        capture_output=True, text=True, timeout=120)
+    assert out.stdout.splitlines() == ['{"n":0}', "exit 0"]
+    assert "Traceback" not in out.stderr and "Broken pipe" not in out.stderr, out.stderr
+
+
 def test_times_print_in_utc_whatever_the_machines_zone(warehouse):
     out = sql("select min(trans_date) as first from transactions", "--warehouse", str(warehouse),
               env={"TZ": "Africa/Lagos"})
@@ -149,7 +240,8 @@ def test_interactive_ends_at_end_of_input(warehouse):
     (["selec 1", "--warehouse", "{w}"], 1, "syntax error"),
     (["select 1", "--warehouse", "{w}", "--format", "xml", "--output", "x.xml"], 2,
      "unknown format 'xml'"),
-    (["select 1", "--warehouse", "{w}", "--format", "csv"], 2, "pass --output FILE"),
+    (["select 1", "--warehouse", "{w}", "--format", "parquet"], 2,
+     "--format parquet writes a file: pass --output FILE"),
     (["select 1", "--warehouse", "{w}", "--output", "out.txt"], 2, "cannot tell the format"),
     (["select 1", "--warehouse", "{w}", "--max-rows", "0"], 2, "at least 1"),
     (["create table stolen as select 1", "--warehouse", "{w}"], 1, "read-only"),
