@@ -188,11 +188,17 @@ def stand_in(table: str) -> str:
     return f"(select {cols} limit 0)"
 
 
-def render(view: View, lake_root: Path, present: set[str],
-           timezone: str = DEFAULT_TIMEZONE) -> str:
+def lake_sources(lake_root: Path, tables: set[str]) -> dict[str, str]:
+    """How a view reads each of `tables` the lake has files of (the rest are stood in for)."""
+    return {t: lake_source(lake_root, t) for t in tables if table_present(lake_root, t)}
+
+
+def render(view: View, sources: dict[str, str], timezone: str = DEFAULT_TIMEZONE) -> str:
+    """The view's SQL, each lake table read through its relation in `sources`, or stood in
+    for when it has none."""
     def sub(m: re.Match) -> str:
         table = m.group(1)
-        return lake_source(lake_root, table) if table in present else stand_in(table)
+        return sources[table] if table in sources else stand_in(table)
 
     zone = "'" + timezone.replace("'", "''") + "'"
     return _LAKE_REF.sub(sub, view.sql).replace("{timezone}", zone)
@@ -204,17 +210,19 @@ def buildable(view: View, created: set[str]) -> bool:
 
 
 def build(lake_root: Path | str, target: Path | str,
-          timezone: str = DEFAULT_TIMEZONE) -> list[str]:
+          timezone: str = DEFAULT_TIMEZONE, sources: dict[str, str] | None = None) -> list[str]:
     """Publish at `target` a DuckDB file with every view, over any lake; return their names.
 
-    The file is built under a temporary name in the same folder and renamed over `target`
-    only once complete; on any error the published file is left as it was.
+    `sources`: the relation each lake table is read through, in place of the folders under
+    `lake_root` (a table missing from it is stood in for). The file is built under a temporary
+    name in the same folder and renamed over `target` only once complete; on any error the
+    published file is left as it was.
     """
     lake_root = Path(lake_root).resolve()
     target = Path(target).resolve()
     views = load_views()
-    tables = {t for v in views for t in v.tables | v.optional}
-    present = {t for t in tables if table_present(lake_root, t)}
+    if sources is None:
+        sources = lake_sources(lake_root, {t for v in views for t in v.tables | v.optional})
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(target)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
@@ -226,7 +234,7 @@ def build(lake_root: Path | str, target: Path | str,
                 if not buildable(view, set(created)):
                     continue
                 try:
-                    con.execute(render(view, lake_root, present, timezone))
+                    con.execute(render(view, sources, timezone))
                 except duckdb.Error as exc:
                     raise RuntimeError(f"view {view.name} ({SQL_DIR / view.name}.sql) "
                                        f"does not build over {lake_root}: {exc}") from exc

@@ -12,8 +12,8 @@ run:
   trans_date, UTC) as its partition column, then `resources.delta.compact`;
 - `delta_flat`: the same, unpartitioned.
 
-The Delta warehouses are built with the SAME view SQL (`assets/sql/*.sql`, rendered by
-`assets.warehouse.render`) but with `{lake:transactions}` read as
+The Delta warehouses are built by the same `assets.warehouse.build` (the same views of
+`assets/sql/*.sql`), but with `{lake:transactions}` read as
 `read_parquet([<the snapshot's files, resources.delta.files>], union_by_name = true)`; other
 lake tables are absent, so their optional stand-ins (`assets.warehouse.stand_in`) serve, in
 both layouts. Timed per layout and size: building the warehouse (for Delta: opening the table
@@ -60,7 +60,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from decimal import Decimal
 from pathlib import Path
 
@@ -75,7 +74,7 @@ import pyarrow.compute as pc  # noqa: E402
 from assets import warehouse  # noqa: E402
 from resources import delta  # noqa: E402
 from resources.columns import TRANSACTION_SCHEMA, UTC_MS, money_from_kobo  # noqa: E402
-from resources.lake import Lake, fsync  # noqa: E402
+from resources.lake import Lake  # noqa: E402
 
 SEED = 20261122
 START_MS = int(dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
@@ -92,7 +91,6 @@ QUERIES = {
     "one_record": "select * from transactions where record_id = ?",
 }
 FIGURES = ("build", *QUERIES)
-VIEWS = ("transactions", "daily_balances", "monthly_cashflow")  # what the queries read
 TARGETS = {"build": 1.5, "sum_amount": 1.5, "daily_balances": 1.5, "monthly_cashflow": 1.5,
            "one_record": 1.5, "land_new": 2.0}
 NARRATION = np.array(["POS PURCHASE", "TRANSFER FROM", "TRANSFER TO", "ATM WITHDRAWAL",
@@ -208,53 +206,13 @@ def _q(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def render_over(view: warehouse.View, sources: dict[str, str], timezone: str) -> str:
-    """`view` as assets.warehouse.render writes it, each table in `sources` read through the
-    given relation instead of the folders' glob (the rest: render's stand-ins)."""
-    sentinel = Path("/nonexistent-ledgerlake-bench-lake")
-    sql = warehouse.render(view, sentinel, set(sources), timezone)
-    for table, source in sources.items():
-        sql = sql.replace(warehouse.lake_source(sentinel, table), source)
-    if str(sentinel) in sql:
-        raise AssertionError(f"view {view.name}: a lake reference was not replaced")
-    return sql
-
-
-def wanted_views(names: tuple[str, ...] = VIEWS) -> list[warehouse.View]:
-    """The views the queries read and the views they need, in load_views' order."""
-    views = {v.name: v for v in warehouse.load_views()}
-    keep, todo = set(), list(names)
-    while todo:
-        name = todo.pop()
-        if name not in keep:
-            keep.add(name)
-            todo.extend(views[name].needs)
-    return [v for v in views.values() if v.name in keep]
-
-
 def build_over_delta(tables: dict[str, str], target: Path,
                      timezone: str = warehouse.DEFAULT_TIMEZONE) -> list[str]:
-    """The warehouse file with the views the queries read, each given table read as the file
-    list of its current snapshot, other tables stood in for; built aside and renamed into place
-    as build() does. (build() over today's lake with only `transactions` in it creates the same
-    three views; the choice is made here so the bench does not lean on warehouse.buildable.)"""
+    """The warehouse over Delta: `assets.warehouse.build` with each given table read as the
+    file list of its current snapshot (the rest stood in for, as over today's lake)."""
     sources = {t: "read_parquet([" + ", ".join(_q(f) for f in delta.files(uri))
                + "], union_by_name = true)" for t, uri in tables.items()}
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    created: list[str] = []
-    try:
-        with duckdb.connect(str(tmp), config=warehouse.FILE_CONFIG) as con:
-            warehouse.check_timezone(con, timezone)
-            for view in wanted_views():
-                con.execute(render_over(view, sources, timezone))
-                created.append(view.name)
-            con.execute("checkpoint")
-        os.replace(tmp, target)
-        fsync(target.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
-        tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
-    return created
+    return warehouse.build(target.parent, target, timezone, sources=sources)
 
 
 # ---------------------------------------------------------------- measuring
