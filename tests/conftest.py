@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,24 @@ class Sandbox:
                      else ("/v2/", self.production_key))
         return httpx.Client(base_url=self.url + base, timeout=30,
                             headers={"Authorization": f"Bearer {key}"}, **kw)
+
+    def control(self, path: str, **body) -> dict:
+        """A sandbox control (`sandbox/<path>`) of the sandbox environment; its data."""
+        with self.api() as api:
+            resp = api.post(f"sandbox/{path}", json=body)
+            assert resp.status_code == 200, resp.text
+            return resp.json()["data"]
+
+    def customer(self, **spec) -> dict:
+        """A new customer of `spec`, once its record's transactions are ready."""
+        made = self.control("customers/create", customers=[spec])["customers"][0]
+        for _ in range(100):  # the connection completes on its own, right after creation
+            with self.api() as api:
+                if api.post("transactions/get", json={"record": made["record"],
+                                                      "limit": 1}).status_code == 200:
+                    return made
+            time.sleep(0.1)
+        raise AssertionError("the sandbox never made the record's transactions ready")
 
 
 def start_sandbox(data_dir: Path, *extra: str) -> Sandbox:

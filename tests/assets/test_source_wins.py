@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import time
 
 import dagster as dg
 import pyarrow as pa
@@ -20,26 +19,13 @@ from assets.income import income
 from assets.transactions import FULL, reconciles_on, transactions
 from resources.client import ConnectionClient
 from resources.lake import Lake
+from tests.conftest import Sandbox
 
 DAY = 86400
 
 
-def control(box, path: str, **body) -> dict:
-    with box.api() as api:
-        resp = api.post(f"sandbox/{path}", json=body)
-        assert resp.status_code == 200, resp.text
-        return resp.json()["data"]
-
-
-def create(box, **spec) -> dict:
-    made = control(box, "customers/create", customers=[spec])["customers"][0]
-    for _ in range(100):  # the connection completes on its own, right after creation
-        with box.api() as api:
-            if api.post("transactions/get", json={"record": made["record"],
-                                                  "limit": 1}).status_code == 200:
-                return made
-        time.sleep(0.1)
-    raise AssertionError("the sandbox never made the record's transactions ready")
+control = Sandbox.control
+create = Sandbox.customer
 
 
 def truth(box, record: str) -> dict:

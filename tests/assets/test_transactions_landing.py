@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import hashlib
-import time
 from decimal import Decimal
 
 import pyarrow as pa
@@ -27,7 +26,7 @@ from resources.client import ConnectionClient
 from resources.columns import naira
 from resources.lake import Lake
 from tests.bad_service import BadPages
-from tests.conftest import start_sandbox
+from tests.conftest import Sandbox, start_sandbox
 
 CHECK = tx.RUNNING_BALANCE.name
 SAID = "record %s: %d fetched (%s), %d in the partition"
@@ -44,23 +43,12 @@ def box(tmp_path_factory):
         sandbox.server.stop()
 
 
-def control(box, path: str, **body) -> dict:
-    with box.api() as api:
-        resp = api.post(f"sandbox/{path}", json=body)
-        assert resp.status_code == 200, resp.text
-        return resp.json()["data"]
+control = Sandbox.control
 
 
 def create(box, **spec) -> str:
     """A new record of the shared sandbox, once its transactions are ready."""
-    record = control(box, "customers/create", customers=[spec])["customers"][0]["record"]
-    for _ in range(100):  # the connection completes on its own, right after creation
-        with box.api() as api:
-            if api.post("transactions/get", json={"record": record,
-                                                  "limit": 1}).status_code == 200:
-                return record
-        time.sleep(0.1)
-    raise AssertionError("the sandbox never made the record's transactions ready")
+    return box.customer(**spec)["record"]
 
 
 def client(box, **settings) -> ConnectionClient:
