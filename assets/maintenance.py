@@ -1,0 +1,170 @@
+"""Upkeep of the lake's Delta tables: small files compacted, unreferenced files vacuumed.
+
+Every write is one commit adding a few small files (a record's rows), and every replace leaves
+the files it superseded on storage for time travel. Each night `lake_maintenance` rewrites the
+small files of each table into large ones (rows unchanged, one commit) and then deletes the
+files no version younger than the retention refers to. What each pass did is the asset's
+metadata: a row per table, and totals the Dagster UI plots over time.
+
+Settings (read when the asset runs, checked before any table is touched):
+  LEDGERLAKE_LAKE_RETENTION_HOURS  hours superseded files are kept, so `--as-of` reaches that
+                                   far back (default 168, a week; 1 to 87600)
+  LEDGERLAKE_LAKE_TARGET_MB        size compaction writes files up to (default 128; 1 to 4096)
+  LEDGERLAKE_TIMEZONE              the schedule's clock (default Africa/Lagos), read at load
+
+No lock against writers: Delta commits are optimistic. A compaction that loses a race to a
+record's replace (both remove the same files) is refused by delta-rs and run again on the new
+version (resources/delta.py); appends rebase over it. Vacuum deletes only files superseded
+longer ago than the retention, or never committed and older than it, so it cannot take a
+file that the current snapshot, a write running for less than the retention, or a reader of
+a version younger than it needs.
+"""
+
+# no `from __future__ import annotations`: Dagster reads the context's type hint at runtime
+import os
+import re
+import zoneinfo
+
+from dagster import (
+    AssetExecutionContext,
+    AssetSelection,
+    DefaultScheduleStatus,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    ScheduleDefinition,
+    TableColumn,
+    TableRecord,
+    TableSchema,
+    asset,
+    define_asset_job,
+)
+
+from resources import delta
+from resources.lake import Lake
+
+from .warehouse import DEFAULT_TIMEZONE, LAKE_TABLES
+
+MB = 1024 * 1024
+_DIGITS = re.compile(r"[0-9]{1,9}")
+
+# One row per table in the UI; files/bytes are of the current version (vacuum leaves it as it
+# is), `files_compacted` the small files compaction rewrote, `*_removed` what vacuum deleted.
+COLUMNS = [
+    ("table", "string"), ("status", "string"),
+    ("version_before", "int"), ("version_after", "int"),
+    ("files_before", "int"), ("files_after", "int"),
+    ("bytes_before", "int"), ("bytes_after", "int"),
+    ("files_compacted", "int"), ("files_removed", "int"), ("bytes_removed", "int"),
+]
+TOTALS = ["files_before", "files_after", "bytes_before", "bytes_after", "files_compacted",
+          "files_removed", "bytes_removed"]
+
+
+def _setting(name: str, default: int, low: int, high: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    if not _DIGITS.fullmatch(raw) or not low <= int(raw) <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, not {raw!r:.40} "
+                         f"(unset it for the default, {default})")
+    return int(raw)
+
+
+def retention_hours() -> int:
+    """LEDGERLAKE_LAKE_RETENTION_HOURS: how long superseded files stay (default a week).
+
+    Never less than the longest run, nor than the time from a compaction to the warehouse's
+    next build: a write's files are on storage before its commit names them, and the
+    warehouse's views name the files of the snapshot they were built on, so vacuum must not
+    take a file younger than either (full vacuum deletes uncommitted files by their age)."""
+    return _setting("LEDGERLAKE_LAKE_RETENTION_HOURS", 168, 1, 87600)
+
+
+def target_bytes() -> int:
+    """LEDGERLAKE_LAKE_TARGET_MB, in bytes: the size compaction writes files up to."""
+    return _setting("LEDGERLAKE_LAKE_TARGET_MB", 128, 1, 4096) * MB
+
+
+def timezone() -> str:
+    """LEDGERLAKE_TIMEZONE (an IANA name, default Africa/Lagos): the nightly pass's clock."""
+    value = os.environ.get("LEDGERLAKE_TIMEZONE", DEFAULT_TIMEZONE)
+    try:
+        zoneinfo.ZoneInfo(value)  # refuses empty names and paths itself
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise ValueError(f"LEDGERLAKE_TIMEZONE={value!r:.60} is not a time zone: use an IANA "
+                         "name such as Africa/Lagos or UTC") from None
+    return value
+
+
+def _maintain(lake: Lake, table: str, hours: int, target: int) -> dict:
+    """Compact, then vacuum, one table; the row the UI shows for it."""
+    uri = lake.table_uri(table)
+    packed = delta.compact(uri, target_size=target)
+    # The files compaction just superseded stay until a later pass finds them older than
+    # the retention: time travel to before this compaction keeps working that long.
+    swept = delta.vacuum(uri, hours)
+    return {"table": table, "status": "maintained",
+            "version_before": packed["version_before"], "version_after": swept["version_after"],
+            "files_before": packed["files_before"], "files_after": swept["files_after"],
+            "bytes_before": packed["bytes_before"], "bytes_after": swept["bytes_after"],
+            "files_compacted": packed["files_removed"],
+            "files_removed": swept["files_removed"], "bytes_removed": swept["bytes_removed"]}
+
+
+def _blank(table: str, status: str) -> dict:
+    return {name: None for name, _ in COLUMNS} | {"table": table, "status": status}
+
+
+# In a pool (limited to one by dagster.yaml's default_limit): a manual pass and the nightly
+# one never compact the same tables at once, which would only make one of them redo its work.
+@asset(group_name="maintenance", pool="lake_maintenance", kinds={"deltalake"})
+def lake_maintenance(context: AssetExecutionContext, lake: Lake) -> MaterializeResult:
+    """Compact each lake table's small files and vacuum files past the retention."""
+    hours, target = retention_hours(), target_bytes()
+    rows = []
+    for table in LAKE_TABLES:
+        try:
+            if lake.version(table) is None:
+                context.log.info("%s: not landed, skipped", lake.shown(table))
+                rows.append(_blank(table, "not landed"))
+                continue
+            row = _maintain(lake, table, hours, target)
+        except Exception as exc:  # the other tables still get their pass; failed at the end
+            context.log.error("%s: maintenance failed: %s: %s", lake.shown(table),
+                              type(exc).__name__, exc)
+            rows.append(_blank(table, f"failed: {type(exc).__name__}"))
+            continue
+        context.log.info(
+            "%s: files %d -> %d (%d compacted), bytes %d -> %d, vacuum removed %d files "
+            "(%d bytes), version %d -> %d", lake.shown(table), row["files_before"],
+            row["files_after"], row["files_compacted"], row["bytes_before"], row["bytes_after"],
+            row["files_removed"], row["bytes_removed"], row["version_before"],
+            row["version_after"])
+        rows.append(row)
+
+    metadata = {
+        "tables": MetadataValue.table(
+            records=[TableRecord(data=r) for r in rows],
+            schema=TableSchema(columns=[TableColumn(n, t) for n, t in COLUMNS])),
+        **{k: MetadataValue.int(sum(r[k] or 0 for r in rows)) for k in TOTALS},
+        "retention_hours": MetadataValue.int(hours),
+        "target_mb": MetadataValue.int(target // MB),
+        "not_landed": ", ".join(r["table"] for r in rows if r["status"] == "not landed"),
+    }
+    if failed := [r["table"] for r in rows if r["status"].startswith("failed")]:
+        raise Failure(description=f"lake maintenance failed for {', '.join(failed)} (the "
+                      "run's log has why); the other tables were maintained", metadata=metadata)
+    return MaterializeResult(metadata=metadata)
+
+
+lake_maintenance_job = define_asset_job(
+    "lake_maintenance_job", selection=AssetSelection.assets(lake_maintenance),
+    description="Compact the lake's small files and vacuum files past the retention")
+
+# At night on the customers' clock (01:30 UTC in Lagos, before the daily refresh's commits at
+# 02:00 UTC); overlapping them is safe, only slower (a commit that loses a race runs again).
+nightly_lake_maintenance = ScheduleDefinition(
+    name="nightly_lake_maintenance", job=lake_maintenance_job, cron_schedule="30 2 * * *",
+    execution_timezone=timezone(), default_status=DefaultScheduleStatus.RUNNING,
+    description="Compact and vacuum every lake table, nightly")
