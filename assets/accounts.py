@@ -67,12 +67,10 @@ def accounts(context: AssetExecutionContext, client: ConnectionClient, lake: Lak
         table = to_table(raw)
         validate(Accounts, table, f"accounts of record {record_id}")
         problems = accounts_belong_to_record(record_id, raw, known)
-        path = None if problems else lake.write("accounts", record_id, table, schema=SCHEMA)
         context.log.info("record %s: %d accounts%s", record_id, table.num_rows,
-                         "" if path else " (not published: a check failed)")
-        return Landing(record_id, published=path is not None,
-                       metadata=record_metadata(table, path),
-                       problems={ACCOUNT_HAS_RECORD.name: problems})
+                         " (not published: a check failed)" if problems else "")
+        return Landing(record_id, published=not problems, metadata=record_metadata(table),
+                       problems={ACCOUNT_HAS_RECORD.name: problems}, rows={"accounts": table})
 
-    land_each(context, "accounts", land, [ACCOUNT_HAS_RECORD])
+    land_each(context, "accounts", land, lake, {"accounts": SCHEMA}, [ACCOUNT_HAS_RECORD])
     yield from ()

@@ -86,10 +86,11 @@ def balances(context: AssetExecutionContext, client: ConnectionClient, lake: Lak
         fresh, series = snapshot(items, now, source), periodic(items)
         validate(BalanceHistory, fresh, f"balance snapshot of record {record_id}")
         validate(BalancePeriodic, series, f"periodic balances of record {record_id}")
-        path = lake.append("balance_history", record_id, fresh, schema=HISTORY)
-        lake.write("balance_periodic", record_id, series, schema=PERIODIC)
         return Landing(record_id, published=True, metadata=record_metadata(
-            fresh, path, source=source, periodic_days=series.num_rows))
+            fresh, source=source, periodic_days=series.num_rows),
+            rows={"balance_history": fresh, "balance_periodic": series})
 
-    land_each(context, "balances", land)
+    land_each(context, "balances", land, lake,
+              {"balance_history": HISTORY, "balance_periodic": PERIODIC},
+              appended={"balance_history"})
     yield from ()

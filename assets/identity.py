@@ -42,8 +42,8 @@ def identity(context: AssetExecutionContext, client: ConnectionClient, lake: Lak
     def land(record_id: str) -> Landing:
         table = to_table(client.identity(record_id))
         validate(Identity, table, f"identity of record {record_id}")
-        path = lake.write("identity", record_id, table, schema=SCHEMA)
-        return Landing(record_id, published=True, metadata=record_metadata(table, path))
+        return Landing(record_id, published=True, metadata=record_metadata(table),
+                       rows={"identity": table})
 
-    land_each(context, "identity", land)
+    land_each(context, "identity", land, lake, {"identity": SCHEMA})
     yield from ()

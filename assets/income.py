@@ -15,6 +15,7 @@ from resources.lake import Lake
 
 from .checks import income_matches_transactions
 from .metadata import record_metadata
+from .partitions import record_ids
 from .publish import Check, Landing, evaluate, land_each, product
 from .schemas import Income, IncomeStreams, validate
 
@@ -117,27 +118,29 @@ def streams_table(income: dict) -> pa.Table:
 
 def recheck_income(context: AssetExecutionContext, lake: Lake, record_ids: list[str]) -> None:
     """Check the income of records whose transactions just landed, where income is there."""
-    for record_id in record_ids:
-        summary = lake.read("income", record_id, schema=SUMMARY)
-        streams = lake.read("income_streams", record_id, schema=STREAMS)
-        if summary is None or streams is None:
-            continue
-        transactions = lake.read("transactions", record_id, schema=TRANSACTIONS)
-        evaluate(context, "income", INCOME_MATCHES, record_id,
-                 income_matches_transactions(record_id, summary, streams, transactions))
+    summaries = lake.read_many("income", record_ids, SUMMARY)
+    if not summaries:
+        return
+    streams = lake.read_many("income_streams", list(summaries), STREAMS)
+    transactions = lake.read_many("transactions", list(summaries), TRANSACTIONS)
+    for record_id, summary in summaries.items():
+        evaluate(context, "income", INCOME_MATCHES, record_id, income_matches_transactions(
+            record_id, summary, streams.get(record_id, STREAMS.empty_table()),
+            transactions.get(record_id, TRANSACTIONS.empty_table())))
 
 
 @product("income", schema=SUMMARY, checks=[INCOME_MATCHES],
          description="Income summary and streams (salary and recurrent credits) of the record")
 def income(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
+    # the run's transactions, read once (one pass over the table, not one per record)
+    landed = lake.read_many("transactions", record_ids(context), TRANSACTIONS)
+
     def land(record_id: str) -> Landing:
         data = client.income(record_id)
         summary, streams = summary_table(data), streams_table(data)
         validate(Income, summary, f"income of record {record_id}")
         validate(IncomeStreams, streams, f"income streams of record {record_id}")
-        path = lake.write("income", record_id, summary, schema=SUMMARY)
-        lake.write("income_streams", record_id, streams, schema=STREAMS)
-        transactions = lake.read("transactions", record_id, schema=TRANSACTIONS)
+        transactions = landed.get(record_id)
         if transactions is None:
             context.log.info("record %s: income is checked when its transactions land",
                              record_id)
@@ -145,8 +148,10 @@ def income(context: AssetExecutionContext, client: ConnectionClient, lake: Lake)
         else:
             problems = income_matches_transactions(record_id, summary, streams, transactions)
         return Landing(record_id, published=True,
-                       metadata=record_metadata(summary, path, streams=streams.num_rows),
-                       problems={INCOME_MATCHES.name: problems})
+                       metadata=record_metadata(summary, streams=streams.num_rows),
+                       problems={INCOME_MATCHES.name: problems},
+                       rows={"income": summary, "income_streams": streams})
 
-    land_each(context, "income", land, [INCOME_MATCHES])
+    land_each(context, "income", land, lake, {"income": SUMMARY, "income_streams": STREAMS},
+              [INCOME_MATCHES])
     yield from ()

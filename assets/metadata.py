@@ -28,28 +28,21 @@ def columns(schema: pa.Schema) -> TableSchema:
     return TableSchema(columns=[TableColumn(name=f.name, type=str(f.type)) for f in schema])
 
 
-def record_metadata(table: pa.Table, path: str | None, **extra) -> dict:
-    """Metadata of one record's materialization: its own rows, preview and path. Not its
-    columns: they are the asset's (`product(schema=)`), and a column table stored in each of a
-    backfill's thousand events would be most of what the run spends telling Dagster."""
-    meta = {"dagster/row_count": table.num_rows,
+def record_metadata(table: pa.Table, **extra) -> dict:
+    """Metadata of one record's materialization: its own rows and preview (the commit adds
+    the lake table and version). Not its columns: they are the asset's (`product(schema=)`),
+    and a column table stored in each of a backfill's thousand events would be most of what
+    the run spends telling Dagster."""
+    return {"dagster/row_count": table.num_rows,
             "preview": MetadataValue.md(preview(table)), **extra}
-    if path:
-        meta["path"] = MetadataValue.path(path)
-    return meta
 
 
-def describe(table: pa.Table, paths: list[str]) -> dict:
-    """Metadata for a materialization that wrote `table` (possibly over several records)."""
-    meta = {
+def describe(table: pa.Table, location: str, version: int) -> dict:
+    """Metadata for a materialization that wrote the whole of a lake table."""
+    return {
         "dagster/row_count": table.num_rows,
-        "dagster/column_schema": TableSchema(columns=[
-            TableColumn(name=f.name, type=str(f.type)) for f in table.schema]),
+        "dagster/column_schema": columns(table.schema),
         "preview": MetadataValue.md(preview(table)),
-        "partitions_written": len(paths),
+        "lake_table": MetadataValue.path(location),
+        "lake_version": version,
     }
-    if len(paths) == 1:
-        meta["path"] = MetadataValue.path(paths[0])
-    elif paths:
-        meta["paths"] = MetadataValue.json(paths[:LISTED])
-    return meta

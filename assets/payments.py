@@ -128,8 +128,8 @@ def payments(context: AssetExecutionContext, callback_log: CallbackLog, lake: La
     def land(record_id: str) -> Landing:
         table = to_table(callback_log.payloads(record_id, PAYMENT_METHODS))
         validate(Payments, table, f"payments of record {record_id}")
-        path = lake.write("payments", record_id, table, schema=SCHEMA)
-        return Landing(record_id, published=True, metadata=record_metadata(table, path))
+        return Landing(record_id, published=True, metadata=record_metadata(table),
+                       rows={"payments": table})
 
-    land_each(context, "payments", land)
+    land_each(context, "payments", land, lake, {"payments": SCHEMA})
     yield from ()

@@ -12,7 +12,7 @@ again; a retry skips the records this run already published.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -29,6 +29,7 @@ from resources.errors import (
     ServiceError,
     TransportError,
 )
+from resources.lake import Lake
 
 from .metadata import columns
 from .partitions import batched, record_ids, records
@@ -82,6 +83,7 @@ class Landing:
     problems: dict[str, list[dict] | None] = field(default_factory=dict)  # None: not evaluated
     error: str | None = None  # the fetch or validation failed: nothing was written
     retryable: bool = True  # whether trying again could help (see worth_retrying)
+    rows: dict[str, pa.Table] = field(default_factory=dict)  # lake table -> rows to commit
 
     @classmethod
     def failed(cls, record_id: str, exc: BaseException) -> Landing:
@@ -138,17 +140,46 @@ def to_land(context: dg.AssetExecutionContext, asset: str) -> list[str]:
 
 
 def land_each(context: dg.AssetExecutionContext, asset: str, land: Callable[[str], Landing],
-              checks: Sequence[Check] = ()) -> list[Landing]:
-    """Land the run's records one by one with `land`, then report them all (a record that
-    raises is reported failed; the others still land)."""
+              lake: Lake, tables: Mapping[str, pa.Schema], checks: Sequence[Check] = (),
+              appended: Collection[str] = ()) -> list[Landing]:
+    """Fetch and check the run's records one by one with `land`, commit the rows of those
+    that pass (one commit per table), then report them all (a record that raises is
+    reported failed; the others still land)."""
     landings = []
     for record_id in to_land(context, asset):
         try:
             landings.append(land(record_id))
         except Exception as exc:  # reported with the record; the step fails after the rest
             landings.append(Landing.failed(record_id, exc))
+    commit(lake, landings, tables, appended)
     report(context, asset, landings, checks)
     return landings
+
+
+def commit(lake: Lake, landings: Iterable[Landing], tables: Mapping[str, pa.Schema],
+           appended: Collection[str] = ()) -> None:
+    """Write the published records' rows: one commit per table for all of them (a commit
+    costs the same for one record as for a hundred), appended or replacing each record's
+    rows. Each landing's metadata gets the table and version; if a commit fails, every
+    record it carried is failed instead (retried by the engine: the commit is all or none)."""
+    landings = [x for x in landings if x.published and x.rows]
+    for table, schema in tables.items():
+        parts = {x.record_id: x.rows[table] for x in landings if table in x.rows}
+        if not parts:
+            continue
+        try:
+            write = lake.append if table in appended else lake.replace
+            version = write(table, parts, schema)
+        except Exception as exc:
+            for x in landings:
+                x.published, x.error, x.retryable = False, f"{type(exc).__name__}: {exc}", True
+            break
+        for x in landings:
+            if table in x.rows and "lake_table" not in x.metadata:
+                x.metadata["lake_table"] = dg.MetadataValue.path(lake.shown(table))
+                x.metadata["lake_version"] = version
+    for x in landings:
+        x.rows = {}  # written: the run need not hold them any longer
 
 
 def report(context: dg.AssetExecutionContext, asset: str, landings: Iterable[Landing],

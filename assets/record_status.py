@@ -57,5 +57,5 @@ def record_status(context: AssetExecutionContext, callback_log: CallbackLog, lak
     table = pa.table({
         f.name: pa.array([r[f.name] for r in rows], pa.string()).cast(f.type) for f in SCHEMA
     }, schema=SCHEMA)
-    path = lake.write("records", None, table, schema=SCHEMA)
-    return MaterializeResult(metadata=describe(table, [path]))
+    version = lake.write("records", None, table, schema=SCHEMA)
+    return MaterializeResult(metadata=describe(table, lake.shown("records"), version))

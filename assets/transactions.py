@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 
@@ -33,10 +34,10 @@ from resources.lake import Lake
 from .checks import chain_breaks, ledger_mismatches, posted_in_order
 from .income import recheck_income
 from .metadata import record_metadata
-from .publish import Check, Landing, announce, product, raise_failed, to_land
+from .publish import Check, Landing, announce, commit, product, raise_failed, to_land
 from .schemas import Transactions, ValidationFailed, validate
 
-# record_id lives in the folder name (hive layout), not in the file
+# the lake adds record_id to each row (resources/lake.py)
 SCHEMA = pa.schema([f for f in TRANSACTION_SCHEMA if f.name != "record_id"])
 OVERLAP = dt.timedelta(days=3)
 ORDER = [("trans_date", "ascending"), ("transaction_id", "ascending")]
@@ -145,10 +146,11 @@ def bad_records(tables: dict[str, pa.Table]) -> dict[str, str]:
     return bad
 
 
-def land_one(client: ConnectionClient, lake: Lake, record_id: str, table: pa.Table,
+def land_one(client: ConnectionClient, record_id: str, table: pa.Table,
              start: dt.date | None, fetched: int) -> Landing:
-    """Audit a validated partition and publish it if it holds. A window pull that does not
-    add up is pulled again whole: a line was posted back-dated, before the window."""
+    """Audit a validated partition; it is published (committed with the others) if it
+    holds. A window pull that does not add up is pulled again whole: a line was posted
+    back-dated, before the window."""
     pull = FULL if start is None else f"{WINDOW} from {start}"
     problems = audit(client, record_id, table)
     if problems and start is not None:
@@ -161,30 +163,33 @@ def land_one(client: ConnectionClient, lake: Lake, record_id: str, table: pa.Tab
     meta = {"fetched_rows": fetched, "pull": pull,
             "accounts": len(pc.unique(table["account_id"])) if table.num_rows else 0,
             "pending_lines": table.num_rows - pc.count(table["balance"]).as_py()}
-    if problems:
-        return Landing(record_id, published=False, problems={RUNNING_BALANCE.name: problems},
-                       metadata={**record_metadata(table, None), **meta})
-    path = lake.write("transactions", record_id, table, schema=SCHEMA)
-    return Landing(record_id, published=True, problems={RUNNING_BALANCE.name: []},
-                   metadata={**record_metadata(table, path), **meta})
+    return Landing(record_id, published=not problems,
+                   problems={RUNNING_BALANCE.name: problems},
+                   metadata=record_metadata(table, **meta),
+                   rows={} if problems else {"transactions": table})
 
 
-def land_records(client: ConnectionClient, lake: Lake, ids: list[str],
+def land_records(client: ConnectionClient, lake: Lake | None, ids: list[str],
                  full: set[str] = frozenset(), say: Callable[..., None] | None = None,
-                 split: bool = False) -> list[Landing]:
-    """Fetch, window, validate, audit and publish each record's partition, in order.
+                 split: bool = False, held: dict[str, pa.Table] | None = None) -> list[Landing]:
+    """Fetch, window, validate and audit each record's rows, in order, then publish those
+    that hold in one commit.
 
     `full`: records pulled whole whatever the lake holds. `split`: a lone record of
     SPLIT_ROWS or more is fetched by the worker processes. A record whose fetch or validation
-    fails is reported with its error; the others go on.
+    fails is reported with its error; the others go on. Without a `lake` (a worker process:
+    Delta's runtime does not survive a fork), `held` is what the lake holds of them and the
+    caller commits.
     """
     landings: dict[str, Landing | Future] = {}
+    if held is None:  # in one pass, not one scan of the table per record
+        held = lake.read_many("transactions", [r for r in ids if r not in full], SCHEMA)
     with (ThreadPoolExecutor(FETCHERS, thread_name_prefix="transactions-fetch") as pool,
           ThreadPoolExecutor(2, thread_name_prefix="transactions-write") as io):
         lone = split and len(ids) == 1  # the sensor's runs: one record, maybe a big one
 
         def start_fetch(record_id: str) -> tuple[pa.Table | None, dt.date | None, Future]:
-            existing = lake.read("transactions", record_id, schema=SCHEMA)
+            existing = held.pop(record_id, None)
             start = None if record_id in full else pull_from(existing)
             if not lone:
                 return existing, start, pool.submit(fetch, client, record_id, start)
@@ -204,8 +209,7 @@ def land_records(client: ConnectionClient, lake: Lake, ids: list[str],
                 if rid in bad:
                     landings[rid] = Landing(rid, error=bad[rid], retryable=False)
                 else:
-                    landings[rid] = io.submit(land_one, client, lake, rid, table, start,
-                                              fetched)
+                    landings[rid] = io.submit(land_one, client, rid, table, start, fetched)
             group.clear()
 
         for i, record_id in enumerate(ids):
@@ -239,6 +243,8 @@ def land_records(client: ConnectionClient, lake: Lake, ids: list[str],
                 except Exception as exc:  # the audit's /balance call, or the write
                     landing = Landing.failed(rid, exc)
             out.append(landing)
+    if lake is not None:
+        commit(lake, out, {"transactions": SCHEMA})
     return out
 
 
@@ -254,19 +260,18 @@ SPLIT_ROWS = 20_000  # a lone record this big is fetched in page ranges by the w
 _worker: dict = {}
 
 
-def _start_worker(config: dict, lake_root: str | None) -> None:
+def _start_worker(config: dict) -> None:
     # what the parent built (Dagster, pandas, pandera: ~200k objects) lives as long as this
     # worker: out of the collector's sight, each collection no longer walks it (~15% of the
     # fetch's CPU went to the collector, bench/README.md)
     gc.freeze()
     # a forked child must not share the parent's sockets: it builds its own client
     _worker["client"] = ConnectionClient(**config)
-    _worker["lake"] = Lake(root=lake_root) if lake_root else None
 
 
-def _land_chunk(args: tuple[list[str], set[str]]) -> list[Landing]:
-    ids, full = args
-    return land_records(_worker["client"], _worker["lake"], ids, full)
+def _land_chunk(args: tuple[list[str], set[str], dict[str, pa.Table]]) -> list[Landing]:
+    ids, full, held = args
+    return land_records(_worker["client"], None, ids, full, held=held)
 
 
 def warm() -> None:
@@ -279,21 +284,31 @@ def warm() -> None:
         _worker["warm"] = True
 
 
-def _workers(client: ConnectionClient, lake: Lake | None = None) -> ProcessPoolExecutor:
+def _workers(client: ConnectionClient) -> ProcessPoolExecutor:
     warm()
     config = {name: getattr(client, name) for name in type(client).model_fields}
     return ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("fork"),
-                               initializer=_start_worker,
-                               initargs=(config, lake.root if lake else None))
+                               initializer=_start_worker, initargs=(config,))
 
 
 def land_in_workers(client: ConnectionClient, lake: Lake, ids: list[str],
                     full: set[str] = frozenset()) -> Iterator[list[Landing]]:
-    """Each chunk's landings, in order, as the workers finish them: the run reports one chunk
-    while the workers land the next."""
+    """Each chunk's landings, in order, committed, as the workers finish them: the run
+    commits and reports one chunk while the workers land the next. The lake is read and
+    written here, not in the workers (Delta's runtime does not survive a fork)."""
     chunks = [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
-    with _workers(client, lake) as pool:
-        yield from pool.map(_land_chunk, [(c, full & set(c)) for c in chunks])
+    with _workers(client) as pool:
+        def submit(chunk: list[str]) -> Future:
+            held = lake.read_many("transactions", [r for r in chunk if r not in full], SCHEMA)
+            return pool.submit(_land_chunk, (chunk, full & set(chunk), held))
+
+        pending = deque(submit(c) for c in chunks[:WORKERS])
+        for nxt in range(WORKERS, len(chunks) + WORKERS):
+            landings = pending.popleft().result()
+            if nxt < len(chunks):
+                pending.append(submit(chunks[nxt]))
+            commit(lake, landings, {"transactions": SCHEMA})
+            yield landings
 
 
 def _fetch_pages(args: tuple) -> str:

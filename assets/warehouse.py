@@ -21,12 +21,20 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from dagster import AssetExecutionContext, ConfigurableResource, MaterializeResult, asset
+from dagster import (
+    AssetExecutionContext,
+    ConfigurableResource,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 
 from resources.lake import Lake, fsync
 
@@ -135,24 +143,36 @@ def load_views(sql_dir: Path | None = None) -> list[View]:
     return ordered
 
 
-def _quote(path: Path) -> str:
+def _quote(path: Path | str) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def table_present(lake_root: Path, table: str) -> bool:
-    if table in UNPARTITIONED:
-        return (lake_root / table / "part-0.parquet").is_file()
-    return any((lake_root / table).glob("record_id=*/*.parquet"))
+AsOf = datetime | Mapping[str, int] | None  # a time, or versions of some tables
 
 
-def lake_source(lake_root: Path, table: str) -> str:
-    """The read_parquet call a view reads a lake table through."""
-    if table in UNPARTITIONED:
-        return f"read_parquet({_quote(lake_root / table / 'part-0.parquet')})"
-    glob = _quote(lake_root / table / "record_id=*" / "*.parquet")
-    # record ids are strings even when one happens to be all digits
-    return (f"read_parquet({glob}, hive_partitioning = true, "
-            "hive_types = {'record_id': varchar}, union_by_name = true)")
+def snapshot_files(lake: Lake, table: str, as_of: AsOf = None) -> list[str]:
+    """The data files of the table's snapshot: the latest, the one standing at a time, or a
+    version of it; none when the table does not exist (yet, or then) or holds no rows."""
+    pinned = as_of.get(table) if isinstance(as_of, Mapping) else as_of
+    try:
+        return lake.files(table, pinned)  # before its first commit: version 0, no files
+    except FileNotFoundError:
+        if isinstance(pinned, int):
+            raise ValueError(f"lake table {table} does not exist, so has no version {pinned}") \
+                from None
+        return []
+    except Exception as exc:  # delta-rs: a version it does not have
+        if not isinstance(pinned, int):
+            raise
+        raise ValueError(f"lake table {table} has no version {pinned} (latest: "
+                         f"{lake.version(table)}, or vacuumed)") from exc
+
+
+def lake_source(files: list[str]) -> str:
+    """The read_parquet call a view reads a lake table's snapshot through: its file list,
+    so a view costs what its rows cost, whatever the number of records."""
+    listed = ", ".join(_quote(f.removeprefix("file://")) for f in files)
+    return f"read_parquet([{listed}], union_by_name = true)"
 
 
 def duckdb_type(t: pa.DataType) -> str:
@@ -178,7 +198,7 @@ def lake_columns(table: str) -> dict[str, str]:
         raise ValueError(f"no schema for lake table {table!r}: add it to LAKE_TABLES")
     cols = {f.name: duckdb_type(f.type) for f in LAKE_TABLES[table]}
     if table not in UNPARTITIONED:
-        cols["record_id"] = "varchar"  # from the folder, after the file's own columns
+        cols["record_id"] = "varchar"  # the lake's, after the product's columns
     return cols
 
 
@@ -188,9 +208,14 @@ def stand_in(table: str) -> str:
     return f"(select {cols} limit 0)"
 
 
-def lake_sources(lake_root: Path, tables: set[str]) -> dict[str, str]:
-    """How a view reads each of `tables` the lake has files of (the rest are stood in for)."""
-    return {t: lake_source(lake_root, t) for t in tables if table_present(lake_root, t)}
+def lake_sources(lake: Lake, tables: Iterable[str] = LAKE_TABLES,
+                 as_of: AsOf = None) -> dict[str, str]:
+    """How a view reads each of `tables` the lake has rows of (the rest are stood in for)."""
+    if isinstance(as_of, Mapping) and (unknown := sorted(set(as_of) - set(LAKE_TABLES))):
+        raise ValueError(f"no lake table {', '.join(unknown)}; the tables: "
+                         f"{', '.join(LAKE_TABLES)}")
+    found = {t: snapshot_files(lake, t, as_of) for t in tables}
+    return {t: lake_source(files) for t, files in found.items() if files}
 
 
 def render(view: View, sources: dict[str, str], timezone: str = DEFAULT_TIMEZONE) -> str:
@@ -209,20 +234,20 @@ def buildable(view: View, created: set[str]) -> bool:
     return set(view.needs) <= created
 
 
-def build(lake_root: Path | str, target: Path | str,
-          timezone: str = DEFAULT_TIMEZONE, sources: dict[str, str] | None = None) -> list[str]:
+def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIMEZONE,
+          sources: dict[str, str] | None = None, as_of: AsOf = None) -> list[str]:
     """Publish at `target` a DuckDB file with every view, over any lake; return their names.
 
-    `sources`: the relation each lake table is read through, in place of the folders under
-    `lake_root` (a table missing from it is stood in for). The file is built under a temporary
-    name in the same folder and renamed over `target` only once complete; on any error the
-    published file is left as it was.
+    The views read each table's current snapshot (or the one `as_of` names), or `sources`: the
+    relation each lake table is read through (a table missing from it is stood in for). The
+    file is built under a temporary name in the same folder and renamed over `target` only
+    once complete; on any error the published file is left as it was.
     """
-    lake_root = Path(lake_root).resolve()
     target = Path(target).resolve()
     views = load_views()
     if sources is None:
-        sources = lake_sources(lake_root, {t for v in views for t in v.tables | v.optional})
+        sources = lake_sources(Lake(root=str(lake_root)),
+                               {t for v in views for t in v.tables | v.optional}, as_of)
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(target)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
@@ -261,7 +286,9 @@ def _remove_stale(target: Path, older_than_s: float = 3600.0) -> None:
 
 
 # the views read what these write; the warehouse is rebuilt after them, never during
-@asset(deps=[accounts, balances, transactions, income, identity, payments, record_status],
+# after maintenance too: compaction retires the files the views name, vacuum removes them
+@asset(deps=[accounts, balances, transactions, income, identity, payments, record_status,
+             "lake_maintenance"],
        pool="duckdb", group_name="warehouse", kinds={"duckdb"},
        automation_condition=LAKE_CHANGED)
 def warehouse(context: AssetExecutionContext, lake: Lake,
@@ -270,13 +297,14 @@ def warehouse(context: AssetExecutionContext, lake: Lake,
     if "://" in lake.root:
         raise ValueError(f"the warehouse reads a local lake; {lake.root} needs DuckDB's httpfs "
                          "extension, which this build does not load")
-    lake_root = Path(lake.root).resolve()
     target = Path(warehouse_db.path).resolve()
-    views = build(lake_root, target, warehouse_db.timezone)
-    empty = sorted(t for t in LAKE_TABLES if not table_present(lake_root, t))
+    versions = {t: lake.version(t) for t in LAKE_TABLES}  # read before the snapshots: at most
+    views = build(lake.root, target, warehouse_db.timezone)  # as new as what the views read
+    empty = sorted(t for t, v in versions.items() if v is None)
     context.log.info("published %s with views %s", target, views)
     return MaterializeResult(metadata={
         "path": str(target),
         "views": ", ".join(views),
         "lake_tables_not_landed": ", ".join(empty),  # their views exist, empty
+        "lake_versions": MetadataValue.json({t: v for t, v in versions.items() if v is not None}),
     })

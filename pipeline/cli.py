@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -160,12 +161,21 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from .config import Settings
 
     path = Path(args.warehouse) if args.warehouse else Settings.from_env().warehouse_path
-    try:
-        fmt = sql.format_of(args.format, Path(args.output) if args.output else None)
-        con = sql.open_warehouse(path.resolve())
-    except (sql.QueryError, FileNotFoundError) as exc:
-        print(f"ledgerlake: {exc}", file=sys.stderr)
-        return 2
+    with tempfile.TemporaryDirectory(prefix="ledgerlake-as-of-") as scratch:
+        try:
+            fmt = sql.format_of(args.format, Path(args.output) if args.output else None)
+            if args.as_of is not None:  # the views over the lake as it stood then
+                settings = Settings.from_env()
+                path = sql.as_of_warehouse(settings.lake, Path(scratch) / "as-of.duckdb",
+                                           settings.timezone, args.as_of)
+            con = sql.open_warehouse(path.resolve())
+        except (sql.QueryError, FileNotFoundError, ValueError) as exc:
+            print(f"ledgerlake: {exc}", file=sys.stderr)
+            return 2
+        return _query(sql, con, args, fmt)
+
+
+def _query(sql, con, args: argparse.Namespace, fmt: str) -> int:
     with con:
         if args.query is None:
             return sql.interactive(con, args.max_rows)
@@ -183,6 +193,12 @@ def cmd_sql(args: argparse.Namespace) -> int:
             print(f"ledgerlake: {exc}", file=sys.stderr)
             return 1
     return 0
+
+
+def cmd_lake(args: argparse.Namespace) -> int:
+    from . import migrate
+
+    return migrate.main(args.rest)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -383,7 +399,20 @@ def build_parser() -> argparse.ArgumentParser:
                                     "and jsonl print to stdout unless --output is given")
     p.add_argument("--output", metavar="FILE", help="write the result here (atomically); "
                                                     "parquet needs it")
+    p.add_argument("--as-of", metavar="WHEN",
+                   help="the views over the lake as it stood at a time (ISO 8601 with a zone, "
+                        "e.g. 2026-11-23T09:00Z) or at table versions (transactions=12,"
+                        "accounts=3; the others latest); time travel reaches back as far as "
+                        "the lake's retention (docs/lake.md)")
     p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("lake", help="the lake's tables: migrate from the folder layout",
+                       description="`ledgerlake lake migrate [--lake PATH] [--resume]`: "
+                                   "convert a lake written in the folder-per-record layout "
+                                   "to Delta tables, once (docs/operations.md).")
+    p.add_argument("action", choices=["migrate"])
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="migrate's options (--lake, --resume)")
+    p.set_defaults(func=cmd_lake)
 
     p = sub.add_parser("status", help="each record's products: landed, held, failed, waiting",
                        description="Each record's products as Dagster and the inbox know "

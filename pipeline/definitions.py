@@ -8,6 +8,7 @@ from assets.accounts import accounts
 from assets.balances import balances
 from assets.identity import identity
 from assets.income import income
+from assets.maintenance import lake_maintenance, lake_maintenance_job, nightly_lake_maintenance
 from assets.payments import payments
 from assets.record_status import record_status
 from assets.transactions import transactions
@@ -26,10 +27,10 @@ settings = Settings.from_env()
 
 defs = dg.Definitions(
     assets=[accounts, balances, transactions, income, identity, payments, record_status,
-            warehouse],
-    jobs=[ingest_job, refresh_job, replay_job, warehouse_job],
+            warehouse, lake_maintenance],
+    jobs=[ingest_job, refresh_job, replay_job, warehouse_job, lake_maintenance_job],
     sensors=[inbox_sensor, warehouse_follows_lake],
-    schedules=[daily_refresh, hourly_replay],
+    schedules=[daily_refresh, hourly_replay, nightly_lake_maintenance],
     # steps fetch a record's product (I/O, a few MB): a process per step would cost seconds of
     # imports each; runs execute in parallel instead (dagster.yaml, max_concurrent_runs)
     executor=dg.in_process_executor,

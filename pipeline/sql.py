@@ -15,6 +15,7 @@ import shutil
 import sys
 import tempfile
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -30,6 +31,39 @@ PROMPT, MORE = "ledgerlake> ", "       ...> "
 
 class QueryError(Exception):
     """A query the warehouse refused; the message says why."""
+
+
+def parse_as_of(text: str) -> datetime | dict[str, int]:
+    """`--as-of`: an ISO 8601 time with its zone, or `table=version` pairs."""
+    if "=" in text:
+        versions = {}
+        for pair in text.split(","):
+            table, _, number = pair.strip().partition("=")
+            if not number.isdigit():
+                raise ValueError(f"--as-of {text!r}: {pair.strip()!r} is not table=version "
+                                 "(a version is a whole number from 0)")
+            versions[table.strip()] = int(number)
+        return versions
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--as-of {text!r} is neither a time (ISO 8601, e.g. "
+                         "2026-11-23T09:00Z) nor table=version pairs") from None
+    if when.tzinfo is None:
+        raise ValueError(f"--as-of {text!r} has no time zone: add one (Z for UTC, or +01:00)")
+    return when
+
+
+def as_of_warehouse(lake_root: str, target: Path, timezone: str, as_of: str) -> Path:
+    """A warehouse at `target` whose views read the lake as it stood at `as_of` (time travel:
+    each table's snapshot of then, back as far as the lake's retention)."""
+    from assets.warehouse import build
+
+    when = parse_as_of(as_of)
+    if isinstance(when, datetime) and when > datetime.now(UTC):
+        raise ValueError(f"--as-of {as_of!r} is in the future")
+    build(lake_root, target, timezone, as_of=when)
+    return target
 
 
 def open_warehouse(path: Path) -> duckdb.DuckDBPyConnection:

@@ -55,8 +55,9 @@ def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
         raise ValueError("replace needs at least one record")
     if stray := sorted(set(window) - set(ids)):
         raise ValueError(f"window names records with no rows given: {stray}")
-    schema = _with_record_id(schema)
-    data = pa.concat_tables([_conform(parts[r], schema, r, window.get(r)) for r in ids])
+    schema = with_record_id(schema)
+    # sorted by record: each file's record ids span a narrow range, so a lookup skips it
+    data = pa.concat_tables([_conform(parts[r], schema, r, window.get(r)) for r in sorted(ids)])
     predicate = _predicate(ids, window)
     location, options = _where(uri, storage_options)
 
@@ -73,11 +74,27 @@ def append(uri: str, schema: pa.Schema, data: pa.Table,
            storage_options: Mapping[str, str] | None = None) -> int:
     """Add rows (balance snapshots): concurrent appends all land. Returns the committed version."""
     data = _conform(data, schema)
+    if "record_id" in schema.names:
+        data = data.sort_by("record_id")  # a file's record ids in a narrow range: lookups skip it
     location, options = _where(uri, storage_options)
 
     def write() -> int:
         table = _open_or_create(location, schema, (), options)
         write_deltalake(table, data, mode="append", writer_properties=ZSTD)
+        return table.version()
+
+    return _retrying(uri, write)
+
+
+def overwrite(uri: str, schema: pa.Schema, data: pa.Table,
+              storage_options: Mapping[str, str] | None = None) -> int:
+    """Replace the whole table (one not kept by record, e.g. `records`) in one commit."""
+    data = _conform(data, schema)
+    location, options = _where(uri, storage_options)
+
+    def write() -> int:
+        table = _open_or_create(location, schema, (), options)
+        write_deltalake(table, data, mode="overwrite", writer_properties=ZSTD)
         return table.version()
 
     return _retrying(uri, write)
@@ -97,6 +114,20 @@ def read(uri: str, record_id: str | None = None, columns: Sequence[str] | None =
     # files whose record_id range misses it are skipped by their stats, the rest filtered
     dataset = table.to_pyarrow_dataset(file_pruning_predicate=f"record_id = '{record_id}'")
     return dataset.to_table(columns=columns, filter=pc.field("record_id") == record_id)
+
+
+def read_any(uri: str, record_ids: Sequence[str], columns: Sequence[str] | None = None,
+             storage_options: Mapping[str, str] | None = None) -> pa.Table | None:
+    """The rows of any of `record_ids`, in one pass (files whose record range misses them
+    all are skipped by their stats); None if the table does not exist."""
+    table = _open(uri, None, storage_options)
+    if table is None:
+        return None
+    ids = sorted({check_record_id(r) for r in record_ids})
+    listed = ", ".join(_quote(r) for r in ids)
+    dataset = table.to_pyarrow_dataset(file_pruning_predicate=f"record_id IN ({listed})")
+    return dataset.to_table(columns=columns,
+                            filter=pc.field("record_id").isin(pa.array(ids, pa.string())))
 
 
 def files(uri: str, version: int | datetime | None = None,
@@ -215,10 +246,12 @@ def _live(table: DeltaTable) -> tuple[int, int]:
     return adds.num_rows, int(pc.sum(adds["size_bytes"]).as_py() or 0)
 
 
-def _with_record_id(schema: pa.Schema) -> pa.Schema:
+def with_record_id(schema: pa.Schema) -> pa.Schema:
+    """The table's schema: the product's columns, then the record's id (where the folder
+    layout's hive column came)."""
     if "record_id" in schema.names:
         return schema
-    return schema.insert(0, pa.field("record_id", pa.string(), nullable=False))
+    return schema.append(pa.field("record_id", pa.string(), nullable=False))
 
 
 def _conform(data: pa.Table, schema: pa.Schema, record_id: str | None = None,

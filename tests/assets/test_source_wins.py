@@ -235,34 +235,34 @@ def test_a_batched_run_reports_each_record_on_its_own(sandbox, tmp_path):
     assert verdicts == dict.fromkeys(keys, True)
 
 
+APPEND_ONE = """
+import datetime as dt, sys, time
+from assets.balances import HISTORY, snapshot
+from resources.lake import Lake
+root, record, i, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+items = [{"account": "acct1", "available_balance": i, "ledger_balance": i,
+          "currency": "NGN", "last_updated": "2026-01-01T00:00:00.000Z"}]
+at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=i)
+time.sleep(max(0.0, go - time.time()))  # both commit at the same instant
+Lake(root=root).append("balance_history", {record: snapshot(items, at, "schedule")}, HISTORY)
+"""
+
+
 @pytest.mark.parametrize("concurrent", [2])
 def test_two_processes_appending_snapshots_both_land(tmp_path, concurrent):
     """Two runs writing the same record's balance snapshots at once both land, every time."""
-    import multiprocessing
+    import subprocess
+    import sys
+    import time
 
     import pyarrow as pa
 
-    from assets.balances import HISTORY, snapshot
-
-    def write(root: str, record: str, i: int, start) -> None:
-        start.wait()
-        items = [{"account": "acct1", "available_balance": float(i), "ledger_balance": float(i),
-                  "currency": "NGN", "last_updated": "2026-01-01T00:00:00.000Z"}]
-        at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=i)
-        Lake(root=root).append("balance_history", record, snapshot(items, at, "schedule"),
-                               schema=HISTORY)
-
-    ctx = multiprocessing.get_context("fork")
-    for attempt in range(20):
+    for attempt in range(4):
         record = f"rec{attempt}"
-        start = ctx.Barrier(concurrent)
-        procs = [ctx.Process(target=write, args=(str(tmp_path), record, i, start))
-                 for i in range(concurrent)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(30)
-            assert p.exitcode == 0
+        go = time.time() + 3  # past the children's imports
+        procs = [subprocess.Popen([sys.executable, "-c", APPEND_ONE, str(tmp_path), record,
+                                   str(i), str(go)]) for i in range(concurrent)]
+        assert [p.wait(60) for p in procs] == [0] * concurrent
         table = Lake(root=str(tmp_path)).read("balance_history", record)
         assert sorted(int(v) for v in table["ledger_balance"].to_pylist()) == list(
             range(concurrent)), f"try {attempt}: a snapshot was lost"
