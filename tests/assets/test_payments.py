@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import dagster as dg
-import pyarrow.parquet as pq
 
 from assets.payments import payments
 from pipeline.inbox import Inbox
@@ -50,7 +49,7 @@ def test_payments_from_callbacks(sandbox, receiver, tmp_path):
             out = dg.materialize([payments], partition_key=record, resources=res,
                                  instance=instance)
             assert out.success
-    table = pq.read_table(tmp_path / "payments" / f"record_id={record}" / "part-0.parquet")
+    table = Lake(root=str(tmp_path)).read("payments", record)
     rows = {r["payment_id"]: r for r in table.to_pylist()}
     assert set(rows) == set(ids)
     for pid, sent in ids.items():

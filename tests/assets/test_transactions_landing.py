@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pytest
 
 from assets import transactions as tx
+from assets.publish import commit
 from assets.schemas import ValidationFailed
 from resources.client import ConnectionClient
 from resources.columns import naira
@@ -64,6 +65,11 @@ def truth(box, record: str) -> dict:
     return control(box, "records/ledger", record=record)
 
 
+def rows_of(lake: Lake, record: str) -> int:
+    table = lake.read("transactions", record)
+    return 0 if table is None else table.num_rows
+
+
 def assert_lake_is_truth(box, lake: Lake, record: str) -> dict:
     """The partition holds exactly the lines a full pull returns now: ids and sums."""
     want = truth(box, record)
@@ -105,7 +111,8 @@ def test_a_run_lands_each_record_in_order_with_its_own_pull_and_figures(box, tmp
         assert meta["accounts"] == 2
         assert meta["pending_lines"] == sum(a["pending"] for a in want["accounts"])
         assert meta["dagster/row_count"] == want["lines"]
-        assert meta["path"].value.endswith(f"transactions/record_id={rid}/part-0.parquet")
+        assert meta["lake_table"].value == str(tmp_path / "transactions")
+        assert meta["lake_version"] == landings[0].metadata["lake_version"]  # one commit
         first = lake.read("transactions", rid)["transaction_id"][0].as_py()
         assert first in meta["preview"].value  # this record's rows, not another's
         logged.append((SAID, rid, fetched, f"from {start}" if windowed else "full history",
@@ -133,7 +140,7 @@ def test_a_failing_record_is_reported_with_its_error_and_the_others_land(box, tm
     assert audit.error.startswith("RecordError: RECORD_LOGIN_REQUIRED: ")
     assert "on POST balance/get" in audit.error and audit.retryable is False
     assert fetch.metadata == {} and audit.metadata == {}
-    assert lake.read("transactions", ids[1]) is None and lake.read("transactions", ids[2]) is None
+    assert rows_of(lake, ids[1]) == rows_of(lake, ids[2]) == 0
     for rid in (ids[0], ids[3]):
         assert_lake_is_truth(box, lake, rid)
 
@@ -166,10 +173,12 @@ def test_a_partition_short_of_its_last_line_is_held_or_pulled_whole(box, tmp_pat
         account = sorted(set(whole["account_id"].to_pylist()))[0]
         dropped, running = last_line(whole, account)
         short = whole.filter(pc.not_equal(whole["transaction_id"], dropped))
-        held = tx.land_one(c, lake, rid, short, None, 11)
-        assert lake.read("transactions", rid) is None  # nothing written
+        held = tx.land_one(c, rid, short, None, 11)
+        commit(lake, [held], {"transactions": tx.SCHEMA})
+        assert rows_of(lake, rid) == 0  # nothing written
         start = dt.date(2026, 11, 1)
-        mended = tx.land_one(c, lake, rid, short, start, 11)
+        mended = tx.land_one(c, rid, short, start, 11)
+        commit(lake, [mended], {"transactions": tx.SCHEMA})
     ledger = {a["account"]: a["ledger_balance_kobo"] for a in truth(box, rid)["accounts"]}
     assert held.record_id == rid and held.published is False and held.error is None
     assert held.problems == {CHECK: [
@@ -180,13 +189,13 @@ def test_a_partition_short_of_its_last_line_is_held_or_pulled_whole(box, tmp_pat
                                           "dagster/row_count")} == {
         "fetched_rows": 11, "pull": tx.FULL, "accounts": 2, "pending_lines": 0,
         "dagster/row_count": short.num_rows}
-    assert "path" not in held.metadata
+    assert "lake_table" not in held.metadata and held.rows == {}
     assert mended.record_id == rid and mended.published is True
     assert mended.problems == {CHECK: []}
     assert mended.metadata["pull"] == f"{tx.FULL} (the window pull from {start} did not reconcile)"
     assert mended.metadata["fetched_rows"] == 11 + whole.num_rows
     assert mended.metadata["dagster/row_count"] == whole.num_rows
-    assert mended.metadata["path"].value.endswith(f"record_id={rid}/part-0.parquet")
+    assert mended.metadata["lake_version"] == lake.version("transactions")
     assert_lake_is_truth(box, lake, rid)
 
 
@@ -197,23 +206,24 @@ def test_a_broken_chain_a_whole_pull_does_not_mend_is_held(box, tmp_path):
     start = dt.date(2026, 11, 1)
     with client(box) as c:
         table = tx.apply_window(None, tx.fetch(c, rid, None), None)
-        held = tx.land_one(c, lake, rid, table, start, 5)
+        held = tx.land_one(c, rid, table, start, 5)
+        commit(lake, [held], {"transactions": tx.SCHEMA})
     assert held.published is False and held.record_id == rid
     assert held.metadata["pull"] == f"{tx.FULL} (the window pull from {start} did not reconcile)"
     assert held.metadata["fetched_rows"] == 5 + table.num_rows
     first = held.problems[CHECK][0]
     assert first["record"] == rid and first["transaction_id"] == bad["transaction"]
     assert first["balance"] == f"{Decimal(str(bad['balance_served'])):.2f}"
-    assert lake.read("transactions", rid) is None
+    assert rows_of(lake, rid) == 0
     # a whole pull that breaks the rules is refused as a window's would be, naming the record
     service = BadPages()
     try:
         with ConnectionClient(base_url=service.url, secret_key="sk_test_x") as c:
             with pytest.raises(ValidationFailed, match=f"^transactions of record {rid}: 1 row"):
-                tx.land_one(c, lake, rid, table, start, 5)
+                tx.land_one(c, rid, table, start, 5)
     finally:
         service.close()
-    assert lake.read("transactions", rid) is None
+    assert rows_of(lake, rid) == 0
 
 
 def test_a_record_without_lines_publishes_an_empty_partition(box, tmp_path):
@@ -221,13 +231,15 @@ def test_a_record_without_lines_publishes_an_empty_partition(box, tmp_path):
     rid = create(box, accounts=1, months=1, volume=1, seed=62, settlement=False)
     lake = Lake(root=str(tmp_path))
     with client(box) as c:
-        x = tx.land_one(c, lake, rid, tx.SCHEMA.empty_table(), None, 0)
+        x = tx.land_one(c, rid, tx.SCHEMA.empty_table(), None, 0)
+        commit(lake, [x], {"transactions": tx.SCHEMA})
     assert x.published is True and x.problems == {CHECK: []}
     assert {k: x.metadata[k] for k in ("fetched_rows", "pull", "accounts", "pending_lines",
                                        "dagster/row_count")} == {
         "fetched_rows": 0, "pull": tx.FULL, "accounts": 0, "pending_lines": 0,
         "dagster/row_count": 0}
     assert lake.read("transactions", rid).num_rows == 0
+    assert x.metadata["lake_version"] == lake.version("transactions")  # a commit of no rows
 
 
 def test_records_failing_validation_are_named_written_nowhere_and_not_retried(tmp_path):
@@ -264,13 +276,16 @@ def test_a_worker_lands_its_chunk_with_a_client_and_lake_of_its_own(box, tmp_pat
     lake = Lake(root=str(tmp_path))
     with client(box, page_size=7) as c:
         tx.land_records(c, lake, [ids[1]])  # in the lake already
-        tx._start_worker(config_of(c), str(tmp_path))  # as the pool starts each worker
+        version = lake.version("transactions")
+        tx._start_worker(config_of(c))  # as the pool starts each worker
         assert worker["client"] is not c and config_of(worker["client"]) == config_of(c)
-        assert worker["lake"].root == str(tmp_path)
-        landings = tx._land_chunk(([ids[0], ids[1]], {ids[1]}))  # the second pulled whole
+        held = lake.read_many("transactions", ids, tx.SCHEMA)  # the parent reads the lake
+        landings = tx._land_chunk(([ids[0], ids[1]], {ids[1]}, held))  # the second pulled whole
         worker["client"].close()
-        tx._start_worker(config_of(c), None)  # a worker that only fetches has no lake
-        assert worker["lake"] is None
+        assert lake.version("transactions") == version  # a worker does not write: its parent
+        assert [x.rows["transactions"].num_rows for x in landings] == [
+            truth(box, rid)["lines"] for rid in ids]
+        commit(lake, landings, {"transactions": tx.SCHEMA})
     assert [(x.record_id, x.published, x.metadata["pull"]) for x in landings] == [
         (ids[0], True, tx.FULL), (ids[1], True, tx.FULL)]
     for rid, x in zip(ids, landings, strict=True):
@@ -284,7 +299,7 @@ def read_arrow(path: str) -> pa.Table:
 def test_a_worker_hands_its_page_range_over_as_an_arrow_file(box, tmp_path, worker):
     rid = create(box, accounts=1, months=1, volume=3, seed=72)
     with client(box, page_size=7) as c:
-        tx._start_worker(config_of(c), None)
+        tx._start_worker(config_of(c))
         path = tx._fetch_pages((rid, None, 2, 3, str(tmp_path)))
         assert path == f"{tmp_path}/pages-2.arrow"
         want = c.transactions(rid, first_page=2, last_page=3).select(tx.SCHEMA.names)

@@ -44,8 +44,8 @@ def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
          str(REPO / "workspace.yaml")], cwd=home, env=env, stdout=log, stderr=log)
 
     def landed() -> bool:
-        return all(any((home / "lake" / table / f"record_id={r}").glob("part-*.parquet"))
-                   for table in PRODUCTS for r in records)
+        lake = Lake(root=str(home / "lake"))
+        return all(set(records) <= set(lake.partitions(table)) for table in PRODUCTS)
 
     def queryable() -> bool:
         """`ledgerlake sql` answers with every new record's transactions."""

@@ -7,13 +7,13 @@ import re
 import subprocess
 import sys
 
-import pyarrow.parquet as pq
 import pytest
 from dagster import DagsterInstance
 
 from pipeline.demo import wait_for_events
 from pipeline.inbox import Inbox
 from pipeline.local import tick
+from resources.lake import Lake
 
 
 @pytest.fixture
@@ -67,9 +67,9 @@ def test_callback_to_sql(pipeline_env, sandbox, receiver, tmp_path):
         out = defs.resolve_job_def("warehouse_job").execute_in_process(instance=instance)
         assert out.success
 
-    lake = pipeline_env / "lake" / "accounts"
+    lake = Lake(root=str(pipeline_env / "lake"))
     for record, account_ids in records.items():
-        table = pq.read_table(lake / f"record_id={record}" / "part-0.parquet")
+        table = lake.read("accounts", record)
         assert sorted(table.column("account_id").to_pylist()) == sorted(account_ids)
         assert all(len(n) == 10 and n.isdigit() for n in table.column("nuban").to_pylist())
 

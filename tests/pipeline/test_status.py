@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from resources.lake import Lake
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -68,7 +70,7 @@ def test_a_record_that_failed_every_retry_is_listed_and_rerun(sandbox, home, tmp
     assert again.returncode == 0, again.stderr + again.stdout
     assert f"record {record}: transactions: landed" in again.stdout
     assert json.loads(cli(home, "status", "--failed", "--json").stdout) == []
-    assert any((tmp_path / "lake" / "transactions" / f"record_id={record}").glob("*.parquet"))
+    assert Lake(root=str(tmp_path / "lake")).read("transactions", record).num_rows > 0
 
 
 @pytest.mark.parametrize("args,message", [
