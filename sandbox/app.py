@@ -25,6 +25,7 @@ from starlette.routing import Route
 from . import datagen
 from .auth import PRODUCTION, SANDBOX, Keys
 from .clock import Clock, iso
+from .connect import Connect
 from .errors import ServiceError
 from .products import Products
 from .store import Store
@@ -179,6 +180,7 @@ class Service(Products):
         self.public_base = ""  # learnt from the first request, for callback_url
         self._init_products(rate_limit, addition_limit)
         self.clock.on_advance(self._clock_moved)
+        self.connect = Connect(self)
         self.endpoints: dict[tuple[str, str], Endpoint] = {}
         for ep in self._endpoints():
             self.endpoints[(ep.method, ep.path)] = ep
@@ -253,6 +255,10 @@ class Service(Products):
             Endpoint("settings/webhook", self.settings_webhook,
                      {"url": _url, "token": _string}, [("url",)],
                      summary="Set this environment's webhook URL and token"),
+            Endpoint("settings/connect", self.connect.settings,
+                     {"plan": _string, "wallet": _any, "agreement": _any},
+                     summary="This environment's connect page: public key, URL, plan, wallet, "
+                             "signed agreement"),
             Endpoint("banks/list", self.banks_list, method="GET", summary="Supported banks"),
             Endpoint("sandbox/customers/create", self.customers_create,
                      {"customers": _array}, [("customers",)], sandbox_only=True,
@@ -341,6 +347,12 @@ class Service(Products):
 
     # -- the HTTP door -----------------------------------------------------------------------
     async def handle(self, request: Request) -> Response:
+        path = request.scope["path"]
+        for prefix, env in PREFIXES:  # the connect page: public key, its own error shapes
+            if path.startswith(prefix + "connect") and path[len(prefix) + 7:][:1] in ("", "/"):
+                if not self.public_base:
+                    self.public_base = str(request.base_url).rstrip("/")
+                return await self.connect.handle(request, env, path[len(prefix):].strip("/"))
         request_id = secrets.token_hex(12)
         started = time.perf_counter()
         headers = {"X-Request-Id": request_id}

@@ -21,6 +21,20 @@ class Keys:
     def __repr__(self) -> str:  # keys never show up in a repr
         return "Keys(<redacted>)"
 
+    def public(self, env: str) -> str:
+        """The environment's public key, the connect page's `key`: derived from the secret key,
+        so nothing more is stored, and it reveals nothing of it."""
+        prefix = "pk_live_" if env == PRODUCTION else "pk_test_"
+        mac = hmac.new(self.by_env[env].encode(), b"connect page public key", "sha256")
+        return prefix + mac.hexdigest()[:32]
+
+    def env_of_public(self, key: str) -> str | None:
+        """The environment whose public key `key` is, or None."""
+        for env in (PRODUCTION, SANDBOX):
+            if hmac.compare_digest(key.encode(), self.public(env).encode()):
+                return env
+        return None
+
     def check(self, env: str, header: str | None) -> None:
         """Raise the spec's error unless `header` carries this environment's key."""
         scheme, _, key = (header or "").partition(" ")

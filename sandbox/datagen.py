@@ -51,12 +51,16 @@ STREETS = ["Adeola Odeku Street", "Allen Avenue", "Awolowo Road", "Herbert Macau
 ACCOUNT_TYPES = {"personal": ["Savings", "Current"], "business": ["Current", "Domiciliary"]}
 
 BANKS = [
-    {"name": "Guaranty Trust Bank", "slug": "gtbank", "code": "058", "primary": "#dd4f05"},
+    {"name": "Guaranty Trust Bank", "slug": "gtbank", "code": "058", "primary": "#dd4f05",
+     "mfa": "security_question"},
     {"name": "Access Bank", "slug": "access-bank", "code": "044", "primary": "#f47920"},
-    {"name": "First Bank of Nigeria", "slug": "firstbank", "code": "011", "primary": "#003b65"},
-    {"name": "Zenith Bank", "slug": "zenith-bank", "code": "057", "primary": "#e30613"},
+    {"name": "First Bank of Nigeria", "slug": "firstbank", "code": "011", "primary": "#003b65",
+     "login_types": ["bank", "bvn", "account_number"]},
+    {"name": "Zenith Bank", "slug": "zenith-bank", "code": "057", "primary": "#e30613",
+     "mfa": "token"},
     {"name": "United Bank for Africa", "slug": "uba", "code": "033", "primary": "#d42e12"},
-    {"name": "Kuda Microfinance Bank", "slug": "kuda", "code": "50211", "primary": "#40196d"},
+    {"name": "Kuda Microfinance Bank", "slug": "kuda", "code": "50211", "primary": "#40196d",
+     "login_types": ["mobile", "bvn", "account_number"], "account_types": ["personal"]},
     {"name": "Stanbic IBTC Bank", "slug": "stanbic-ibtc", "code": "221", "primary": "#0033a1"},
     {"name": "Wema Bank", "slug": "wema-bank", "code": "035", "primary": "#7a0a5e"},
 ]
@@ -93,7 +97,12 @@ def bank_objects(seed: int) -> list[dict]:
             "logo": f"{assets}/logo.png", "icon": f"{assets}/icon.png",
             "v2_logo": f"{assets}/v2_logo.png", "v2_icon": f"{assets}/v2_icon.png",
             "status": "healthy", "country": "NG", "type": "ind",
-            "login_types": LOGIN_TYPES, "products": PRODUCTS,
+            "products": PRODUCTS,
+            # what the connect page offers at this bank (the API's customers/create control
+            # ignores these, so tests can still make any record)
+            "login_types": b.get("login_types", LOGIN_TYPES),
+            "account_types": b.get("account_types", ["personal", "business"]),
+            "mfa": b.get("mfa"),  # security_question, token or None: the step after login
         })
     return out
 

@@ -505,23 +505,27 @@ class Products:
         now = self.clock.now()
         stamp = iso(now)
         seed = spec["seed"] if spec["seed"] is not None else self.seed
-        customer_id = datagen.object_id(seed, env, "customer", n)
-        name = spec["name"] or datagen.person(seed, customer_id)["name"]
+        known = spec.get("customer") and self._customer(env, spec["customer"])
+        customer_id = known["_id"] if known else datagen.object_id(seed, env, "customer", n)
+        name = known["name"] if known else (spec["name"]
+                                            or datagen.person(seed, customer_id)["name"])
         if spec["bank"] is None:  # round robin over the banks that are up
             status = self.bank_status(env)
             up = [b for b in self.banks if status.get(b["_id"], "healthy") == "healthy"]
             bank = (up or self.banks)[n % len(up or self.banks)]
         else:
             bank = self.bank_by_id[spec["bank"]]
-        self.store.put("customers", {"_id": customer_id, "id": customer_id, "name": name,
-                                     "env": env, "created_at": stamp,
-                                     "identity": datagen.identity(seed, customer_id, name)})
+        if not known:  # the connect page links a known customer's further banks to them
+            self.store.put("customers", {"_id": customer_id, "id": customer_id, "name": name,
+                                         "env": env, "created_at": stamp,
+                                         "identity": datagen.identity(seed, customer_id, name)})
+        chosen = spec.get("offers")  # the connect page's accounts, as the user saw them
         record_id = datagen.object_id(seed, env, "record", n)
         account_ids = []
         for k in range(spec["accounts"]):
             account_id = datagen.object_id(seed, env, "account", n, k)
-            acct_name, acct_type = datagen.account_name_type(seed, account_id, name,
-                                                             spec["account_type"])
+            acct_name, acct_type = (chosen[k] if chosen else datagen.account_name_type(
+                seed, account_id, name, spec["account_type"]))
             self.store.put("accounts", {
                 "_id": account_id, "id": account_id, "nuban": datagen.nuban(seed, account_id),
                 "name": acct_name, "type": acct_type, "currency": "NGN", "bank": bank["_id"],

@@ -1,0 +1,237 @@
+// The connect page: one step at a time against <base>connect/api/<step>. Every text the
+// server or the user supplies goes in through textContent, never as HTML.
+(function () {
+  "use strict";
+  const params = new URLSearchParams(location.search);
+  const api = location.pathname.replace(/\/+$/, "") + "/api/";
+  const hostOrigin = params.get("origin");
+  const TERMINAL = new Set([1004, 1005, 1006, 1007, 1012, 1013, 1026]);
+  const BLOCKED = { down: "Down", unavailable: "Under maintenance", unsupported: "No longer supported" };
+  const METHOD_NAMES = { bank: "Internet banking", mobile: "Mobile banking", bvn: "BVN", account_number: "Account number" };
+  const $ = (id) => document.getElementById(id);
+  const state = { session: null, banks: [], bank: null, hint: {}, offers: [], finished: false };
+
+  // -- talking to the host page (connect.js), in an iframe or a popup --------------------
+  function send(kind, data) {
+    const target = window.parent !== window ? window.parent : window.opener;
+    if (target && hostOrigin) target.postMessage({ source: "ledgerlake-connect", kind: kind, data: data }, hostOrigin);
+  }
+  function event(name, data) { send("event", { name: name, data: data || {} }); }
+
+  async function call(step, body) {
+    const resp = await fetch(api + step, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    });
+    let answer;
+    try { answer = await resp.json(); } catch (e) { answer = { error_message: "the service answered " + resp.status }; }
+    if (resp.ok) return answer.data;
+    throw answer;
+  }
+
+  function show(step) {
+    document.querySelectorAll("section[data-step]").forEach((s) => { s.hidden = s.dataset.step !== step; });
+    const first = document.querySelector(`section[data-step="${step}"] input:not([hidden]), section[data-step="${step}"] button`);
+    if (first) first.focus();
+  }
+
+  // A widget error goes to onError; the steps a user can retry stay open, the others end.
+  function failed(err, messageId) {
+    if (err && err.type === "error") {
+      send("error", err);
+      event("ERROR", { code: err.code });
+      if (TERMINAL.has(err.code) || !messageId) {
+        $("error-message").textContent = err.message;
+        $("error-code").textContent = String(err.code);
+        $("error-method").textContent = err.method;
+        state.finished = true;
+        show("error");
+        return;
+      }
+      $(messageId).textContent = err.message + " (" + err.code + ")";
+      return;
+    }
+    const text = (err && (err.display_message || err.error_message)) || String(err);
+    if (messageId) $(messageId).textContent = text;
+    else { $("error-message").textContent = text; $("error-code").textContent = (err && err.error_code) || "?"; show("error"); }
+  }
+
+  function close() {
+    event("EXIT", { finished: state.finished });
+    send("close", {});
+    if (!hostOrigin) show(state.finished ? "success" : "bank");
+  }
+
+  // -- step 1: the bank ----------------------------------------------------------------
+  function bankButton(b) {
+    const li = document.createElement("li");
+    const btn = document.createElement("button");
+    btn.type = "button"; btn.className = "bank"; btn.dataset.bank = b._id; btn.dataset.name = b.name.toLowerCase();
+    const logo = document.createElement("span");
+    logo.className = "logo"; logo.style.background = b.colors.primary; logo.textContent = b.name.charAt(0);
+    logo.setAttribute("aria-hidden", "true");
+    const name = document.createElement("span"); name.textContent = b.name;
+    btn.append(logo, name);
+    if (BLOCKED[b.status] || b.status === "not_responding") {
+      const st = document.createElement("span"); st.className = "status";
+      st.textContent = BLOCKED[b.status] || "Slow to respond";
+      btn.append(st);
+    }
+    if (BLOCKED[b.status]) { btn.disabled = true; btn.setAttribute("aria-disabled", "true"); }
+    btn.addEventListener("click", () => chooseBank(b));
+    li.append(btn);
+    return li;
+  }
+
+  function filterBanks() {
+    const q = $("bank-search").value.trim().toLowerCase();
+    let shown = 0;
+    $("bank-list").querySelectorAll("li").forEach((li) => {
+      const hit = li.firstChild.dataset.name.includes(q);
+      li.hidden = !hit; shown += hit ? 1 : 0;
+    });
+    $("bank-empty").hidden = shown > 0;
+  }
+
+  function radio(group, value, label, checked) {
+    const l = document.createElement("label");
+    const input = document.createElement("input");
+    input.type = "radio"; input.name = group; input.value = value; input.checked = checked;
+    l.append(input, document.createTextNode(label));
+    return l;
+  }
+
+  function chooseBank(b) {
+    state.bank = b;
+    event("INSTITUTION_SELECTED", { bank: b._id, name: b.name });
+    $("login-bank").textContent = b.name;
+    const methods = $("login-methods");
+    methods.querySelectorAll("label").forEach((l) => l.remove());
+    b.login_types.forEach((m, i) => methods.append(radio("login_type", m, METHOD_NAMES[m], i === 0)));
+    const types = $("account-types");
+    types.querySelectorAll("label").forEach((l) => l.remove());
+    const offered = state.accountType ? [state.accountType] : b.account_types;
+    offered.forEach((t, i) => types.append(radio("account_type", t, t === "personal" ? "Personal" : "Business", i === 0)));
+    types.hidden = offered.length < 2;
+    $("login-message").textContent = "";
+    methodChanged();
+    show("login");
+  }
+
+  function method() { const r = document.querySelector("input[name=login_type]:checked"); return r && r.value; }
+
+  function methodChanged() {
+    const m = method();
+    document.querySelectorAll(".method").forEach((d) => { d.hidden = d.dataset.method !== m; });
+    $("hint-text").textContent = state.hint[m] || "";
+    event("AUTH_METHOD_SWITCHED", { login_type: m });
+  }
+
+  // -- step 2: the login --------------------------------------------------------------
+  async function submitLogin(e) {
+    e.preventDefault();
+    const m = method();
+    const box = document.querySelector(`.method[data-method="${m}"]`);
+    const credentials = {};
+    box.querySelectorAll("input").forEach((i) => { credentials[i.name] = i.value; });
+    const type = document.querySelector("input[name=account_type]:checked");
+    $("login-message").textContent = "";
+    $("login-submit").disabled = true;
+    event("SUBMIT_CREDENTIALS", { login_type: m });
+    try {
+      const next = await call("login", { session: state.session, bank: state.bank._id, login_type: m,
+        account_type: type ? type.value : null, credentials: credentials });
+      box.querySelectorAll("input[type=password]").forEach((i) => { i.value = ""; });
+      if (next.step === "mfa") {
+        $("mfa-prompt").textContent = next.mfa.prompt;
+        $("mfa-hint").textContent = "Test: " + (state.hint[next.mfa.type] || "");
+        $("mfa-answer").inputMode = next.mfa.type === "token" ? "numeric" : "text";
+        show("mfa");
+      } else accounts(next.accounts, state.bank.name);
+    } catch (err) { failed(err, "login-message"); } finally { $("login-submit").disabled = false; }
+  }
+
+  async function submitMfa(e) {
+    e.preventDefault();
+    $("mfa-message").textContent = "";
+    event("SUBMIT_MFA", {});
+    try {
+      const next = await call("mfa", { session: state.session, answer: $("mfa-answer").value });
+      accounts(next.accounts, state.bank.name);
+    } catch (err) { failed(err, "mfa-message"); }
+  }
+
+  // -- step 3: accounts and consent ------------------------------------------------------
+  function accounts(offers, bankName) {
+    state.offers = offers;
+    $("accounts-bank").textContent = bankName;
+    const list = $("account-list");
+    list.querySelectorAll("label").forEach((l) => l.remove());
+    offers.forEach((o, i) => {
+      const l = document.createElement("label"); l.className = "account";
+      const box = document.createElement("input");
+      box.type = "checkbox"; box.name = "account"; box.value = String(o.index); box.checked = i === 0;
+      l.append(box, document.createTextNode(`${o.type}: ${o.name}` + (o.nuban ? ` (${o.nuban})` : "")));
+      list.append(l);
+    });
+    $("consent").checked = false;
+    $("accounts-message").textContent = "";
+    show("accounts");
+  }
+
+  async function submitAccounts(e) {
+    e.preventDefault();
+    const chosen = Array.from(document.querySelectorAll("input[name=account]:checked")).map((b) => Number(b.value));
+    if (!chosen.length) { $("accounts-message").textContent = "Choose at least one account."; return; }
+    if (!$("consent").checked) { $("accounts-message").textContent = "Tick the box to agree to share your data."; return; }
+    event("ACCOUNTS_SELECTED", { count: chosen.length });
+    $("accounts-submit").disabled = true;
+    try {
+      const done = await call("finish", { session: state.session, accounts: chosen, consent: true });
+      state.finished = true;
+      $("success-record").textContent = done.record;
+      $("success-bank").textContent = done.bank.name;
+      const ul = $("success-accounts"); ul.textContent = "";
+      done.accounts.forEach((a) => { const li = document.createElement("li"); li.textContent = `${a.type} ${a.nuban}: ${a.name}`; ul.append(li); });
+      event("ACCOUNT_LINKED", { record: done.record });
+      send("success", done);
+      show("success");
+    } catch (err) { failed(err, "accounts-message"); } finally { $("accounts-submit").disabled = false; }
+  }
+
+  // -- the start -------------------------------------------------------------------------
+  async function start() {
+    const body = { key: params.get("key") || "" };
+    if (params.get("products")) body.products = params.get("products");
+    if (params.get("account_type")) body.account_type = params.get("account_type");
+    if (params.get("customer")) body.customer = params.get("customer");
+    if (["1", "true"].includes(params.get("returning"))) body.returning = true;
+    if (params.get("payment_amount")) body.payment_amount = Number(params.get("payment_amount"));
+    state.accountType = body.account_type || null;
+    try {
+      const s = await call("session", body);
+      state.session = s.session; state.banks = s.banks; state.hint = s.hint;
+      $("sandbox-note").hidden = s.env !== "production-sandbox";
+      const list = $("bank-list");
+      s.banks.forEach((b) => list.append(bankButton(b)));
+      event("OPENED", { env: s.env });
+      if (s.returning) {
+        state.bank = s.returning.bank;
+        $("returning-note").hidden = false;
+        $("returning-note").textContent = `Welcome back, ${s.returning.customer.name}.`;
+        accounts(s.returning.accounts, s.returning.bank.name);
+      } else show("bank");
+    } catch (err) { failed(err, null); }
+  }
+
+  $("bank-search").addEventListener("input", filterBanks);
+  $("login-methods").addEventListener("change", methodChanged);
+  $("login-form").addEventListener("submit", submitLogin);
+  $("login-back").addEventListener("click", () => show("bank"));
+  $("mfa-form").addEventListener("submit", submitMfa);
+  $("accounts-form").addEventListener("submit", submitAccounts);
+  $("close").addEventListener("click", close);
+  $("success-done").addEventListener("click", close);
+  $("error-done").addEventListener("click", close);
+  document.addEventListener("keydown", (e) => { if (e.key === "Escape") close(); });
+  start();
+})();
