@@ -8,7 +8,7 @@ UV_VERSION := 0.13.8
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(CURDIR)/$(VENV)
 
-.PHONY: all setup test demo lint bench dev mutation clean
+.PHONY: all setup chromium test demo lint bench dev mutation clean
 
 all: test
 
@@ -23,7 +23,16 @@ $(VENV)/.synced: pyproject.toml uv.lock
 
 setup: $(VENV)/.synced
 
-test: setup
+# the connect page's browser tests drive Debian's chromium (no browser download): installed
+# here only when it is missing and apt-get is there; else those tests skip, saying why
+chromium:
+	@command -v chromium >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "chromium could not be installed (apt-get install -y chromium): browser tests skip"
+
+test: setup chromium
 	$(VENV)/bin/pytest
 
 demo: setup
