@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 from assets.warehouse import build, load_views
 from resources.lake import Lake
@@ -100,13 +101,8 @@ def sandbox_lake(shared_sandbox, tmp_path_factory):
 
 
 def lake_frame(lake_root: Path, table: str) -> pd.DataFrame:
-    """A lake table read with pandas, record_id from the folder (no DuckDB involved)."""
-    frames = []
-    for part in sorted((lake_root / table).glob("record_id=*/*.parquet")):
-        df = pq.read_table(part).to_pandas()
-        df["record_id"] = part.parent.name.split("=", 1)[1]
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True)
+    """A lake table read with Delta's own reader, record_id a column (no DuckDB involved)."""
+    return DeltaTable(str(lake_root / table)).to_pyarrow_table().to_pandas()
 
 
 def query(path: Path, sql: str) -> pd.DataFrame:
@@ -334,7 +330,7 @@ LAKE = {
 }
 
 # the views as the README's table documents them: the lake table's columns, then record_id
-# (from the folder), then what the view adds
+# (the lake's column, after the product's), then what the view adds
 VIEWS = {
     "accounts": columns(LAKE["accounts"] + " record_id"),
     "balance_history": columns(LAKE["balance_history"] + " record_id"),
@@ -443,30 +439,55 @@ def test_views_over_real_rows_type_as_their_empty_forms(sandbox_lake, tmp_path):
         "records") == [{"a": "1234.50", "amount_kobo": 123450}]
 
 
-def test_record_id_from_the_folder_stays_a_string(tmp_path):
+def test_record_ids_that_look_like_numbers_stay_strings(tmp_path):
     lake = Lake(root=str(tmp_path / "lake"))
     lake.write("accounts", "000123", accounts_table(["a"]))
-    lake.write("accounts", "r2", accounts_table(["b", "c"]).drop(["nuban"]))
+    lake.write("accounts", "1e5", accounts_table(["b", "c"]))
+    build(lake.root, tmp_path / "w.duckdb")
+    got = query(tmp_path / "w.duckdb", "select record_id, account_id, typeof(record_id) as t "
+                                       "from accounts order by account_id")
+    assert got["record_id"].tolist() == ["000123", "1e5", "1e5"]  # not 123, nor 100000.0
+    assert set(got["t"]) == {"VARCHAR"}
+
+
+def test_rows_written_before_a_column_was_added_read_it_as_null(tmp_path):
+    """A table whose schema grew (Delta schema evolution): its older files lack the column,
+    and the view reads them with it null (union_by_name), the newer rows with their values."""
+    from deltalake import write_deltalake
+
+    lake = Lake(root=str(tmp_path / "lake"))
+    uri = lake.table_uri("accounts")
+    old = accounts_table(["a"]).drop_columns(["nuban"])
+    write_deltalake(uri, old.append_column("record_id", pa.array(["r1"])))
+    new = accounts_table(["b", "c"])
+    write_deltalake(uri, new.append_column("record_id", pa.array(["r2", "r2"])),
+                    mode="append", schema_mode="merge")
     build(lake.root, tmp_path / "w.duckdb")
     got = query(tmp_path / "w.duckdb", "select record_id, account_id, nuban from accounts "
                                        "order by account_id")
-    assert got["record_id"].tolist() == ["000123", "r2", "r2"]  # not 123
-    assert got["nuban"].isna().tolist() == [False, True, True]  # union_by_name
+    assert got["record_id"].tolist() == ["r1", "r2", "r2"]
+    assert got["nuban"].isna().tolist() == [True, False, False]
+    assert got["nuban"].tolist()[1:] == ["0000000000", "0000000001"]
 
 
-def test_records_view_reads_the_unpartitioned_table(tmp_path):
-    root = tmp_path / "lake"
-    (root / "records").mkdir(parents=True)
-    pq.write_table(pa.table({
-        "record_id": ["r1", "r2", "r3"],
-        "status": ["connected", "disconnected", "reauth_required"],
-        "last_callback_at": pa.array([dt.datetime(2025, 1, 1, tzinfo=UTC)] * 3, TS),
-        "last_method": ["TRANSACTIONS", "USER_DISCONNECT", "USER_REAUTH"],
-        "last_code": ["TRANSACTIONS_SUCCESS", "USER_DISCONNECTED", "REAUTH_REQUIRED"],
-    }), root / "records" / "part-0.parquet")
-    assert "records" in build(root, tmp_path / "w.duckdb")
+def test_records_view_reads_the_table_not_kept_by_record(tmp_path):
+    from assets.record_status import SCHEMA as RECORDS
+
+    lake = Lake(root=str(tmp_path / "lake"))
+    when = dt.datetime(2025, 1, 1, tzinfo=UTC)
+    lake.write("records", None, pa.Table.from_pylist([
+        {"record_id": "r1", "status": "connected", "last_callback_at": when,
+         "last_method": "TRANSACTIONS", "last_code": "TRANSACTIONS_SUCCESS"},
+        {"record_id": "r2", "status": "disconnected", "last_callback_at": when,
+         "last_method": "USER_DISCONNECT", "last_code": "USER_DISCONNECTED"},
+        {"record_id": "r3", "status": "reauth_required", "last_callback_at": when,
+         "last_method": "USER_REAUTH", "last_code": "REAUTH_REQUIRED"},
+    ], schema=RECORDS), schema=RECORDS)
+    assert "records" in build(lake.root, tmp_path / "w.duckdb")
+    assert view_columns(tmp_path / "w.duckdb", "records") == VIEWS["records"]  # one record_id
     got = query(tmp_path / "w.duckdb", "select record_id, is_connected, needs_reauth "
                                        "from records order by record_id")
+    assert got["record_id"].tolist() == ["r1", "r2", "r3"]
     assert got["is_connected"].tolist() == [True, False, False]
     assert got["needs_reauth"].tolist() == [False, False, True]
 
@@ -572,6 +593,8 @@ def test_the_warehouse_asset_materializes_with_its_resources(tmp_path):
     assert set(meta["views"].value.split(", ")) == set(VIEWS)
     assert "transactions" in meta["lake_tables_not_landed"].value.split(", ")
     assert "accounts" not in meta["lake_tables_not_landed"].value.split(", ")
+    assert meta["lake_versions"].value == {"accounts": lake.version("accounts")}
+    assert meta["path"].value == str(target.resolve())  # the warehouse file's
     assert query(target, "select count(*) as n from accounts")["n"][0] == 2
 
 
@@ -627,3 +650,226 @@ def test_an_unknown_time_zone_is_refused_and_changes_nothing(tmp_path):
     with pytest.raises(ValueError, match="'Mars/Olympus' is not one DuckDB knows"):
         build(lake.root, target, timezone="Mars/Olympus")
     assert target.read_bytes() == before
+
+
+# -- the views over Delta tables: the committed snapshot, whatever is on disk --------------------
+
+def of(schema: pa.Schema, *rows: dict) -> pa.Table:
+    return pa.Table.from_pylist(list(rows), schema=schema)
+
+
+def plain(value):
+    """A value as compared across readers: times in UTC, lists as tuples."""
+    if isinstance(value, dt.datetime):
+        return value.astimezone(UTC)
+    if isinstance(value, list):
+        return tuple(plain(v) for v in value)
+    return value
+
+
+def rows_of(table: pa.Table) -> list[tuple]:
+    return sorted((tuple(plain(v) for v in r.values()) for r in table.to_pylist()), key=repr)
+
+
+def view_rows(target: Path, view: str, columns: list[str] | None = None) -> list[tuple]:
+    listed = "*" if columns is None else ", ".join(f'"{c}"' for c in columns)
+    with duckdb.connect(str(target), read_only=True) as con:
+        return rows_of(con.sql(f"select {listed} from {view}").to_arrow_table())
+
+
+def every_views_rows(target: Path) -> dict[str, list[tuple]]:
+    return {view: view_rows(target, view) for view in VIEWS}
+
+
+def filled_over_many_commits(lake: Lake) -> None:
+    """Every kind of write the assets make, several commits to each table: per-record
+    replaces (one record rewritten), appends, a whole-table overwrite."""
+    from decimal import Decimal
+
+    from assets.balances import HISTORY, PERIODIC
+    from assets.payments import SCHEMA as PAYMENTS
+    from assets.record_status import SCHEMA as RECORDS
+
+    lake.write("accounts", "r1", accounts_table(["a"]))
+    lake.write("accounts", "r2", accounts_table(["b", "c"]))
+    lake.write("accounts", "r1", accounts_table(["a", "d"]))
+    lines = lagos_lines()
+    lake.write("transactions", "r1", lines)
+    lake.write("transactions", "r2", lines.slice(0, 2).set_column(
+        1, "account_id", pa.array(["b", "b"])))
+    lake.replace("transactions", {"r1": lines.slice(1)})
+    for day in (1, 2, 3):
+        at = dt.datetime(2024, 3, day, 9, tzinfo=UTC)
+        lake.append("balance_history", {
+            "r1": of(HISTORY, {"account_id": "a", "fetched_at": at, "currency": "NGN",
+                               "available_balance": Decimal(f"{day}00.10"),
+                               "ledger_balance": Decimal(f"{day}00.20")}),
+            "r2": of(HISTORY, {"account_id": "b", "fetched_at": at, "currency": "NGN",
+                               "available_balance": Decimal("5.00"),
+                               "ledger_balance": Decimal("5.00")})}, schema=HISTORY)
+    lake.write("balance_periodic", "r1", of(
+        PERIODIC, {"account_id": "a", "date": dt.date(2024, 2, 27),
+                   "available_balance": Decimal("999.00"), "ledger_balance": Decimal("999.50")}),
+        schema=PERIODIC)
+    lake.write("payments", "r1", of(PAYMENTS, {
+        "payment_id": "p1", "status": "successful", "amount": Decimal("12.34"),
+        "created_at": dt.datetime(2024, 3, 1, tzinfo=UTC)}), schema=PAYMENTS)
+    for status in ("connected", "reauth_required"):
+        lake.write("records", None, of(RECORDS, {"record_id": "r1", "status": status}),
+                   schema=RECORDS)
+
+
+def parquet_on_disk(lake: Lake, table: str) -> list[Path]:
+    return sorted(Path(lake.table_uri(table)).glob("**/*.parquet"))
+
+
+def test_compaction_and_vacuum_change_no_views_answer(tmp_path):
+    from resources import delta
+
+    lake = Lake(root=str(tmp_path / "lake"))
+    filled_over_many_commits(lake)
+    target = tmp_path / "w.duckdb"
+    build(lake.root, target)
+    before = every_views_rows(target)
+    assert [v for v in VIEWS if not before[v]] == ["income_summary", "income_streams",
+                                                   "identity"]  # tables not filled here
+    tables = ["accounts", "transactions", "balance_history", "balance_periodic", "payments",
+              "records"]
+    on_disk = {t: parquet_on_disk(lake, t) for t in tables}
+
+    compacted = {t: delta.compact(lake.table_uri(t)) for t in tables}
+    vacuumed = {t: delta.vacuum(lake.table_uri(t), retention_hours=0) for t in tables}
+    # the passes did something: small files merged, the files no version needs removed
+    assert compacted["balance_history"]["files_after"] == 1 < \
+        compacted["balance_history"]["files_before"]
+    assert compacted["accounts"]["files_removed"] > 0
+    assert sum(v["files_removed"] for v in vacuumed.values()) > len(tables)
+    for t in tables:
+        left = parquet_on_disk(lake, t)
+        assert len(left) == len(lake.files(t)), t  # only the current version's files stay
+        assert len(left) < len(on_disk[t]) or t in ("balance_periodic", "payments"), t
+
+    build(lake.root, target)
+    assert every_views_rows(target) == before
+
+
+def test_a_build_reads_the_snapshot_it_was_built_on(tmp_path):
+    """Rows replaced after a build are not seen until the next build; a view reads exactly
+    the table's current version, not the older versions' files still on disk."""
+    lake = Lake(root=str(tmp_path / "lake"))
+    lines = lagos_lines()
+    lake.write("transactions", "r1", lines)
+    lake.write("transactions", "r2", lines.slice(0, 1))
+    target = tmp_path / "w.duckdb"
+    build(lake.root, target)
+    count = "select record_id, count(*) as n from transactions group by 1 order by 1"
+    assert query(target, count).values.tolist() == [["r1", 3], ["r2", 1]]
+
+    lake.write("transactions", "r1", lines.slice(2))  # r1 now one line, -0.30
+    assert query(target, count).values.tolist() == [["r1", 3], ["r2", 1]]  # until rebuilt
+    build(lake.root, target)
+    assert query(target, count).values.tolist() == [["r1", 1], ["r2", 1]]
+    total = query(target, "select sum(amount)::varchar as s from transactions")["s"][0]
+    assert total == "-0.20"  # -0.30 + 0.10: none of r1's replaced rows
+    # the replaced rows' file is still on disk: a glob of the folder would read it
+    everything = pq.ParquetDataset(parquet_on_disk(lake, "transactions")).read()
+    assert everything.num_rows == 5
+    assert len(parquet_on_disk(lake, "transactions")) > len(lake.files("transactions"))
+
+
+VIEW_OF = {"accounts": "accounts", "balance_history": "balance_history",
+           "transactions": "transactions", "income": "income_summary",
+           "income_streams": "income_streams", "identity": "identity",
+           "payments": "payments", "records": "records"}
+
+
+def views_are_the_tables(lake_root: Path, target: Path) -> list[str]:
+    """Each lake table read by Delta's own reader, and by DuckDB over its snapshot's file
+    list, holds the rows of its view (the view's own added columns aside); the tables
+    compared."""
+    lake = Lake(root=str(lake_root))
+    compared = []
+    for table, view in VIEW_OF.items():
+        if lake.version(table) is None:
+            continue
+        delta_rows = DeltaTable(lake.table_uri(table)).to_pyarrow_table()
+        if delta_rows.num_rows == 0:
+            continue
+        got = view_rows(target, view, delta_rows.column_names)
+        assert got == rows_of(delta_rows), view
+        listed = ", ".join(f"'{f.removeprefix('file://')}'" for f in lake.files(table))
+        with duckdb.connect() as con:
+            plain_duckdb = con.sql(f"select * from read_parquet([{listed}])").to_arrow_table()
+        assert rows_of(plain_duckdb) == got, table
+        compared.append(table)
+    return compared
+
+
+def test_the_views_hold_the_rows_deltas_own_reader_reads(sandbox_lake):
+    target, _, lake_root, _ = sandbox_lake
+    assert set(views_are_the_tables(lake_root, target)) == {
+        "accounts", "balance_history", "transactions", "income", "income_streams", "identity"}
+
+
+def test_the_views_hold_the_rows_deltas_own_reader_reads_after_many_commits(tmp_path):
+    lake = Lake(root=str(tmp_path / "lake"))
+    filled_over_many_commits(lake)
+    build(lake.root, tmp_path / "w.duckdb")
+    assert set(views_are_the_tables(tmp_path / "lake", tmp_path / "w.duckdb")) == {
+        "accounts", "balance_history", "transactions", "payments", "records"}
+
+
+def test_as_of_builds_the_views_over_the_lake_as_it_stood(tmp_path):
+    lake = Lake(root=str(tmp_path / "lake"))
+    target = tmp_path / "w.duckdb"
+    lines = lagos_lines()
+    nothing_yet = dt.datetime.now(UTC)
+    time.sleep(0.05)
+    lake.write("accounts", "r1", accounts_table(["a"]))
+    first = lake.write("transactions", "r1", lines)
+    time.sleep(0.05)  # commit times are in milliseconds: a time clearly between
+    between = dt.datetime.now(UTC)
+    time.sleep(0.05)
+    lake.write("transactions", "r1", lines.slice(0, 1))
+    last = lake.write("transactions", "r2", lines.slice(1))
+    lake.write("accounts", "r2", accounts_table(["b", "c"]))
+    accounts = "select count(*) as n from accounts"
+    count = "select record_id, count(*) as n from transactions group by 1 order by 1"
+
+    build(lake.root, target)
+    assert query(target, count).values.tolist() == [["r1", 1], ["r2", 2]]
+    assert query(target, accounts)["n"][0] == 3
+
+    build(lake.root, target, as_of=between)  # every table as it stood then
+    assert query(target, count).values.tolist() == [["r1", 3]]
+    assert query(target, accounts)["n"][0] == 1
+    days = query(target, "select date::varchar as d from daily_balances order by d")
+    assert days["d"].tolist() == ["2024-03-01", "2024-03-02"]  # from all three lines
+
+    build(lake.root, target, as_of=nothing_yet)  # before any table: every view, empty
+    assert set(every_view(target)) == set(VIEWS)
+    assert all(rows == [] for rows in every_views_rows(target).values())
+
+    build(lake.root, target, as_of={"transactions": first})  # one table pinned, others latest
+    assert query(target, count).values.tolist() == [["r1", 3]]
+    assert query(target, accounts)["n"][0] == 3
+    build(lake.root, target, as_of={"transactions": last - 1})
+    assert query(target, count).values.tolist() == [["r1", 1]]
+
+
+@pytest.mark.parametrize("as_of, message", [
+    ({"transactionz": 1}, "no lake table transactionz; the tables: accounts, "),
+    ({"transactions": 99}, r"lake table transactions has no version 99 \(latest: 2"),
+    ({"payments": 0}, "lake table payments does not exist, so has no version 0"),
+])
+def test_as_of_a_table_or_version_the_lake_lacks_is_refused(tmp_path, as_of, message):
+    lake = Lake(root=str(tmp_path / "lake"))
+    lake.write("transactions", "r1", lagos_lines())
+    lake.write("transactions", "r1", lagos_lines().slice(1))
+    target = tmp_path / "w.duckdb"
+    build(lake.root, target)
+    before = target.read_bytes()
+    with pytest.raises(ValueError, match=message):
+        build(lake.root, target, as_of=as_of)
+    assert target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
