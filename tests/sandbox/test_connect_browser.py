@@ -6,14 +6,19 @@ read back from the host page. A screenshot of each step lands in the test's tmp_
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from pipeline.demo import wait_for_events
+from pipeline.local import tick
 from tests.conftest import start_sandbox
 
 CHROMIUM = os.environ.get("LEDGERLAKE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -254,6 +259,46 @@ def test_keyboard_only(page, box, tmp_path):
     kb.press("Escape")  # the host hears onClose and takes the frame away
     flow.log("close")
     assert page.locator("#ledgerlake-connect-frame").count() == 0
+
+
+def test_a_bank_linked_in_the_browser_lands_in_the_lake(page, sandbox, receiver, tmp_path,
+                                                         monkeypatch):
+    """From the user's first click to rows in the warehouse, as a data engineer would see it:
+    the page, the callbacks, the receiver, the sensor, the assets, `ledgerlake sql`."""
+    home = tmp_path / "home"
+    for name, value in (("LEDGERLAKE_HOME", str(home)), ("LEDGERLAKE_INBOX", str(receiver.inbox)),
+                        ("LEDGERLAKE_API_URL", sandbox.url), ("LEDGERLAKE_ENVIRONMENT", "sandbox"),
+                        ("LEDGERLAKE_SECRET_KEY", sandbox.sandbox_key)):
+        monkeypatch.setenv(name, value)
+    with sandbox.api() as api:
+        api.post("settings/webhook", json={"url": receiver.callback_url,
+                                           "token": receiver.token}).raise_for_status()
+    flow = Flow(page, sandbox, tmp_path / "screens", products="accounts,balance,transactions")
+    flow.bank("access")
+    flow.login(username=someone(), password="pass_good")
+    flow.accounts(picks=(0, 1))
+    done = flow.success()
+    # AUTH, ACCOUNTS, a BALANCE per account, TRANSACTIONS
+    assert wait_for_events(receiver.inbox, 5, timeout_s=60) == 5
+
+    for name in [m for m in sys.modules if m.startswith("pipeline.definitions")]:
+        del sys.modules[name]  # definitions read their settings at import: this test's
+    from dagster import DagsterInstance
+
+    from pipeline.definitions import defs
+    with DagsterInstance.ephemeral() as instance:
+        runs = tick(defs, instance)
+        assert runs and all(instance.get_run_by_id(r).is_success for r in runs)
+        assert instance.get_dynamic_partitions("records") == [done["record"]]
+        assert defs.resolve_job_def("warehouse_job").execute_in_process(
+            instance=instance).success
+    query = ("select count(*) as lines, count(distinct account_id) as accounts "
+             f"from transactions where record_id = '{done['record']}'")
+    answer = subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", query,
+                             "--format", "json"], capture_output=True, text=True, check=True,
+                            env={**os.environ})
+    row = json.loads(answer.stdout)[0]
+    assert row["lines"] > 0 and row["accounts"] == 2
 
 
 # -- the 14 widget errors reach onError -------------------------------------------------------
