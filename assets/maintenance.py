@@ -43,7 +43,7 @@ from dagster import (
 from resources import delta
 from resources.lake import Lake
 
-from .warehouse import DEFAULT_TIMEZONE, LAKE_TABLES
+from .warehouse import DEFAULT_TIMEZONE, LAKE_TABLES, UNPARTITIONED
 
 MB = 1024 * 1024
 _DIGITS = re.compile(r"[0-9]{1,9}")
@@ -100,7 +100,9 @@ def timezone() -> str:
 def _maintain(lake: Lake, table: str, hours: int, target: int) -> dict:
     """Compact, then vacuum, one table; the row the UI shows for it."""
     uri = lake.table_uri(table)
-    packed = delta.compact(uri, target_size=target)
+    # clustered by record: a record's lookup and its next replace touch one file, not all
+    packed = delta.compact(uri, target_size=target,
+                           order_by=None if table in UNPARTITIONED else "record_id")
     # The files compaction just superseded stay until a later pass finds them older than
     # the retention: time travel to before this compaction keeps working that long.
     swept = delta.vacuum(uri, hours)

@@ -297,9 +297,11 @@ def land_in_workers(client: ConnectionClient, lake: Lake, ids: list[str],
     commits and reports one chunk while the workers land the next. The lake is read and
     written here, not in the workers (Delta's runtime does not survive a fork)."""
     chunks = [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
+    # a backfill's records are mostly new: their rows need not be looked for chunk by chunk
+    known = lake.holding("transactions", [r for r in ids if r not in full])
     with _workers(client) as pool:
         def submit(chunk: list[str]) -> Future:
-            held = lake.read_many("transactions", [r for r in chunk if r not in full], SCHEMA)
+            held = lake.read_many("transactions", [r for r in chunk if r in known], SCHEMA)
             return pool.submit(_land_chunk, (chunk, full & set(chunk), held))
 
         pending = deque(submit(c) for c in chunks[:WORKERS])

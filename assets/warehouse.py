@@ -155,7 +155,14 @@ def snapshot_files(lake: Lake, table: str, as_of: AsOf = None) -> list[str]:
     version of it; none when the table does not exist (yet, or then) or holds no rows."""
     pinned = as_of.get(table) if isinstance(as_of, Mapping) else as_of
     try:
-        return lake.files(table, pinned)  # before its first commit: version 0, no files
+        files = lake.files(table, pinned)  # before its first commit: version 0, no files
+        if pinned is not None and lake.is_local:
+            if gone := [f for f in files if not os.path.exists(f.removeprefix("file://"))]:
+                raise ValueError(
+                    f"lake table {table} as of {pinned}: {len(gone)} of its {len(files)} files "
+                    "were removed by the lake's vacuum (time travel reaches back "
+                    "LEDGERLAKE_LAKE_RETENTION_HOURS)")
+        return files
     except FileNotFoundError:
         if isinstance(pinned, int):
             raise ValueError(f"lake table {table} does not exist, so has no version {pinned}") \

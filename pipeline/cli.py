@@ -158,7 +158,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     from . import sql
-    from .config import Settings
+    from .config import Settings, local_path
 
     path = Path(args.warehouse) if args.warehouse else Settings.from_env().warehouse_path
     with tempfile.TemporaryDirectory(prefix="ledgerlake-as-of-") as scratch:
@@ -166,10 +166,11 @@ def cmd_sql(args: argparse.Namespace) -> int:
             fmt = sql.format_of(args.format, Path(args.output) if args.output else None)
             if args.as_of is not None:  # the views over the lake as it stood then
                 settings = Settings.from_env()
-                path = sql.as_of_warehouse(settings.lake, Path(scratch) / "as-of.duckdb",
+                lake = str(local_path(settings.lake) or settings.lake)
+                path = sql.as_of_warehouse(lake, Path(scratch) / "as-of.duckdb",
                                            settings.timezone, args.as_of)
             con = sql.open_warehouse(path.resolve())
-        except (sql.QueryError, FileNotFoundError, ValueError) as exc:
+        except (sql.QueryError, FileNotFoundError, ValueError, RuntimeError) as exc:
             print(f"ledgerlake: {exc}", file=sys.stderr)
             return 2
         return _query(sql, con, args, fmt)

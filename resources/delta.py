@@ -33,6 +33,7 @@ ATTEMPTS = 8          # commits lost to concurrent writers before giving up
 BACKOFF_S = 0.05      # first wait; doubles, jittered, capped at MAX_BACKOFF_S
 MAX_BACKOFF_S = 2.0
 ZSTD = WriterProperties(compression="ZSTD")
+DEFAULT_TARGET = 100 * 2**20  # delta-rs's own default file size for compaction
 _QUERY_KEYS = {"endpoint_override", "scheme", "region"}
 _ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
 
@@ -64,7 +65,7 @@ def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
     def write() -> int:
         table = _open_or_create(location, schema, partition_by, options)
         write_deltalake(table, data, mode="overwrite", predicate=predicate,
-                        writer_properties=ZSTD)
+                        schema_mode="merge", writer_properties=ZSTD)
         return table.version()
 
     return _retrying(uri, write)
@@ -80,7 +81,7 @@ def append(uri: str, schema: pa.Schema, data: pa.Table,
 
     def write() -> int:
         table = _open_or_create(location, schema, (), options)
-        write_deltalake(table, data, mode="append", writer_properties=ZSTD)
+        write_deltalake(table, data, mode="append", schema_mode="merge", writer_properties=ZSTD)
         return table.version()
 
     return _retrying(uri, write)
@@ -94,7 +95,8 @@ def overwrite(uri: str, schema: pa.Schema, data: pa.Table,
 
     def write() -> int:
         table = _open_or_create(location, schema, (), options)
-        write_deltalake(table, data, mode="overwrite", writer_properties=ZSTD)
+        write_deltalake(table, data, mode="overwrite", schema_mode="merge",
+                        writer_properties=ZSTD)
         return table.version()
 
     return _retrying(uri, write)
@@ -150,16 +152,23 @@ def version(uri: str, storage_options: Mapping[str, str] | None = None) -> int |
     return None if table is None else table.version()
 
 
-def compact(uri: str, *, target_size: int | None = None,
+def compact(uri: str, *, target_size: int | None = None, order_by: str | None = None,
             storage_options: Mapping[str, str] | None = None) -> dict:
-    """Rewrite small files into large ones (one commit; the rows are unchanged). Returns what
-    the pass did: versions, live files and bytes before and after, files added and removed."""
+    """Rewrite small files into large ones (one commit; the rows are unchanged). With
+    `order_by`, once writes have left two or more small files, the whole table is rewritten
+    sorted by that column (a Z-order on one column), so each file and row group holds a narrow
+    range of it: a lookup or a predicate replace by it opens few files. Returns what the pass did: versions, live files and bytes before and
+    after, files added and removed."""
     location, options = _where(uri, storage_options)
 
     def run() -> dict:
         table = DeltaTable(location, storage_options=options)
         before, version_before = _live(table), table.version()
-        metrics = table.optimize.compact(target_size=target_size, writer_properties=ZSTD)
+        if order_by and _small_files(table, target_size or DEFAULT_TARGET) >= 2:
+            metrics = table.optimize.z_order([order_by], target_size=target_size,
+                                             writer_properties=ZSTD)
+        else:
+            metrics = table.optimize.compact(target_size=target_size, writer_properties=ZSTD)
         after = _live(table)
         return {"version_before": version_before, "version_after": table.version(),
                 "files_before": before[0], "files_after": after[0],
@@ -238,6 +247,12 @@ def _open(uri: str, version: int | datetime | None,
     if version is not None:
         table.load_as_version(version)
     return table
+
+
+def _small_files(table: DeltaTable, target_size: int) -> int:
+    """Files under half the target size: what writes left since the last compaction."""
+    sizes = pa.table(table.get_add_actions(flatten=False))["size_bytes"]
+    return pc.sum(pc.less(sizes, target_size // 2)).as_py() or 0
 
 
 def _live(table: DeltaTable) -> tuple[int, int]:

@@ -111,6 +111,12 @@ class Lake(ConfigurableResource):
             at += item["counts"]
         return out
 
+    def holding(self, table: str, record_ids: Sequence[str]) -> set[str]:
+        """Which of `record_ids` have rows in `table` (reads their id column only)."""
+        ids = [check_record_id(r) for r in record_ids]
+        rows = delta.read_any(self.table_uri(table), ids, ["record_id"]) if ids else None
+        return set() if rows is None else set(pc.unique(rows["record_id"]).to_pylist())
+
     def partitions(self, table: str) -> list[str]:
         """Record ids that have rows in `table`."""
         rows = delta.read(self.table_uri(table), columns=["record_id"])

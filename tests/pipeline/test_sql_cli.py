@@ -354,10 +354,6 @@ def test_a_bad_as_of_exits_2_with_a_clear_message(history, capsys, monkeypatch, 
     assert (home / "warehouse.duckdb").read_bytes() == published
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a version whose files vacuum removed still loads "
-                   "from the Delta log, so build() fails in DuckDB with a RuntimeError ('No "
-                   "files found that match the pattern') that cmd_sql does not catch: a "
-                   "traceback, not the 'or vacuumed' ValueError snapshot_files means to give")
 def test_as_of_a_vacuumed_version_exits_2_with_a_clear_message(tmp_path, capsys, monkeypatch):
     from resources import delta
 
@@ -372,10 +368,6 @@ def test_as_of_a_vacuumed_version_exits_2_with_a_clear_message(tmp_path, capsys,
     assert "vacuum" in err
 
 
-@pytest.mark.xfail(strict=True, reason="bug: cmd_sql passes settings.lake to as_of_warehouse "
-                   "as given; a file:// LEDGERLAKE_LAKE (which config accepts and the "
-                   "definitions turn into a path with local_path) reaches resources.delta, "
-                   "which refuses it: 'unsupported lake location file://...'")
 def test_as_of_over_a_file_uri_lake_setting(history, tmp_path, capsys, monkeypatch):
     home, _, first, _ = history
     monkeypatch.setenv("LEDGERLAKE_HOME", str(tmp_path))
