@@ -54,6 +54,17 @@ class Lake(ConfigurableResource):
         base, _, query = self.root.partition("?")
         return f"{base.rstrip('/')}/{table}" + (f"?{query}" if query else "")
 
+    def _refuse_old_layout(self, table: str) -> None:
+        """A table still in the folder-per-record layout is migrated first, not written into:
+        Delta would ignore its folders, and the lake's vacuum delete them."""
+        if not self.is_local:
+            return
+        folder = Path(self.table_uri(table))
+        if folder.is_dir() and not (folder / "_delta_log").is_dir() and (
+                any(folder.glob("record_id=*")) or (folder / "part-0.parquet").exists()):
+            raise ValueError(f"{folder} is in the folder-per-record layout of an older "
+                             "ledgerlake: run `ledgerlake lake migrate` before writing to it")
+
     def shown(self, table: str) -> str:
         """The table's location as metadata and messages show it (no query)."""
         return self.table_uri(table).split("?", 1)[0]
@@ -64,6 +75,7 @@ class Lake(ConfigurableResource):
         `schema`: the columns and types written (default: the rows' own)."""
         if schema is None and parts:
             schema = next(iter(parts.values())).schema
+        self._refuse_old_layout(table)
         return delta.replace(self.table_uri(table), schema, parts, window=window)
 
     def write(self, table: str, record_id: str | None, data: pa.Table,
@@ -71,6 +83,7 @@ class Lake(ConfigurableResource):
         """Replace one record's rows (None: the whole table, one not kept by record) in one
         commit: a reader sees old or new, never half. Returns the committed version."""
         if record_id is None:
+            self._refuse_old_layout(table)
             return delta.overwrite(self.table_uri(table), schema or data.schema, data)
         return self.replace(table, {record_id: data}, schema)
 
@@ -80,6 +93,7 @@ class Lake(ConfigurableResource):
         if not parts:
             raise ValueError("append needs at least one record")
         schema = schema or next(iter(parts.values())).schema
+        self._refuse_old_layout(table)
         full = delta.with_record_id(schema)
         rows = pa.concat_tables([
             data.select(schema.names).append_column(
