@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
 from . import datagen
 from .auth import SANDBOX
@@ -120,6 +120,9 @@ class Connect:
         request_id = secrets.token_hex(12)
         try:
             if request.method == "GET":
+                if sub == "connect" and request.url.path.endswith("/"):  # relative links
+                    query = f"?{request.url.query}" if request.url.query else ""
+                    return RedirectResponse(request.url.path.rstrip("/") + query, 308)
                 return self._file(sub)
             step = sub.removeprefix("connect/api/")
             if request.method != "POST" or step == sub or step not in self.steps:

@@ -146,6 +146,8 @@ def test_the_page_and_its_files_are_served_from_the_sandbox_alone(box, env):
         assert httpx.get(f"{base}/{name}").status_code == 200
     for name in ("app.py", "../app.py", "index.html/x", "api/session"):
         assert httpx.get(f"{base}/{name}").status_code == 404
+    slash = httpx.get(f"{base}/?key=k")  # its files are linked relative to the bare path
+    assert slash.status_code == 308 and slash.headers["location"].endswith("connect?key=k")
     static = Path(__file__).parents[2] / "sandbox" / "static" / "connect"
     for f in static.iterdir():  # nothing fetched from elsewhere
         text = f.read_text()
