@@ -21,8 +21,8 @@ from pipeline.demo import wait_for_events
 from pipeline.local import tick
 from tests.conftest import start_sandbox
 
-CHROMIUM = os.environ.get("LEDGERLAKE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-if not Path(CHROMIUM).exists():
+CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
+if not CHROMIUM:
     pytest.skip("SKIPPED: no chromium to drive (apt-get install -y chromium, or `make test`, "
                 "which installs it)", allow_module_level=True)
 
@@ -215,6 +215,26 @@ def test_a_returning_user_goes_straight_to_the_accounts(page, box, tmp_path):
     assert done["record"] == made["record"] and done["returning"] is True
     assert sorted(a["_id"] for a in done["accounts"]) == sorted(made["accounts"])
     assert page.dialogs == []  # the name was shown as text, never run
+
+
+def test_the_popup_mode(page, box, tmp_path):
+    conf = settings(box)
+    page.goto(conf["demo_url"])
+    with page.expect_popup() as opened:
+        page.click("#open-popup")
+    popup = opened.value
+    popup.locator("#bank-search").fill("access")
+    popup.locator("button.bank:visible").first.click()
+    popup.locator("#bank-username").fill(someone())
+    popup.locator("#bank-password").fill("pass_good")
+    popup.locator("#login-submit").click()
+    popup.locator("#consent").check()
+    popup.locator("#accounts-submit").click()
+    popup.locator("#step-success").wait_for()
+    popup.screenshot(path=str(tmp_path / "popup-success.png"))
+    page.wait_for_function("() => window.connectLog.some(x => x.kind === 'success')")
+    done = page.evaluate("() => window.connectLog.find(x => x.kind === 'success').value")
+    assert done["bank"]["slug"] == "access-bank"
 
 
 def test_a_bank_that_is_down_cannot_be_chosen(page, box, tmp_path):
