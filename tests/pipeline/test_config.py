@@ -155,7 +155,14 @@ def test_an_s3_lake_setting_writes_to_s3(s3_endpoint, monkeypatch, tmp_path):  #
     settings = Settings.from_env({"LEDGERLAKE_LAKE": f"s3://lake-bucket/lake?endpoint_override="
                                                      f"{s3_endpoint}&scheme=http&region=us-east-1"})
     lake = Lake(root=str(local_path(settings.lake) or settings.lake))
-    path = lake.write("things", "rec1", pa.table({"n": [1, 2, 3]}))
-    assert path == "s3://lake-bucket/lake/things/record_id=rec1/part-0.parquet"
+    assert lake.write("things", "rec1", pa.table({"n": [1, 2, 3]})) == 1
+    assert lake.shown("things") == "s3://lake-bucket/lake/things"
+    keys = {i.path for i in fs.get_file_info(pafs.FileSelector("lake-bucket/lake",
+                                                               recursive=True))
+            if i.type == pafs.FileType.File}
+    assert "lake-bucket/lake/things/_delta_log/00000000000000000001.json" in keys
+    files = lake.files("things")
+    assert files and {f.removeprefix("s3://") for f in files} <= keys  # the data on S3 too
     assert lake.read("things", "rec1")["n"].to_pylist() == [1, 2, 3]
+    assert lake.partitions("things") == ["rec1"]
     assert list(tmp_path.iterdir()) == [tmp_path / "moto.log"]  # nothing local but the log
