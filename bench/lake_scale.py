@@ -5,12 +5,15 @@ decimal(18,2), each account's running balance consistent with its posted lines) 
 over 200, 2,000 and 20,000 records (100,000 with --huge) and laid out three ways in the same
 run:
 
-- `today`: the lake as it is, one folder per record, each written by `resources.lake.Lake.write`,
-  and the warehouse built by `assets.warehouse.build` (views over the folders' glob);
+- `folders`: the lake before issue 13, one Parquet file per record in its own folder
+  (`<lake>/transactions/record_id=<id>/part-0.parquet`, written as that lake wrote them), the
+  warehouse built by `assets.warehouse.build` over the folders' glob;
 - `delta_month`: one Delta table written by `resources.delta.replace` in runs of 100 records
   (one commit each, as the pipeline's backfills run), with a `month` column ('YYYY-MM' of
   trans_date, UTC) as its partition column, then `resources.delta.compact`;
-- `delta_flat`: the same, unpartitioned.
+- `delta_flat`: the lake as it is: one unpartitioned Delta table written by
+  `resources.lake.Lake.replace` in runs of 100 records, then compacted as the nightly
+  maintenance does (`resources.delta.compact(order_by="record_id")`: clustered by record).
 
 The Delta warehouses are built by the same `assets.warehouse.build` (the same views of
 `assets/sql/*.sql`), but with `{lake:transactions}` read as
@@ -43,8 +46,8 @@ labels and the physical layout change with the number of records, and `daily_bal
     .venv/bin/python bench/lake_scale.py --huge          # adds 100,000 records
 
 Writes bench/results/lake_scale.json (with --quick: /tmp/lake_scale_quick.json unless --out)
-and prints Markdown tables. If writing a size in today's layout passes --write-budget seconds
-it stops there and that size's `today` figures are left out (the rate is kept).
+and prints Markdown tables. If writing a size in the folder layout passes --write-budget seconds
+it stops there and that size's `folders` figures are left out (the rate is kept).
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ import duckdb  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
 
 from assets import warehouse  # noqa: E402
 from resources import delta  # noqa: E402
@@ -82,7 +86,7 @@ DAY_MS = 86_400_000
 RUN = 100            # records per pipeline run: one Delta commit
 LAND_ROWS = 1_000    # the record landed into a table that holds the size
 REPS = 3
-LAYOUTS = ("today", "delta_month", "delta_flat")
+LAYOUTS = ("folders", "delta_month", "delta_flat")
 MONTH_SCHEMA = TRANSACTION_SCHEMA.append(pa.field("month", pa.string()))
 QUERIES = {
     "sum_amount": "select sum(amount) from transactions",
@@ -171,11 +175,29 @@ def kobo_total(table: pa.Table) -> int:
 
 # ---------------------------------------------------------------- writing
 
-def write_today(root: Path, table: pa.Table, rids: list[str], budget_s: float) -> dict:
-    lake, per = Lake(root=str(root)), table.num_rows // len(rids)
+FOLDER_SCHEMA = pa.schema([f for f in TRANSACTION_SCHEMA if f.name != "record_id"])
+
+
+def write_folder(root: Path, rid: str, rows: pa.Table) -> Path:
+    """One record's file as the folder layout wrote it (record_id in the folder's name)."""
+    folder = root / "transactions" / f"record_id={rid}"
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(rows.select(FOLDER_SCHEMA.names).cast(FOLDER_SCHEMA), folder / "part-0.parquet",
+                   compression="zstd")
+    return folder / "part-0.parquet"
+
+
+def folders_source(root: Path) -> str:
+    glob = str(root / "transactions" / "record_id=*" / "*.parquet").replace("'", "''")
+    return (f"read_parquet('{glob}', hive_partitioning = true, "
+            "hive_types = {'record_id': varchar}, union_by_name = true)")
+
+
+def write_folders(root: Path, table: pa.Table, rids: list[str], budget_s: float) -> dict:
+    per = table.num_rows // len(rids)
     t0 = time.perf_counter()
     for i, rid in enumerate(rids):
-        lake.write("transactions", rid, table.slice(i * per, per), schema=TRANSACTION_SCHEMA)
+        write_folder(root, rid, table.slice(i * per, per))
         if time.perf_counter() - t0 > budget_s and i + 1 < len(rids):
             took = time.perf_counter() - t0
             return {"write_s": took, "records_written": i + 1, "complete": False,
@@ -186,15 +208,19 @@ def write_today(root: Path, table: pa.Table, rids: list[str], budget_s: float) -
 def write_delta(uri: str, table: pa.Table, rids: list[str], month: bool) -> dict:
     per = table.num_rows // len(rids)
     schema, partition_by = (MONTH_SCHEMA, ["month"]) if month else (TRANSACTION_SCHEMA, [])
+    lake = Lake(root=str(Path(uri).parent))
     t0 = time.perf_counter()
     for start in range(0, len(rids), RUN):
         parts = {rid: table.slice(i * per, per)
                  for i, rid in enumerate(rids[start:start + RUN], start)}
-        delta.replace(uri, schema, parts, partition_by=partition_by)
+        if month:
+            delta.replace(uri, schema, parts, partition_by=partition_by)
+        else:  # the lake's own write path
+            lake.replace("transactions", parts, schema)
     loaded = time.perf_counter() - t0
     files_loaded = len(delta.files(uri))
     t0 = time.perf_counter()
-    compaction = delta.compact(uri)
+    compaction = delta.compact(uri, order_by=None if month else "record_id")
     return {"write_s": loaded, "commits": delta.version(uri), "records_written": len(rids),
             "complete": True, "files_before_compaction": files_loaded,
             "compact_s": time.perf_counter() - t0, "compaction": compaction}
@@ -209,7 +235,7 @@ def _q(text: str) -> str:
 def build_over_delta(tables: dict[str, str], target: Path,
                      timezone: str = warehouse.DEFAULT_TIMEZONE) -> list[str]:
     """The warehouse over Delta: `assets.warehouse.build` with each given table read as the
-    file list of its current snapshot (the rest stood in for, as over today's lake)."""
+    file list of its current snapshot (the rest stood in for, as over the folders)."""
     sources = {t: "read_parquet([" + ", ".join(_q(f) for f in delta.files(uri))
                + "], union_by_name = true)" for t, uri in tables.items()}
     return warehouse.build(target.parent, target, timezone, sources=sources)
@@ -244,28 +270,28 @@ class Layout:
         self.month = name == "delta_month"
 
     def write(self, table: pa.Table, rids: list[str], budget_s: float) -> dict:
-        if self.name == "today":
-            return write_today(self.root / "lake", table, rids, budget_s)
+        if self.name == "folders":
+            return write_folders(self.root / "lake", table, rids, budget_s)
         return write_delta(self.uri, with_month(table) if self.month else table, rids,
                            self.month)
 
     def build(self) -> list[str]:
-        if self.name == "today":
-            return warehouse.build(self.root / "lake", self.db)
+        if self.name == "folders":
+            return warehouse.build(self.root / "lake", self.db, sources={
+                "transactions": folders_source(self.root / "lake")})
         return build_over_delta({"transactions": self.uri}, self.db)
 
     def data_files(self) -> int:
-        if self.name == "today":
+        if self.name == "folders":
             return sum(1 for _ in (self.root / "lake" / "transactions").glob(
                 "record_id=*/*.parquet"))
         return len(delta.files(self.uri))
 
     def land(self, rid: str, rows: pa.Table) -> tuple[float, int]:
         """Write one record's rows (new or replacing); seconds and bytes written."""
-        if self.name == "today":
-            lake = Lake(root=str(self.root / "lake"))
+        if self.name == "folders":
             t0 = time.perf_counter()
-            path = lake.write("transactions", rid, rows, schema=TRANSACTION_SCHEMA)
+            path = write_folder(self.root / "lake", rid, rows)
             took = time.perf_counter() - t0
             return took, os.path.getsize(path)
         rows = with_month(rows) if self.month else rows
@@ -461,7 +487,7 @@ def main() -> None:
     ap.add_argument("--huge", action="store_true", help="also 100,000 records")
     ap.add_argument("--rows", type=int, help="transactions (default 2,000,000; quick 200,000)")
     ap.add_argument("--write-budget", type=float, default=600.0,
-                    help="seconds to write one size in today's layout before giving up on it")
+                    help="seconds to write one size in the folder layout before giving up on it")
     ap.add_argument("--data", type=Path, help="work folder (default: a new one in /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the lakes written")
     ap.add_argument("--out", type=Path)

@@ -18,12 +18,14 @@ import os
 import random
 import re
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
@@ -64,6 +66,7 @@ def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
 
     def write() -> int:
         table = _open_or_create(location, schema, partition_by, options)
+        _money_stays_money(table, data)
         write_deltalake(table, data, mode="overwrite", predicate=predicate,
                         schema_mode="merge", writer_properties=ZSTD)
         return table.version()
@@ -81,6 +84,7 @@ def append(uri: str, schema: pa.Schema, data: pa.Table,
 
     def write() -> int:
         table = _open_or_create(location, schema, (), options)
+        _money_stays_money(table, data)
         write_deltalake(table, data, mode="append", schema_mode="merge", writer_properties=ZSTD)
         return table.version()
 
@@ -95,6 +99,7 @@ def overwrite(uri: str, schema: pa.Schema, data: pa.Table,
 
     def write() -> int:
         table = _open_or_create(location, schema, (), options)
+        _money_stays_money(table, data)
         write_deltalake(table, data, mode="overwrite", schema_mode="merge",
                         writer_properties=ZSTD)
         return table.version()
@@ -111,11 +116,8 @@ def read(uri: str, record_id: str | None = None, columns: Sequence[str] | None =
     if table is None:
         return None
     if record_id is None:
-        return table.to_pyarrow_dataset().to_table(columns=columns)
-    check_record_id(record_id)
-    # files whose record_id range misses it are skipped by their stats, the rest filtered
-    dataset = table.to_pyarrow_dataset(file_pruning_predicate=f"record_id = '{record_id}'")
-    return dataset.to_table(columns=columns, filter=pc.field("record_id") == record_id)
+        return _dataset(uri, table, storage_options=storage_options).to_table(columns=columns)
+    return _rows_of(uri, table, [check_record_id(record_id)], columns, storage_options)
 
 
 def read_any(uri: str, record_ids: Sequence[str], columns: Sequence[str] | None = None,
@@ -125,11 +127,34 @@ def read_any(uri: str, record_ids: Sequence[str], columns: Sequence[str] | None 
     table = _open(uri, None, storage_options)
     if table is None:
         return None
-    ids = sorted({check_record_id(r) for r in record_ids})
-    listed = ", ".join(_quote(r) for r in ids)
-    dataset = table.to_pyarrow_dataset(file_pruning_predicate=f"record_id IN ({listed})")
+    return _rows_of(uri, table, sorted({check_record_id(r) for r in record_ids}), columns,
+                    storage_options)
+
+
+def _rows_of(uri: str, table: DeltaTable, ids: list[str], columns: Sequence[str] | None,
+             storage_options: Mapping[str, str] | None) -> pa.Table:
+    """Rows of the (sorted) `ids`, reading only the files whose record_id range holds one."""
+    dataset = _dataset(uri, table, ids, storage_options)
     return dataset.to_table(columns=columns,
                             filter=pc.field("record_id").isin(pa.array(ids, pa.string())))
+
+
+def _dataset(uri: str, table: DeltaTable, ids: list[str] | None = None,
+             storage_options: Mapping[str, str] | None = None) -> ds.Dataset:
+    """The snapshot's Parquet files as a pyarrow dataset over pyarrow's own filesystem, not
+    delta-rs's `to_pyarrow_dataset`: its Python filesystem leaves threads that abort the
+    interpreter at exit now and then ("terminate called without an active exception")."""
+    adds = pa.table(table.get_add_actions(flatten=True))
+    paths = adds["path"].to_pylist()
+    if ids and "min.record_id" in adds.column_names:
+        lows, highs = adds["min.record_id"].to_pylist(), adds["max.record_id"].to_pylist()
+        keep = [lo is None or hi is None or bisect_left(ids, lo) < bisect_right(ids, hi)
+                for lo, hi in zip(lows, highs, strict=True)]
+        paths = [p for p, k in zip(paths, keep, strict=True) if k]
+    filesystem, base = _filesystem(uri, storage_options)
+    schema = pa.schema(table.schema().to_arrow())
+    return ds.dataset([f"{base}/{unquote(p)}" for p in paths], schema=schema,
+                      format="parquet", filesystem=filesystem)
 
 
 def files(uri: str, version: int | datetime | None = None,
@@ -169,6 +194,8 @@ def compact(uri: str, *, target_size: int | None = None, order_by: str | None = 
                                              writer_properties=ZSTD)
         else:
             metrics = table.optimize.compact(target_size=target_size, writer_properties=ZSTD)
+        # a checkpoint of the new version: opening the table reads it, not every commit since
+        table.create_checkpoint()
         after = _live(table)
         return {"version_before": version_before, "version_after": table.version(),
                 "files_before": before[0], "files_after": after[0],
@@ -193,9 +220,10 @@ def vacuum(uri: str, retention_hours: int, *,
                 "full": True}
     # delta-rs lists (and logs) files its tombstones name even when already deleted: count
     # only what is there
-    store = table.to_pyarrow_dataset().filesystem
+    store, base = _filesystem(uri, storage_options)
     root = location.rstrip("/") + "/"
-    candidates = [p.removeprefix(root) for p in table.vacuum(dry_run=True, **settings)]
+    candidates = [f"{base}/{p.removeprefix(root)}"
+                  for p in table.vacuum(dry_run=True, **settings)]
     present = [i for i in store.get_file_info(candidates) if i.type == pafs.FileType.File]
     if present:
         table.vacuum(dry_run=False, **settings)
@@ -204,6 +232,23 @@ def vacuum(uri: str, retention_hours: int, *,
             "files_before": live[0], "files_after": live[0],
             "bytes_before": live[1], "bytes_after": live[1],
             "files_removed": len(present), "bytes_removed": sum(i.size for i in present)}
+
+
+def _filesystem(uri: str, storage_options: Mapping[str, str] | None = None
+                ) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem for the table and the table's path in it (s3: the options
+    delta-rs is given, so both reach the same store with the same credentials)."""
+    location, options = _where(uri, storage_options)
+    if "://" not in location:
+        return pafs.LocalFileSystem(), location.rstrip("/")
+    options = options or {}
+    endpoint = urlsplit(options.get("AWS_ENDPOINT_URL", ""))
+    filesystem = pafs.S3FileSystem(
+        access_key=options.get("AWS_ACCESS_KEY_ID"), secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
+        session_token=options.get("AWS_SESSION_TOKEN"),
+        region=options.get("AWS_REGION", "us-east-1"),
+        endpoint_override=endpoint.netloc or None, scheme=endpoint.scheme or "https")
+    return filesystem, location.removeprefix("s3://").rstrip("/")
 
 
 def check_record_id(record_id: str) -> str:
@@ -259,6 +304,17 @@ def _live(table: DeltaTable) -> tuple[int, int]:
     """Files and bytes of the table's current version."""
     adds = pa.table(table.get_add_actions(flatten=False))
     return adds.num_rows, int(pc.sum(adds["size_bytes"]).as_py() or 0)
+
+
+def _money_stays_money(table: DeltaTable, data: pa.Table) -> None:
+    """Refuse rows whose column is not decimal where the table's is: delta-rs would cast a
+    float into it quietly (0.105 landing as 0.11)."""
+    for field in pa.schema(table.schema().to_arrow()):
+        if pa.types.is_decimal(field.type) and field.name in data.column_names:
+            got = data.schema.field(field.name).type
+            if not (pa.types.is_decimal(got) or pa.types.is_null(got)):
+                raise TypeError(f"column {field.name} is money ({field.type}) in the table "
+                                f"but came as {got}")
 
 
 def with_record_id(schema: pa.Schema) -> pa.Schema:

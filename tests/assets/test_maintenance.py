@@ -119,6 +119,11 @@ def age(lake: Lake, table: str, hours: int) -> None:
             if "remove" in action:
                 action["remove"]["deletionTimestamp"] -= hours * 3_600_000
         commit.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    # a checkpoint (compaction writes one) would be read instead of the commits: the commits
+    # it summarizes are all still there, so the table reads the same without it
+    for checkpoint in (folder / "_delta_log").glob("*.checkpoint.parquet"):
+        checkpoint.unlink()
+    (folder / "_delta_log" / "_last_checkpoint").unlink(missing_ok=True)
     for data in folder.glob("*.parquet"):
         then = data.stat().st_mtime - hours * 3600
         os.utime(data, (then, then))

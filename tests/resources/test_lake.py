@@ -193,10 +193,6 @@ def test_a_failed_write_changes_nothing(tmp_path):
             assert on_disk(lake, t) == disk  # not even a stray file
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug in resources/lake.py: with no schema given, replace/write/append take the rows' own "
-    "schema, so delta._conform checks float money against a float column and delta-rs then "
-    "casts it quietly into the table's decimal(18,2) column (0.105 lands as 0.11)"))
 def test_money_as_float_is_refused_even_without_a_schema(tmp_path):
     lake = Lake(root=str(tmp_path))
     lake.replace("things", {"a": rows(3)}, SCHEMA)
