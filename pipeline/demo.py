@@ -168,10 +168,13 @@ def run_dev(port: int = 3000, customers: int = 3) -> int:
     try:
         if customers:
             create_customers(api, customers)
+        # the hosted connect page: a user links a bank in the browser (README, "The connect page")
+        connect = api.post("settings/connect", json={}).json()["data"]
     finally:
         api.close()
     key = env["LEDGERLAKE_SECRET_KEY"]  # this run's throwaway sandbox key, not a real secret
     print(f"sandbox    {sandbox.url}/sandbox/v2/  (key for this run: {key})\n"
+          f"connect    {connect['demo_url']}  (link a bank in the browser)\n"
           f"receiver   {receiver.url}/callbacks/\n"
           f"Dagster UI http://127.0.0.1:{port}\n"
           f"{customers} customers created; more with:\n"
