@@ -156,6 +156,8 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
     _say(f"lake      {home / 'lake'}")
     _say(f"warehouse {home / 'warehouse.duckdb'}")
     _say('try: .venv/bin/ledgerlake sql "select * from monthly_cashflow order by month"')
+    _say("link a bank by hand in the browser: `make dev` prints the connect page's URL, and "
+         "the Dagster UI shows the record's partition appear")
     return 0
 
 
