@@ -41,8 +41,9 @@ def test_duckdb_pool_limited_to_one():
 
     pools = {n.key.to_user_string(): n.pools for n in defs.resolve_asset_graph().asset_nodes}
     assert pools["warehouse"] == {"duckdb"}
-    # no other asset shares a pool, so the default limit of 1 binds the duckdb pool alone
-    assert all(not p for k, p in pools.items() if k != "warehouse")
+    assert pools["lake_maintenance"] == {"lake_maintenance"}  # one pass at a time
+    # no other asset shares a pool, so the default limit of 1 binds each pool alone
+    assert all(not p for k, p in pools.items() if k not in ("warehouse", "lake_maintenance"))
 
 
 @pytest.mark.parametrize("zone", ["Mars/Olympus", "", "../../etc/localtime"])

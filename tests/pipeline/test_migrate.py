@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 from assets.warehouse import LAKE_TABLES, UNPARTITIONED
 from pipeline import migrate as migration
 from pipeline.migrate import MigrationError, main, migrate
+from resources import delta
 from resources.lake import Lake
 
 RECORDS = ["rec-a", "rec_B2", "1234567890", "007"]  # all digits, and a leading zero, stay text
@@ -214,10 +215,16 @@ def test_a_table_the_new_pipeline_wrote_into_unmigrated_is_refused(lake, table):
     root, want = lake
     schema = LAKE_TABLES[table]
     newer = _rows(table, 2, seed=7)
+    writes = (lambda: Lake(root=str(root)).write(table, None, newer, schema)) \
+        if table in UNPARTITIONED else \
+        (lambda: Lake(root=str(root)).replace(table, {"rec-new": newer}, schema))
+    with pytest.raises(ValueError, match="run `ledgerlake lake migrate` before writing"):
+        writes()  # today's lake refuses to; a ledgerlake from before that refusal did not:
+    uri = Lake(root=str(root)).table_uri(table)
     if table in UNPARTITIONED:
-        Lake(root=str(root)).write(table, None, newer, schema)
+        delta.overwrite(uri, schema, newer)
     else:
-        Lake(root=str(root)).replace(table, {"rec-new": newer}, schema)
+        delta.replace(uri, schema, {"rec-new": newer})
     before = snapshot(root)
     for resume in (False, True):
         with pytest.raises(MigrationError, match=rf"^{table}: .*holds a Delta table and the "
