@@ -144,6 +144,7 @@ def _dataset(uri: str, table: DeltaTable, ids: list[str] | None = None,
     """The snapshot's Parquet files as a pyarrow dataset over pyarrow's own filesystem, not
     delta-rs's `to_pyarrow_dataset`: its Python filesystem leaves threads that abort the
     interpreter at exit now and then ("terminate called without an active exception")."""
+    _refuse_deletion_vectors(uri, table)
     adds = pa.table(table.get_add_actions(flatten=True))
     paths = adds["path"].to_pylist()
     if ids and "min.record_id" in adds.column_names:
@@ -164,11 +165,18 @@ def files(uri: str, version: int | datetime | None = None,
     table = _open(uri, version, storage_options)
     if table is None:
         raise FileNotFoundError(f"no Delta table at {_shown(uri)}")
+    _refuse_deletion_vectors(uri, table)
+    return table.file_uris()
+
+
+def _refuse_deletion_vectors(uri: str, table: DeltaTable) -> None:
+    """Plain Parquet readers (DuckDB's, and the lake's own over the file list) would return
+    rows a deletion vector deleted; delta-rs does not write them, other writers may."""
     if "deletionVectors" in (table.protocol().reader_features or []):
         if table.deletion_vectors().read_all().num_rows:
             raise ValueError(f"{_shown(uri)} version {table.version()} has deletion vectors: "
-                             "its Parquet files hold deleted rows; read it with deltalake")
-    return table.file_uris()
+                             "its Parquet files hold deleted rows, which a Parquet reader "
+                             "would return")
 
 
 def version(uri: str, storage_options: Mapping[str, str] | None = None) -> int | None:
@@ -307,13 +315,18 @@ def _live(table: DeltaTable) -> tuple[int, int]:
 
 
 def _money_stays_money(table: DeltaTable, data: pa.Table) -> None:
-    """Refuse rows whose column is not decimal where the table's is: delta-rs would cast a
-    float into it quietly (0.105 landing as 0.11)."""
-    for field in pa.schema(table.schema().to_arrow()):
+    """The rows' money against the table's own columns (the schema given may be the rows')."""
+    _refuse_float_money(pa.schema(table.schema().to_arrow()), data, " in the table")
+
+
+def _refuse_float_money(schema: pa.Schema, data: pa.Table, where: str = "") -> None:
+    """Refuse rows whose column is not decimal where `schema`'s is: delta-rs (and a cast)
+    would turn a float into it quietly (0.105 landing as 0.11)."""
+    for field in schema:
         if pa.types.is_decimal(field.type) and field.name in data.column_names:
             got = data.schema.field(field.name).type
             if not (pa.types.is_decimal(got) or pa.types.is_null(got)):
-                raise TypeError(f"column {field.name} is money ({field.type}) in the table "
+                raise TypeError(f"column {field.name} is money ({field.type}){where} "
                                 f"but came as {got}")
 
 
@@ -327,8 +340,7 @@ def with_record_id(schema: pa.Schema) -> pa.Schema:
 
 def _conform(data: pa.Table, schema: pa.Schema, record_id: str | None = None,
              since: date | datetime | None = None) -> pa.Table:
-    """`data` in `schema`'s columns and types; money stays decimal (delta-rs would quietly
-    cast a float column into a decimal one, so a float is refused here)."""
+    """`data` in `schema`'s columns and types; money stays decimal (a float is refused)."""
     if record_id is not None:
         rid = pa.array([record_id] * data.num_rows, pa.string())
         if "record_id" in data.column_names:
@@ -338,11 +350,7 @@ def _conform(data: pa.Table, schema: pa.Schema, record_id: str | None = None,
         data = data.append_column("record_id", rid)
     if missing := [n for n in schema.names if n not in data.column_names]:
         raise ValueError(f"columns missing from the rows: {missing}")
-    for field in schema:
-        got = data.schema.field(field.name).type
-        if pa.types.is_decimal(field.type) and not (pa.types.is_decimal(got)
-                                                    or pa.types.is_null(got)):
-            raise TypeError(f"column {field.name} is money ({field.type}) but came as {got}")
+    _refuse_float_money(schema, data)
     data = data.select(schema.names).cast(schema)
     if since is not None:
         if "trans_date" not in schema.names:
