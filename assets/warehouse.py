@@ -218,6 +218,9 @@ def stand_in(table: str) -> str:
 def lake_sources(lake: Lake, tables: Iterable[str] = LAKE_TABLES,
                  as_of: AsOf = None) -> dict[str, str]:
     """How a view reads each of `tables` the lake has rows of (the rest are stood in for)."""
+    if not lake.is_local:
+        raise ValueError(f"the warehouse reads a local lake; {lake.root.split('?')[0]} needs "
+                         "DuckDB's httpfs extension, which this build does not load")
     if isinstance(as_of, Mapping) and (unknown := sorted(set(as_of) - set(LAKE_TABLES))):
         raise ValueError(f"no lake table {', '.join(unknown)}; the tables: "
                          f"{', '.join(LAKE_TABLES)}")
@@ -301,9 +304,6 @@ def _remove_stale(target: Path, older_than_s: float = 3600.0) -> None:
 def warehouse(context: AssetExecutionContext, lake: Lake,
               warehouse_db: Warehouse) -> MaterializeResult:
     """DuckDB views over the lake, for analysts (`ledgerlake sql`)."""
-    if "://" in lake.root:
-        raise ValueError(f"the warehouse reads a local lake; {lake.root} needs DuckDB's httpfs "
-                         "extension, which this build does not load")
     target = Path(warehouse_db.path).resolve()
     versions = {t: lake.version(t) for t in LAKE_TABLES}  # read before the snapshots: at most
     views = build(lake.root, target, warehouse_db.timezone)  # as new as what the views read
