@@ -174,10 +174,10 @@ def commit(lake: Lake, landings: Iterable[Landing], tables: Mapping[str, pa.Sche
             for x in landings:
                 x.published, x.error, x.retryable = False, f"{type(exc).__name__}: {exc}", True
             break
+        where = dg.MetadataValue.path(lake.shown(table))
         for x in landings:
             if table in x.rows and "lake_table" not in x.metadata:
-                x.metadata["lake_table"] = dg.MetadataValue.path(lake.shown(table))
-                x.metadata["lake_version"] = version
+                x.metadata["lake_table"], x.metadata["lake_version"] = where, version
     for x in landings:
         x.rows = {}  # written: the run need not hold them any longer
 

@@ -228,16 +228,11 @@ def write_delta(uri: str, table: pa.Table, rids: list[str], month: bool) -> dict
 
 # ---------------------------------------------------------------- the warehouse over Delta
 
-def _q(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def build_over_delta(tables: dict[str, str], target: Path,
                      timezone: str = warehouse.DEFAULT_TIMEZONE) -> list[str]:
     """The warehouse over Delta: `assets.warehouse.build` with each given table read as the
     file list of its current snapshot (the rest stood in for, as over the folders)."""
-    sources = {t: "read_parquet([" + ", ".join(_q(f) for f in delta.files(uri))
-               + "], union_by_name = true)" for t, uri in tables.items()}
+    sources = {t: warehouse.lake_source(delta.files(uri)) for t, uri in tables.items()}
     return warehouse.build(target.parent, target, timezone, sources=sources)
 
 
