@@ -74,7 +74,7 @@ def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
 
 @pytest.fixture(scope="module")
 def shared_sandbox(tmp_path_factory) -> Iterator[Sandbox]:
-    """One sandbox for a whole test module (for read-only tests)."""
+    """One sandbox for a whole test module, its own: its tests share its state."""
     box = start_sandbox(tmp_path_factory.mktemp("shared") / "sandbox")
     try:
         yield box

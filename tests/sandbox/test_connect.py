@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import Sandbox, start_sandbox
+from tests.conftest import Sandbox
 
 SPEC_METHODS = {1000: "Validation", 1002: "Transactions Fetch Error",
                 1003: "Balance Fetch Error", 1004: "No Plan", 1005: "Wallet Insufficient Funds",
@@ -102,12 +102,8 @@ def count(box: Sandbox, table: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory):
-    b = start_sandbox(tmp_path_factory.mktemp("connect") / "sandbox")
-    try:
-        yield b
-    finally:
-        b.server.stop()
+def box(shared_sandbox):
+    return shared_sandbox  # this module's own sandbox (conftest)
 
 
 @pytest.fixture(scope="module")

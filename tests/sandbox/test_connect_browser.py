@@ -19,7 +19,6 @@ import pytest
 
 from pipeline.demo import wait_for_events
 from pipeline.local import tick
-from tests.conftest import start_sandbox
 
 CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
 if not CHROMIUM:
@@ -33,12 +32,8 @@ _users = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def box(tmp_path_factory):
-    b = start_sandbox(tmp_path_factory.mktemp("connect-browser") / "sandbox")
-    try:
-        yield b
-    finally:
-        b.server.stop()
+def box(shared_sandbox):
+    return shared_sandbox  # this module's own sandbox (conftest)
 
 
 @pytest.fixture(scope="module")
