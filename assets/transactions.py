@@ -185,7 +185,7 @@ def land_records(client: ConnectionClient, lake: Lake | None, ids: list[str],
     if held is None:  # in one pass, not one scan of the table per record
         held = lake.read_many("transactions", [r for r in ids if r not in full], SCHEMA)
     with (ThreadPoolExecutor(FETCHERS, thread_name_prefix="transactions-fetch") as pool,
-          ThreadPoolExecutor(2, thread_name_prefix="transactions-write") as io):
+          ThreadPoolExecutor(2, thread_name_prefix="transactions-audit") as io):
         lone = split and len(ids) == 1  # the sensor's runs: one record, maybe a big one
 
         def start_fetch(record_id: str) -> tuple[pa.Table | None, dt.date | None, Future]:
@@ -240,7 +240,7 @@ def land_records(client: ConnectionClient, lake: Lake | None, ids: list[str],
             if isinstance(landing, Future):
                 try:
                     landing = landing.result()
-                except Exception as exc:  # the audit's /balance call, or the write
+                except Exception as exc:  # the audit's /balance call
                     landing = Landing.failed(rid, exc)
             out.append(landing)
     if lake is not None:
