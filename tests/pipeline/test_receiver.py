@@ -8,6 +8,7 @@ import secrets
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 
 import httpx
 import orjson
@@ -300,6 +301,12 @@ def test_the_sandbox_redelivers_to_a_receiver_killed_and_restarted(sandbox, tmp_
                    log_path=tmp_path / "r1.log").start()
     port = first.url.rsplit(":", 1)[1]
     with sandbox.api() as api:
+        # the sandbox's day turns at UTC midnight and sends every record's periodic callbacks:
+        # start just past one, so the two hours this test moves never cross the next
+        now = api.post("sandbox/clock/advance", json={"seconds": 1}).json()["data"]["now"]
+        since_midnight = datetime.fromisoformat(now.replace("Z", "+00:00")).timestamp() % 86400
+        api.post("sandbox/clock/advance", json={"seconds": int(86400 - since_midnight) + 60}
+                 ).raise_for_status()
         api.post("settings/webhook", json={"url": first.url + "/callbacks/", "token": token}
                  ).raise_for_status()
 
