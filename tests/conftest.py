@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from pipeline.local import Server
+from tests.postgres import INSTALL, PostgresServer, find_bin
 
 # the engine's retries wait seconds, not the production default of minutes (assets/publish.py
 # reads this at import, and child processes inherit it)
@@ -80,6 +81,26 @@ def shared_sandbox(tmp_path_factory) -> Iterator[Sandbox]:
         yield box
     finally:
         box.server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One private PostgreSQL cluster for the whole session (tests/postgres.py)."""
+    folder = find_bin()
+    if folder is None:
+        print(f"\nSKIPPING POSTGRES TESTS: {INSTALL}")
+        pytest.skip(INSTALL)
+    server = PostgresServer(folder).start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """The URL of a new empty database of the session's cluster, for one test."""
+    return postgres_server.create_database()
 
 
 @dataclass
