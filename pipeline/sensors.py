@@ -1,12 +1,14 @@
 """Where a callback becomes a run: read the inbox by cursor, add partitions, request runs.
 
 A ready product asks for a run of the assets that fetch it, keyed by the inbox event id, so a
-sensor tick that is retried, or an event delivered twice, never starts a second run. A new
-record's callbacks make one run for that record; the periodic callbacks the service sends for
-every record once a day are batched instead: one run per product set and contiguous range of
-records (at most RECORDS_PER_RUN), not one per record. Failures start nothing: they are
-reported as observations of the product, so they show in the Dagster UI beside the data they
-concern. A connection event (a disconnect, a reauthentication) refreshes `record_status`, and
+sensor tick that is retried, or an event delivered twice, never starts a second run. A record's
+callbacks in one tick make one run for that record; records of one tick that want the same
+products and sit side by side in partition order (new records do: they are added in order)
+share a run, at most NEW_PER_RUN of them, so two hundred new connections cost a dozen runs,
+which the run launcher spreads over processes or pods. The periodic callbacks the service sends
+for every record once a day are batched the same way, in ranges of at most RECORDS_PER_RUN.
+Failures start nothing: they are reported as observations of the product, so they show in
+the Dagster UI beside the data they concern. A connection event (a disconnect, a reauthentication) refreshes `record_status`, and
 with it the warehouse.
 
 The warehouse follows the lake by itself: `warehouse_follows_lake` materializes
@@ -32,12 +34,16 @@ from dagster import (
     sensor,
 )
 
-from assets.partitions import batches, records
+from assets.partitions import RECORDS_PER_RUN, batches, records
 
 from .inbox import CONNECTED, Event, InboxResource
 from .jobs import ingest_job, warehouse_job
 
 BATCH = 500  # events per tick; a backlog drains over consecutive ticks
+# records per run for callbacks of new records: small enough that a burst of connections is
+# spread over several runs (the engine's parallelism), large enough that a run's start-up cost
+# (a process, the code location loaded) is shared; bench/README.md measures the start cost
+NEW_PER_RUN = 20
 MIN_INTERVAL_S = 5
 STATUS_ASSET = "record_status"
 
@@ -130,7 +136,7 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
         wanted[record][1].extend(evs)
         wanted[record][1].sort(key=lambda e: e.id)
     observations = [o for o in observations if o.asset_key.to_user_string() in existing]
-    requests = [_record_run(record, assets, evs) for record, (assets, evs) in wanted.items()]
+    requests = _batched_runs(wanted, order or [], partitions, size=NEW_PER_RUN, prefix="inbox")
     requests += _batched_runs(periodic, order or [], partitions)
     if moved and STATUS_ASSET in existing:
         requests.append(RunRequest(
@@ -154,23 +160,28 @@ def _record_run(record: str, assets: dict[str, None], evs: list[Event]) -> RunRe
                       tags=_tags(evs))
 
 
-def _batched_runs(periodic: dict[str, tuple[dict[str, None], list[Event]]], order: list[str],
-                  added: list[str]) -> list[RunRequest]:
-    """The periodic callbacks of many records: one run per product set and contiguous range
-    of records in partition order (a range never takes in a record that did not call)."""
+def _batched_runs(wanted: dict[str, tuple[dict[str, None], list[Event]]], order: list[str],
+                  added: list[str], *, size: int = RECORDS_PER_RUN,
+                  prefix: str = "periodic") -> list[RunRequest]:
+    """The callbacks of many records: one run per product set and contiguous range of records
+    in partition order (a range never takes in a record that did not call). A new record
+    alone in its range is a run of its partition, keyed `inbox-<event>` as ever."""
     known = set(order)
     keys = list(order) + [p for p in added if p not in known]
     where = {k: i for i, k in enumerate(keys)}
     by_products: dict[tuple[str, ...], list[str]] = {}
-    for record, (assets, _) in periodic.items():
+    for record, (assets, _) in wanted.items():
         by_products.setdefault(tuple(sorted(assets)), []).append(record)
     requests = []
     for products, members in by_products.items():
-        for start, end, n in batches(keys, set(members)):
+        for start, end, n in batches(keys, set(members), size):
+            if n == 1 and prefix == "inbox":
+                requests.append(_record_run(start, wanted[start][0], wanted[start][1]))
+                continue
             span = keys[where[start]: where[end] + 1]  # every record in it called
-            evs = sorted((e for r in span for e in periodic[r][1]), key=lambda e: e.id)
+            evs = sorted((e for r in span for e in wanted[r][1]), key=lambda e: e.id)
             requests.append(RunRequest(
-                run_key=f"periodic-{evs[-1].id}-{'-'.join(products)}-{start}-{end}",
+                run_key=f"{prefix}-{evs[-1].id}-{'-'.join(products)}-{start}-{end}",
                 job_name=ingest_job.name, asset_selection=[AssetKey(a) for a in products],
                 tags={**_tags(evs), "dagster/asset_partition_range_start": start,
                       "dagster/asset_partition_range_end": end, "ledgerlake/records": str(n)}))

@@ -9,7 +9,7 @@ from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_cont
 from assets.accounts import accounts
 from pipeline.inbox import Inbox, InboxResource
 from pipeline.jobs import ingest_job
-from pipeline.sensors import BATCH, READY, inbox_sensor
+from pipeline.sensors import BATCH, NEW_PER_RUN, READY, inbox_sensor
 
 
 @pytest.fixture
@@ -153,11 +153,21 @@ def test_disconnected_and_reauth_records_are_not_fetched(inbox, defs, instance, 
 def test_a_backlog_drains_in_bounded_batches(inbox, defs, instance, make):
     for i in range(BATCH * 2 + 17):
         inbox.add(make.callback(f"r{i}", "ACCOUNTS", "ACCOUNTS_SUCCESS"))
-    cursor, sizes = None, []
+    cursor, sizes, covered = None, [], []
     while not isinstance(result := evaluate(defs, instance, cursor), SkipReason):
         sizes.append(len(result.run_requests))
+        added = list(result.dynamic_partitions_requests[0].partition_keys)
+        for rr in result.run_requests:  # new records side by side share runs
+            if rr.partition_key:
+                covered.append(rr.partition_key)
+                continue
+            start = added.index(rr.tags["dagster/asset_partition_range_start"])
+            end = added.index(rr.tags["dagster/asset_partition_range_end"])
+            assert end - start + 1 == int(rr.tags["ledgerlake/records"]) <= NEW_PER_RUN
+            covered += added[start:end + 1]
         cursor = result.cursor
-    assert sizes == [BATCH, BATCH, 17]
+    assert sizes == [BATCH // NEW_PER_RUN, BATCH // NEW_PER_RUN, 1]
+    assert covered == [f"r{i}" for i in range(BATCH * 2 + 17)]  # each record once, in order
     assert int(cursor) == inbox.count()
 
 
