@@ -1,0 +1,209 @@
+"""Ingest with every run in its own process (the daemon's run launcher), against in-process.
+
+Issue 14 asks whether the engine's parallelism (many runs, each a process the run launcher
+starts: on Kubernetes a pod) can replace the forked workers inside a transactions run. This
+measures, on one sandbox and the same records, in one run of this script:
+
+- `in_process`: bench/run.py's ledgerlake contender (the transactions asset materialized in
+  process, RECORDS_PER_RUN records a run, its forked fetch workers): today's figure;
+- `launched`: the production path. A `TRANSACTIONS PRODUCT_IS_READY` callback per record is
+  written to the inbox; `dagster-daemon` (the queued run coordinator, `max_concurrent_runs`
+  of dagster.yaml, `DefaultRunLauncher`: one process a run) evaluates the inbox sensor, which
+  asks for runs of up to `NEW_PER_RUN` records, and launches them. Timed from the inbox write
+  (the daemon already up and idle) to the last record's transactions in the lake;
+- `dlt` (with `--dlt`), bench/run.py's dlt contender.
+
+And the per-run start cost, from each launched run's event log: launch to RUN_START (a new
+process, Python and Dagster imported, the code location loaded) and RUN_START to the first
+STEP_START (the plan, resources), against the steps' own time.
+
+    .venv/bin/python bench/launched_runs.py [--records 1000] [--rows-per-record 1000] [--dlt]
+
+Writes bench/results/launched_runs.json and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path[:0] = [str(ROOT), str(BENCH)]
+
+import run as core  # noqa: E402  bench/run.py: records, contenders, machine facts
+
+RESULTS = BENCH / "results" / "launched_runs.json"
+
+
+def ready(record: str, i: int) -> dict:
+    """The callback the service sends when a record's transactions are ready."""
+    return {"method": "TRANSACTIONS", "callback_type": "TRANSACTIONS", "type": "CALLBACK",
+            "callback_code": "PRODUCT_IS_READY", "code": "PRODUCT_IS_READY",
+            "status": "is_success", "started_at": "2026-01-01T00:00:00.000Z",
+            "ended_at": f"2026-01-01T00:00:{i % 60:02d}.000Z", "record": record,
+            "recordId": record, "customerId": f"bench-{i}", "message": "", "meta": {}}
+
+
+def launched(box: dict, records: list[str], work: Path, timeout_s: float) -> dict:
+    """The daemon launches the sensor's runs, each in its own process; seconds until landed."""
+    from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+
+    from pipeline.inbox import Inbox
+    from resources.lake import Lake
+
+    home = work / "launched"
+    dagster_home = home / "dagster"
+    dagster_home.mkdir(parents=True)
+    (dagster_home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
+    inbox_path = home / "inbox.sqlite3"
+    Inbox(inbox_path, create=True).close()
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "LEDGERLAKE_HOME": str(home),
+           "LEDGERLAKE_INBOX": str(inbox_path), "LEDGERLAKE_API_URL": box["url"],
+           "LEDGERLAKE_ENVIRONMENT": "sandbox", "LEDGERLAKE_SECRET_KEY": box["key"]}
+    dagster = Path(sys.executable).with_name("dagster")
+    # the warehouse would follow the lake as it lands: real work, but not the peer's work
+    subprocess.run([str(dagster), "sensor", "stop", "warehouse_follows_lake", "-w",
+                    str(ROOT / "workspace.yaml")], cwd=home, env=env, check=True,
+                   capture_output=True)
+    log = open(home / "daemon.log", "wb")  # noqa: SIM115
+    daemon = subprocess.Popen([str(Path(sys.executable).with_name("dagster-daemon")), "run",
+                               "-w", str(ROOT / "workspace.yaml")], cwd=home, env=env,
+                              stdout=log, stderr=log)
+    lake = Lake(root=str(home / "lake"))
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    try:
+        time.sleep(15)  # the daemon up and its sensor ticking on an empty inbox
+        with Inbox(inbox_path) as inbox:
+            t0 = time.perf_counter()
+            for start in range(0, len(records), 500):
+                bodies = [ready(r, start + i) for i, r in enumerate(records[start:start + 500])]
+                inbox.add_described([(describe(b), orjson.dumps(b)) for b in bodies])
+        want = set(records)
+        deadline = time.monotonic() + timeout_s
+        while not want <= set(lake.partitions("transactions")):
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("launched runs did not land every record:\n"
+                                   + (home / "daemon.log").read_text()[-3000:])
+            time.sleep(0.5)
+        seconds = time.perf_counter() - t0
+    finally:
+        core_stop(daemon)
+        log.close()
+    with DagsterInstance.get() as instance:
+        runs = instance.get_run_records(RunsFilter(job_name="ingest_job"))
+        failed = [r for r in runs if r.dagster_run.status != DagsterRunStatus.SUCCESS]
+        start_cost, plan_cost, steps = [], [], []
+        for r in runs:
+            events = {e.dagster_event.event_type: e.timestamp for e in reversed(
+                instance.all_logs(r.dagster_run.run_id)) if e.dagster_event}
+            begun = events.get(DagsterEventType.RUN_STARTING)
+            if begun and DagsterEventType.RUN_START in events:
+                start_cost.append(events[DagsterEventType.RUN_START] - begun)
+            if DagsterEventType.STEP_START in events:
+                plan_cost.append(events[DagsterEventType.STEP_START]
+                                 - events[DagsterEventType.RUN_START])
+            if r.start_time and r.end_time:
+                steps.append(r.end_time - r.start_time)
+    del os.environ["DAGSTER_HOME"]
+    return {"seconds": seconds, "runs": len(runs), "failed_runs": len(failed),
+            "launch_to_run_start_s": _spread(start_cost),
+            "run_start_to_first_step_s": _spread(plan_cost), "run_wall_s": _spread(steps)}
+
+
+def describe(body: dict) -> dict:
+    from pipeline.inbox import describe as of
+
+    return of(body)
+
+
+def core_stop(proc: subprocess.Popen) -> None:
+    from pipeline.local import stop_process
+
+    stop_process(proc, timeout_s=30)
+
+
+def _spread(values: list[float]) -> dict:
+    if not values:
+        return {}
+    values = sorted(values)
+    return {"n": len(values), "median": round(statistics.median(values), 2),
+            "p90": round(values[int(0.9 * (len(values) - 1))], 2),
+            "max": round(values[-1], 2), "sum": round(sum(values), 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1000)
+    ap.add_argument("--rows-per-record", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=20261123)
+    ap.add_argument("--dlt", action="store_true", help="dlt too (installed with uv)")
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args(argv)
+
+    import httpx
+
+    from pipeline.inbox import RECORD_ID  # noqa: F401  (imports the project before timing)
+    from pipeline.local import Server
+    from pipeline.sensors import NEW_PER_RUN
+
+    result: dict = {"what": __doc__.splitlines()[0], "records": args.records,
+                    "rows_per_record": args.rows_per_record, "new_per_run": NEW_PER_RUN,
+                    "command": " ".join(["bench/launched_runs.py", *(argv or sys.argv[1:])])}
+    with tempfile.TemporaryDirectory(prefix="ledgerlake-launched-") as tmp:
+        work = Path(tmp)
+        key = "sk_test_" + secrets.token_hex(12)
+        server = Server("sandbox", "--data-dir", str(work / "sandbox"), "--seed",
+                        str(args.seed), "--rate-limit", "0", "--addition-limit", "1000000",
+                        "--freeze-clock",
+                        env={"LEDGERLAKE_SANDBOX_KEY": key,
+                             "LEDGERLAKE_PRODUCTION_KEY": "sk_live_" + secrets.token_hex(12)},
+                        log_path=work / "sandbox.log").start()
+        try:
+            box = {"url": server.url, "key": key}
+            with httpx.Client(base_url=server.url + "/sandbox/v2/", timeout=120,
+                              headers={"Authorization": f"Bearer {key}"}) as api:
+                records, total = core.make_records(api, args.records, args.rows_per_record,
+                                                   args.seed)
+            result["rows"] = total
+            print(f"[launched] {len(records)} records, {total:,} transactions", flush=True)
+            job = {"url": box["url"], "key": key, "records": records}
+            inproc = core.run_child("ledgerlake", job, work, timeout_s=1800)
+            result["in_process"] = inproc
+            print(f"[launched] in process: {inproc['seconds']:.1f}s", flush=True)
+            result["launched"] = launched(box, records, work, timeout_s=3600)
+            print(f"[launched] launched runs: {result['launched']['seconds']:.1f}s", flush=True)
+            if args.dlt and core.dlt_available():
+                result["dlt"] = core.run_child("dlt", job, work, timeout_s=3600)
+        finally:
+            server.stop()
+    for name in ("in_process", "launched", "dlt"):
+        if name in result:
+            result[name]["rows_per_s"] = round(total / result[name]["seconds"])
+    result["launched_over_in_process"] = round(
+        result["in_process"]["seconds"] / result["launched"]["seconds"], 3)
+    if "dlt" in result:
+        result["launched_over_dlt"] = round(result["dlt"]["seconds"]
+                                            / result["launched"]["seconds"], 3)
+    result["measured_at"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    result["machine"] = core.machine()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
