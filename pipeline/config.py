@@ -30,10 +30,10 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 _LATER = {"gs", "gcs", "az", "abfs", "abfss", "adl", "hdfs", "r2"}
 # S3's bucket naming rules (no port, no upper case, 3 to 63 characters)
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-# the query options pyarrow's S3 URI parser takes (26.x); credentials are not among them
-S3_OPTIONS = frozenset({"region", "scheme", "endpoint_override", "allow_bucket_creation",
-                        "allow_bucket_deletion", "tls_ca_file_path", "tls_verify_certificates",
-                        "allow_delayed_open", "smart_defaults"})
+# the query options the lake honours (resources/object_store.py hands them to delta-rs and
+# pyarrow alike); credentials are not among them. pyarrow's URI parser takes more, which the
+# lake's writes would refuse: refused here, at load, instead
+S3_OPTIONS = frozenset({"region", "scheme", "endpoint_override"})
 
 LOCAL = ("file",)
 LAKE = ("file", "s3")
@@ -131,7 +131,7 @@ def check_lake(lake: str) -> None:
 
     try:
         check(lake)
-    except LakeUnreachable as exc:
+    except (LakeUnreachable, ValueError) as exc:
         raise ConfigError(f"LEDGERLAKE_LAKE={_shown(lake)}: the lake cannot be reached: "
                           f"{exc}") from None
 

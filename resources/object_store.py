@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pyarrow.fs as pafs
 
-_QUERY_KEYS = {"endpoint_override", "scheme", "region"}
+QUERY_KEYS = frozenset({"endpoint_override", "scheme", "region"})  # = config.S3_OPTIONS
 _ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
 CHECK_TIMEOUT_S = 5.0  # the access check's connect and request timeouts: an answer, or a cause
 
@@ -55,7 +55,7 @@ def where(uri: str, storage_options: Mapping[str, str] | None = None
     if parts.scheme != "s3":
         raise ValueError(f"unsupported lake location {shown(uri)}: a path or s3:// only")
     query = dict(parse_qsl(parts.query))
-    if unknown := sorted(set(query) - _QUERY_KEYS):
+    if unknown := sorted(set(query) - QUERY_KEYS):
         raise ValueError(f"unknown options in the s3 URI: {unknown} (credentials come from "
                          "the AWS environment variables)")
     options = {k: os.environ[k] for k in _ENV if os.environ.get(k)}
@@ -169,7 +169,7 @@ def connect(database: str = ":memory:", lake_root: str | None = None, *,
     import duckdb
 
     con = duckdb.connect(database, read_only=read_only, config=dict(config or {}))
-    if lake_root is not None and "://" in lake_root:
+    if lake_root is not None and lake_root.startswith("s3://"):
         from fsspec.implementations.arrow import ArrowFSWrapper
 
         store, _ = filesystem(lake_root)

@@ -314,3 +314,12 @@ def test_a_wrong_key_is_reported_by_dagster_as_the_location_not_loading(s3, tmp_
     assert line in out.stdout + out.stderr
     assert s3.secret not in out.stdout + out.stderr
     assert env["AWS_SECRET_ACCESS_KEY"] not in out.stdout + out.stderr
+
+
+def test_the_settings_take_only_the_s3_options_the_lake_honours():
+    from pipeline.config import S3_OPTIONS, ConfigError, Settings
+
+    assert S3_OPTIONS == object_store.QUERY_KEYS
+    with pytest.raises(ConfigError, match=r"unknown S3 option 'allow_bucket_creation' \(options: "
+                                          r"endpoint_override, region, scheme\)"):
+        Settings.from_env({"LEDGERLAKE_LAKE": "s3://bucket/lake?allow_bucket_creation=true"})
