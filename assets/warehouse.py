@@ -1,8 +1,8 @@
 """The warehouse: a DuckDB file of views over the lake, rebuilt aside and published atomically.
 
 Each view is one file in `sql/`, named after the view. In the SQL, `{lake:TABLE}` stands for
-the lake table (read_parquet over absolute paths, `record_id` from the hive folder name,
-`union_by_name` so partitions written before a column was added still read); when the lake
+the lake table (read_parquet over its snapshot's data files, local paths or `s3://` URIs,
+`union_by_name` so files written before a column was added still read); when the lake
 has no file of it yet, an empty relation with the table's columns and types (LAKE_TABLES)
 stands in, so every view exists over any lake, even an empty one, with the same typed
 columns it has over real rows. (`{lake:TABLE?}`, once the spelling for a table that may
@@ -13,6 +13,10 @@ Analysts open the published file read-only. A refresh builds a new file next to 
 renames it into place, so readers never see a half-built one, and since the build never
 opens the published file, a reader holding it open never blocks a refresh (on POSIX the
 reader keeps the old file until it reconnects).
+
+The file is always local; over an `s3://` lake its views name `s3://` files, which DuckDB
+reads through the filesystem `resources.object_store.connect` registers on a connection
+(no httpfs): a reader opens the file that way, with LEDGERLAKE_LAKE set to the lake.
 """
 
 # no `from __future__ import annotations`: Dagster reads the context's type hint at runtime
@@ -36,6 +40,7 @@ from dagster import (
     asset,
 )
 
+from resources import object_store
 from resources.lake import Lake, fsync
 
 from . import accounts as accounts_module
@@ -156,13 +161,6 @@ def snapshot_files(lake: Lake, table: str, as_of: AsOf = None) -> list[str]:
     pinned = as_of.get(table) if isinstance(as_of, Mapping) else as_of
     try:
         files = lake.files(table, pinned)  # before its first commit: version 0, no files
-        if pinned is not None and lake.is_local:
-            if gone := [f for f in files if not os.path.exists(f.removeprefix("file://"))]:
-                raise ValueError(
-                    f"lake table {table} as of {pinned}: {len(gone)} of its {len(files)} files "
-                    "were removed by the lake's vacuum (time travel reaches back "
-                    "LEDGERLAKE_LAKE_RETENTION_HOURS)")
-        return files
     except FileNotFoundError:
         if isinstance(pinned, int):
             raise ValueError(f"lake table {table} does not exist, so has no version {pinned}") \
@@ -173,6 +171,11 @@ def snapshot_files(lake: Lake, table: str, as_of: AsOf = None) -> list[str]:
             raise
         raise ValueError(f"lake table {table} has no version {pinned} (latest: "
                          f"{lake.version(table)}, or vacuumed)") from exc
+    if pinned is not None and (gone := object_store.absent(lake.table_uri(table), files)):
+        raise ValueError(f"lake table {table} as of {pinned}: {len(gone)} of its {len(files)} "
+                         "files were removed by the lake's vacuum (time travel reaches back "
+                         "LEDGERLAKE_LAKE_RETENTION_HOURS)")
+    return files
 
 
 def lake_source(files: list[str]) -> str:
@@ -218,9 +221,6 @@ def stand_in(table: str) -> str:
 def lake_sources(lake: Lake, tables: Iterable[str] = LAKE_TABLES,
                  as_of: AsOf = None) -> dict[str, str]:
     """How a view reads each of `tables` the lake has rows of (the rest are stood in for)."""
-    if not lake.is_local:
-        raise ValueError(f"the warehouse reads a local lake; {lake.root.split('?')[0]} needs "
-                         "DuckDB's httpfs extension, which this build does not load")
     if isinstance(as_of, Mapping) and (unknown := sorted(set(as_of) - set(LAKE_TABLES))):
         raise ValueError(f"no lake table {', '.join(unknown)}; the tables: "
                          f"{', '.join(LAKE_TABLES)}")
@@ -263,7 +263,7 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     created: list[str] = []
     try:
-        with duckdb.connect(str(tmp), config=FILE_CONFIG) as con:
+        with object_store.connect(str(tmp), str(lake_root), config=FILE_CONFIG) as con:
             check_timezone(con, timezone)
             for view in views:
                 if not buildable(view, set(created)):
@@ -272,7 +272,8 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
                     con.execute(render(view, sources, timezone))
                 except duckdb.Error as exc:
                     raise RuntimeError(f"view {view.name} ({SQL_DIR / view.name}.sql) "
-                                       f"does not build over {lake_root}: {exc}") from exc
+                                       f"does not build over "
+                                       f"{object_store.shown(str(lake_root))}: {exc}") from exc
                 created.append(view.name)
             con.execute("checkpoint")
         fsync(tmp)

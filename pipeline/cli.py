@@ -158,18 +158,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     from . import sql
-    from .config import Settings, local_path
+    from .config import Settings, check_lake, local_path
 
-    path = Path(args.warehouse) if args.warehouse else Settings.from_env().warehouse_path
+    settings = Settings.from_env()
+    path = Path(args.warehouse) if args.warehouse else settings.warehouse_path
+    lake = str(local_path(settings.lake) or settings.lake)  # the views read its files
     with tempfile.TemporaryDirectory(prefix="ledgerlake-as-of-") as scratch:
         try:
             fmt = sql.format_of(args.format, Path(args.output) if args.output else None)
+            check_lake(lake)  # an s3:// lake that refuses us: one line, exit 2 (a ConfigError)
             if args.as_of is not None:  # the views over the lake as it stood then
-                settings = Settings.from_env()
-                lake = str(local_path(settings.lake) or settings.lake)
                 path = sql.as_of_warehouse(lake, Path(scratch) / "as-of.duckdb",
                                            settings.timezone, args.as_of)
-            con = sql.open_warehouse(path.resolve())
+            con = sql.open_warehouse(path.resolve(), lake)
         except (sql.QueryError, FileNotFoundError, ValueError, RuntimeError) as exc:
             print(f"ledgerlake: {exc}", file=sys.stderr)
             return 2

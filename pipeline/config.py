@@ -4,11 +4,12 @@ Every location defaults under LEDGERLAKE_HOME (default `./data`, made absolute a
 the demo, the Dagster UI and `ledgerlake sql` run from the repository root share one lake.
 
 A location is a plain path (made absolute) or a URI, kept as given. What each setting takes
-is what the project can write today: the lake a local path, `file://` or `s3://` (resources/
-lake.py writes S3 through pyarrow); the warehouse (a DuckDB file), the inbox (SQLite) and the
-home folder only a local path or `file://`. Anything else is refused at load with a
-ConfigError naming the variable, never read as a folder named `s3:` under the working
-directory.
+is what the project can write today: the lake a local path, `file://` or `s3://` (delta-rs
+writes it; the warehouse's views read it through pyarrow); the warehouse (a DuckDB file), the
+inbox (SQLite) and the home folder only a local path or `file://`. Anything else is refused at
+load with a ConfigError naming the variable, never read as a folder named `s3:` under the
+working directory. An `s3://` lake must also answer (`check_lake`): wrong credentials, an
+endpoint that does not answer or a missing bucket are a ConfigError before anything runs.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 _LATER = {"gs", "gcs", "az", "abfs", "abfss", "adl", "hdfs", "r2"}
 # S3's bucket naming rules (no port, no upper case, 3 to 63 characters)
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-# the query options pyarrow's S3 URI parser takes (26.x); credentials are not among them
-S3_OPTIONS = frozenset({"region", "scheme", "endpoint_override", "allow_bucket_creation",
-                        "allow_bucket_deletion", "tls_ca_file_path", "tls_verify_certificates",
-                        "allow_delayed_open", "smart_defaults"})
+# the query options the lake honours (resources/object_store.py hands them to delta-rs and
+# pyarrow alike); credentials are not among them. pyarrow's URI parser takes more, which the
+# lake's writes would refuse: refused here, at load, instead
+S3_OPTIONS = frozenset({"region", "scheme", "endpoint_override"})
 
 LOCAL = ("file",)
 LAKE = ("file", "s3")
@@ -119,6 +120,20 @@ def local_path(value: str) -> Path | None:
     if match.group(1).lower() == "file":
         return Path(url2pathname(urlsplit(value).path))
     return None
+
+
+def check_lake(lake: str) -> None:
+    """A ConfigError, one line naming LEDGERLAKE_LAKE and the cause, unless an s3:// lake's
+    store answers with the AWS environment's credentials (a local lake: nothing to check)."""
+    if local_path(lake) is not None:
+        return
+    from resources.object_store import LakeUnreachable, check
+
+    try:
+        check(lake)
+    except (LakeUnreachable, ValueError) as exc:
+        raise ConfigError(f"LEDGERLAKE_LAKE={_shown(lake)}: the lake cannot be reached: "
+                          f"{exc}") from None
 
 
 def _local(var: str, value: str) -> Path:

@@ -17,13 +17,16 @@ from resources.callbacks import CallbackLog
 from resources.client import ConnectionClient
 from resources.lake import Lake
 
-from .config import Settings, local_path
+from .config import Settings, check_lake, local_path
 from .inbox import InboxResource
 from .jobs import ingest_job, refresh_job, replay_job, warehouse_job
 from .schedules import daily_refresh, hourly_replay
 from .sensors import inbox_sensor, warehouse_follows_lake
 
 settings = Settings.from_env()
+# an s3:// lake that refuses us fails the load, with the cause, so the daemon launches no run
+# against it and the UI shows why; each run's process loads this too, and checks again
+check_lake(settings.lake)
 
 defs = dg.Definitions(
     assets=[accounts, balances, transactions, income, identity, payments, record_status,

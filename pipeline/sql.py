@@ -27,6 +27,9 @@ TO_STDOUT = ("csv", "json", "jsonl")  # parquet is binary: it needs --output
 COPY_OPTIONS = {"csv": "format csv, header true", "json": "format json, array true",
                 "jsonl": "format json", "parquet": "format parquet, compression zstd"}
 PROMPT, MORE = "ledgerlake> ", "       ...> "
+# a view over s3:// read without the lake's filesystem (LEDGERLAKE_LAKE not the lake it was
+# built over) would make DuckDB fetch httpfs from the internet: an error here instead
+NO_DOWNLOADS = {"autoinstall_known_extensions": "false"}
 
 
 class QueryError(Exception):
@@ -66,11 +69,15 @@ def as_of_warehouse(lake_root: str, target: Path, timezone: str, as_of: str) -> 
     return target
 
 
-def open_warehouse(path: Path) -> duckdb.DuckDBPyConnection:
+def open_warehouse(path: Path, lake_root: str | None = None) -> duckdb.DuckDBPyConnection:
+    """The published file, read-only; its views read the lake at `lake_root` (an s3:// lake's
+    files through the filesystem resources.object_store registers)."""
+    from resources.object_store import connect
+
     if not path.is_file():
         raise FileNotFoundError(f"no warehouse at {path} (run `make demo`, or materialize the "
                                 "warehouse asset)")
-    con = duckdb.connect(str(path), read_only=True)
+    con = connect(str(path), lake_root, read_only=True, config=NO_DOWNLOADS)
     con.execute("set TimeZone = 'UTC'")  # the lake's and the service's time; SET to change
     return con
 
@@ -79,10 +86,19 @@ def run(con: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyRelation |
     try:
         return con.sql(query)
     except duckdb.Error as exc:
-        if "read-only" in str(exc):
-            raise QueryError(f"the warehouse is read-only; it holds views over the lake and "
-                             f"is rebuilt by the warehouse asset ({exc})") from None
-        raise QueryError(str(exc)) from None
+        raise QueryError(_why(exc)) from None
+
+
+def _why(exc: duckdb.Error) -> str:
+    text = str(exc)
+    if "read-only" in text:
+        return (f"the warehouse is read-only; it holds views over the lake and is rebuilt by "
+                f"the warehouse asset ({text})")
+    if "httpfs" in text:
+        return ("the warehouse's views read the lake on S3: set LEDGERLAKE_LAKE to the s3:// "
+                "lake it was built over (ledgerlake reads it through pyarrow, without DuckDB's "
+                "httpfs extension)")
+    return text
 
 
 def show(rel: duckdb.DuckDBPyRelation | None, max_rows: int, out: TextIO) -> None:
@@ -92,7 +108,7 @@ def show(rel: duckdb.DuckDBPyRelation | None, max_rows: int, out: TextIO) -> Non
     try:
         text = _render(rel, max_rows, width)
     except duckdb.Error as exc:
-        raise QueryError(str(exc)) from None
+        raise QueryError(_why(exc)) from None
     out.write(text if text.endswith("\n") else text + "\n")
     out.flush()
 
@@ -113,7 +129,7 @@ def _result(rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
     try:
         return rel.to_arrow_table()
     except duckdb.Error as exc:
-        raise QueryError(str(exc)) from None
+        raise QueryError(_why(exc)) from None
 
 
 def _quote_name(name: str) -> str:

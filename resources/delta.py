@@ -8,20 +8,20 @@ might (`CommitFailedError`, e.g. two predicate overwrites at once, even of diffe
 `replace` then runs the whole write again on the new version, a bounded number of times.
 
 Where: a local path or `s3://bucket/prefix/table`, optionally with the query `lake.py`'s roots
-carry (`?endpoint_override=host:port&scheme=http&region=...`). Credentials come from the AWS
-environment variables at each call and are never part of a URI, a message or a repr.
+carry (`?endpoint_override=host:port&scheme=http&region=...`), reached as
+`resources/object_store.py` says (credentials from the AWS environment variables at each call,
+never part of a URI, a message or a repr).
 """
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,14 +30,16 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
+from .object_store import filesystem as _filesystem
+from .object_store import shown as _shown
+from .object_store import where as _where
+
 RECORD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the rule of resources.lake.check_record_id
 ATTEMPTS = 8          # commits lost to concurrent writers before giving up
 BACKOFF_S = 0.05      # first wait; doubles, jittered, capped at MAX_BACKOFF_S
 MAX_BACKOFF_S = 2.0
 ZSTD = WriterProperties(compression="ZSTD")
 DEFAULT_TARGET = 100 * 2**20  # delta-rs's own default file size for compaction
-_QUERY_KEYS = {"endpoint_override", "scheme", "region"}
-_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
 
 
 class CommitConflict(RuntimeError):
@@ -242,23 +244,6 @@ def vacuum(uri: str, retention_hours: int, *,
             "files_removed": len(present), "bytes_removed": sum(i.size for i in present)}
 
 
-def _filesystem(uri: str, storage_options: Mapping[str, str] | None = None
-                ) -> tuple[pafs.FileSystem, str]:
-    """pyarrow's filesystem for the table and the table's path in it (s3: the options
-    delta-rs is given, so both reach the same store with the same credentials)."""
-    location, options = _where(uri, storage_options)
-    if "://" not in location:
-        return pafs.LocalFileSystem(), location.rstrip("/")
-    options = options or {}
-    endpoint = urlsplit(options.get("AWS_ENDPOINT_URL", ""))
-    filesystem = pafs.S3FileSystem(
-        access_key=options.get("AWS_ACCESS_KEY_ID"), secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
-        session_token=options.get("AWS_SESSION_TOKEN"),
-        region=options.get("AWS_REGION", "us-east-1"),
-        endpoint_override=endpoint.netloc or None, scheme=endpoint.scheme or "https")
-    return filesystem, location.removeprefix("s3://").rstrip("/")
-
-
 def check_record_id(record_id: str) -> str:
     """Record ids are quoted into predicates: refuse anything but ^[A-Za-z0-9_-]{1,64}$."""
     if not isinstance(record_id, str) or not RECORD_ID.fullmatch(record_id):
@@ -382,40 +367,3 @@ def _day(when: date | datetime) -> str:
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
-
-
-def _shown(uri: str) -> str:
-    """The URI as messages show it: without its query."""
-    return uri.split("?", 1)[0]
-
-
-def _where(uri: str, storage_options: Mapping[str, str] | None) -> tuple[str, dict | None]:
-    """delta-rs's location and storage options: S3 settings from the URI's query, the options
-    given and the AWS environment (credentials only from there)."""
-    if "://" not in uri:
-        if storage_options:
-            raise ValueError("storage options are for s3:// tables only")
-        return os.path.abspath(uri), None
-    parts = urlsplit(uri)
-    if parts.scheme != "s3":
-        raise ValueError(f"unsupported lake location {_shown(uri)}: a path or s3:// only")
-    query = dict(parse_qsl(parts.query))
-    if unknown := sorted(set(query) - _QUERY_KEYS):
-        raise ValueError(f"unknown options in the s3 URI: {unknown} (credentials come from "
-                         "the AWS environment variables)")
-    options = {k: os.environ[k] for k in _ENV if os.environ.get(k)}
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if region:
-        options["AWS_REGION"] = region
-    given = dict(storage_options or {})
-    endpoint = given.pop("endpoint_override", None) or query.get("endpoint_override")
-    if endpoint:
-        if "://" not in endpoint:
-            endpoint = f"{query.get('scheme', 'https')}://{endpoint}"
-        options["AWS_ENDPOINT_URL"] = endpoint
-    if "region" in query:
-        options["AWS_REGION"] = query["region"]
-    options.update(given)
-    if options.get("AWS_ENDPOINT_URL", "").startswith("http://"):
-        options["AWS_ALLOW_HTTP"] = "true"
-    return f"s3://{parts.netloc}{parts.path}", options

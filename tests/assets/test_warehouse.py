@@ -875,15 +875,3 @@ def test_as_of_a_table_or_version_the_lake_lacks_is_refused(tmp_path, as_of, mes
         build(lake.root, target, as_of=as_of)
     assert target.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
-
-
-def test_a_lake_on_object_storage_is_refused_before_anything_is_built(tmp_path):
-    """DuckDB reads the snapshot's files locally only here (no httpfs): an s3 lake gets a
-    clear message, without its query, and no warehouse file."""
-    target = tmp_path / "w.duckdb"
-    root = "s3://lake-bucket/lake?endpoint_override=127.0.0.1:9&scheme=http"
-    with pytest.raises(ValueError, match=r"^the warehouse reads a local lake; "
-                                         r"s3://lake-bucket/lake needs DuckDB's httpfs") as err:
-        build(root, target)
-    assert "endpoint_override" not in str(err.value)
-    assert not target.exists() and list(tmp_path.iterdir()) == []

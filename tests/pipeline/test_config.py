@@ -134,13 +134,19 @@ def resources_of(env: dict, cwd: Path) -> dict:
     return json.loads(out.stdout.splitlines()[-1])
 
 
-def test_the_definitions_hand_local_paths_to_the_lake_and_warehouse(tmp_path):
+def test_the_definitions_hand_local_paths_to_the_lake_and_warehouse(s3_endpoint,  # noqa: F811
+                                                                     tmp_path):
+    import pyarrow.fs as pafs
+
     got = resources_of({"LEDGERLAKE_HOME": str(tmp_path),
                         "LEDGERLAKE_LAKE": f"file://{tmp_path}/lake",
                         "LEDGERLAKE_WAREHOUSE": f"file://{tmp_path}/w.duckdb"}, tmp_path)
     # a local path, so the lake writes aside and renames, and the warehouse can read it
     assert got == {"lake": str(tmp_path / "lake"), "warehouse": str(tmp_path / "w.duckdb")}
-    uri = "s3://bucket/lake?region=eu-west-1"
+    # an s3 lake must answer at load (tests/assets/test_warehouse_s3.py): moto's does
+    pafs.S3FileSystem(endpoint_override=s3_endpoint, scheme="http", region="us-east-1",
+                      allow_bucket_creation=True).create_dir("bucket")
+    uri = f"s3://bucket/lake?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
     got = resources_of({"LEDGERLAKE_HOME": str(tmp_path), "LEDGERLAKE_LAKE": uri}, tmp_path)
     assert got["lake"] == uri
 

@@ -1,0 +1,182 @@
+"""How the lake's files are reached where they live: a local folder or `s3://bucket/prefix`.
+
+One root (`s3://bucket/prefix?endpoint_override=host:port&scheme=http&region=...`) gives
+delta-rs its storage options, pyarrow its filesystem and DuckDB a filesystem to read the
+views' Parquet through, so all three reach the same store with the same credentials.
+Credentials come from the AWS environment variables at each call; they are never part of a
+URI, a message or a repr.
+
+DuckDB reads `s3://` through pyarrow's S3 client wrapped as an fsspec filesystem and
+registered on the connection (`connect`), not through its httpfs extension: extensions are
+downloaded at run time, which a locked-down host (or this project's machines) cannot do.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from urllib.parse import parse_qsl, urlsplit
+
+import pyarrow.fs as pafs
+
+QUERY_KEYS = frozenset({"endpoint_override", "scheme", "region"})  # = config.S3_OPTIONS
+_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
+CHECK_TIMEOUT_S = 5.0  # the access check's connect and request timeouts: an answer, or a cause
+
+# pyarrow's S3 errors read "... AWS Error <CODE> during <Operation> operation: ..."
+_AWS_ERROR = re.compile(r"AWS Error ([A-Z_]+) during (\w+)")
+_DENIED = {"ACCESS_DENIED", "SIGNATURE_DOES_NOT_MATCH", "INVALID_ACCESS_KEY_ID",
+           "INVALID_CLIENT_TOKEN_ID", "EXPIRED_TOKEN", "MISSING_AUTHENTICATION_TOKEN",
+           "UNRECOGNIZED_CLIENT"}
+_UNREACHABLE = {"NETWORK_CONNECTION", "REQUEST_TIMEOUT", "SERVICE_UNAVAILABLE",
+                "ENDPOINT_RESOLUTION_FAILURE"}
+
+
+class LakeUnreachable(OSError):
+    """The lake's store did not answer, or refused these credentials; the message says which,
+    in one line, without any secret."""
+
+
+def shown(uri: str) -> str:
+    """The URI as messages show it: without its query."""
+    return uri.split("?", 1)[0]
+
+
+def where(uri: str, storage_options: Mapping[str, str] | None = None
+          ) -> tuple[str, dict | None]:
+    """delta-rs's location and storage options: S3 settings from the URI's query, the options
+    given and the AWS environment (credentials only from there)."""
+    if "://" not in uri:
+        if storage_options:
+            raise ValueError("storage options are for s3:// tables only")
+        return os.path.abspath(uri), None
+    parts = urlsplit(uri)
+    if parts.scheme != "s3":
+        raise ValueError(f"unsupported lake location {shown(uri)}: a path or s3:// only")
+    query = dict(parse_qsl(parts.query))
+    if unknown := sorted(set(query) - QUERY_KEYS):
+        raise ValueError(f"unknown options in the s3 URI: {unknown} (credentials come from "
+                         "the AWS environment variables)")
+    options = {k: os.environ[k] for k in _ENV if os.environ.get(k)}
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        options["AWS_REGION"] = region
+    given = dict(storage_options or {})
+    endpoint = given.pop("endpoint_override", None) or query.get("endpoint_override")
+    if endpoint:
+        if "://" not in endpoint:
+            endpoint = f"{query.get('scheme', 'https')}://{endpoint}"
+        options["AWS_ENDPOINT_URL"] = endpoint
+    if "region" in query:
+        options["AWS_REGION"] = query["region"]
+    options.update(given)
+    if options.get("AWS_ENDPOINT_URL", "").startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"
+    return f"s3://{parts.netloc}{parts.path}", options
+
+
+def filesystem(uri: str, storage_options: Mapping[str, str] | None = None,
+               timeout_s: float | None = None) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem for `uri` and its path in it (s3: built from the options delta-rs
+    is given). With `timeout_s`, each connection and request gives up after that long and
+    is not retried (the access check: a cause now, not after the SDK's retries)."""
+    location, options = where(uri, storage_options)
+    if "://" not in location:
+        return pafs.LocalFileSystem(), location.rstrip("/")
+    options = options or {}
+    endpoint = urlsplit(options.get("AWS_ENDPOINT_URL", ""))
+    limits = {} if timeout_s is None else {
+        "connect_timeout": timeout_s, "request_timeout": timeout_s,
+        "retry_strategy": pafs.AwsDefaultS3RetryStrategy(max_attempts=1)}
+    store = pafs.S3FileSystem(
+        access_key=options.get("AWS_ACCESS_KEY_ID"),
+        secret_key=options.get("AWS_SECRET_ACCESS_KEY"),
+        session_token=options.get("AWS_SESSION_TOKEN"),
+        region=options.get("AWS_REGION", "us-east-1"),
+        endpoint_override=endpoint.netloc or None, scheme=endpoint.scheme or "https", **limits)
+    return store, location.removeprefix("s3://").rstrip("/")
+
+
+def check(uri: str, timeout_s: float = CHECK_TIMEOUT_S) -> None:
+    """Raise LakeUnreachable unless an s3:// lake's store answers a listing of its prefix with
+    these credentials and its bucket exists (two small requests; a local lake: nothing to
+    do, its folders are made on first write)."""
+    if "://" not in uri:
+        return
+    store, base = filesystem(uri, timeout_s=timeout_s)
+    bucket = base.split("/", 1)[0]
+    endpoint = _endpoint_shown(where(uri)[1] or {})
+    try:
+        # a listing proves the credentials (HeadBucket only answers 403, whatever is wrong)
+        store.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+        missing = store.get_file_info(bucket).type == pafs.FileType.NotFound
+    except OSError as exc:
+        raise LakeUnreachable(_cause(str(exc), endpoint, timeout_s)) from None
+    if missing:
+        raise LakeUnreachable(f"the bucket {bucket!r} does not exist at {endpoint} "
+                              "(ledgerlake does not create buckets)")
+
+
+def _endpoint_shown(options: Mapping[str, str]) -> str:
+    url = urlsplit(options.get("AWS_ENDPOINT_URL", ""))
+    if not url.netloc:
+        return "AWS S3"
+    return f"{url.scheme}://{url.netloc.rpartition('@')[2]}"
+
+
+def _cause(error: str, endpoint: str, timeout_s: float) -> str:
+    """One line for an S3 error: what went wrong and what to check, never the request's
+    details (ids, signatures)."""
+    match = _AWS_ERROR.search(error)
+    code = match.group(1) if match else ""
+    if code in _DENIED:
+        return (f"{endpoint} refused the credentials ({code}): check AWS_ACCESS_KEY_ID, "
+                "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN) and the key's S3 permissions")
+    if code in _UNREACHABLE or "curlCode" in error:
+        why = "timed out" if "curlCode: 28" in error else "could not connect"
+        return (f"{endpoint} did not answer ({why}, {timeout_s:g} s allowed): check the "
+                "endpoint (the lake URI's endpoint_override, AWS_ENDPOINT_URL) and the network")
+    if code == "NO_SUCH_BUCKET":
+        return f"the bucket does not exist at {endpoint} (ledgerlake does not create buckets)"
+    detail = error.split(" (Request ID", 1)[0]
+    for var in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):  # never echoed, but never shown
+        if secret := os.environ.get(var):
+            detail = detail.replace(secret, "***")
+    return f"{endpoint} answered {code or 'an error'}: {detail}"
+
+
+def absent(uri: str, files: Iterable[str]) -> list[str]:
+    """Which of a table's data files (absolute, as `resources.delta.files` names them) are
+    no longer in the store: one listing of the table, not a request per file."""
+    files = list(files)
+    if not files:
+        return []
+    store, base = filesystem(uri)
+    if isinstance(store, pafs.LocalFileSystem):
+        return [f for f in files if not os.path.exists(f.removeprefix("file://"))]
+    present = {i.path for i in store.get_file_info(
+        pafs.FileSelector(base, recursive=True, allow_not_found=True))}
+    return [f for f in files if f.removeprefix("s3://") not in present]
+
+
+def connect(database: str = ":memory:", lake_root: str | None = None, *,
+            read_only: bool = False, config: Mapping[str, str] | None = None):
+    """A DuckDB connection that reads the lake's files: with an s3:// `lake_root`, `s3://`
+    paths (the warehouse's views name them) go through pyarrow's S3 client, with the lake's
+    endpoint and the AWS environment's credentials. Every connection that opens the
+    warehouse is made here: the registration is the connection's, not the file's."""
+    import duckdb
+
+    con = duckdb.connect(database, read_only=read_only, config=dict(config or {}))
+    if lake_root is not None and lake_root.startswith("s3://"):
+        from fsspec.implementations.arrow import ArrowFSWrapper
+
+        store, _ = filesystem(lake_root)
+        try:
+            # its protocol is pyarrow's type name, "s3": DuckDB hands it every s3:// path
+            con.register_filesystem(ArrowFSWrapper(store, skip_instance_cache=True))
+        except BaseException:
+            con.close()
+            raise
+    return con
