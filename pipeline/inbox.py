@@ -332,7 +332,7 @@ class Inbox:
         opened by path: unlike the writer's, it fails when the file was deleted or replaced
         under a running receiver (whose acknowledged callbacks would then be lost at its
         restart). Read-only, so it never creates a file."""
-        con = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=2.0)
+        con = sqlite3.connect(f"{Path(self.shown).as_uri()}?mode=ro", uri=True, timeout=2.0)
         try:
             con.execute("select max(id) from events").fetchone()
         finally:

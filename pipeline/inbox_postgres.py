@@ -99,8 +99,12 @@ class _Connection:
     in autocommit mode so that transactions are begun and ended explicitly, as in SQLite."""
 
     def __init__(self, url: str) -> None:
+        # keepalives: a server gone silent (a lost machine, not a refused port) is noticed
+        # in seconds, not at the kernel's two hours
         self.raw = psycopg2.connect(url, connect_timeout=CONNECT_TIMEOUT_S,
-                                    application_name="ledgerlake inbox")
+                                    application_name="ledgerlake inbox", keepalives=1,
+                                    keepalives_idle=10, keepalives_interval=5,
+                                    keepalives_count=3)
         self.raw.autocommit = True
         self.execute("set synchronous_commit = on")  # whatever the server's default: durable
 
