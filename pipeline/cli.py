@@ -102,10 +102,12 @@ def cmd_receiver(args: argparse.Namespace) -> int:
         print("ledgerlake: the receiver needs --token or LEDGERLAKE_RECEIVER_TOKEN "
               "(the webhook token the service sends)", file=sys.stderr)
         return 2
+    from .config import inbox_from_env
     from .inbox import InboxUnavailable
 
-    try:
-        app = create_app(args.inbox, token, path=args.path, auth_header=args.auth_header)
+    try:  # the setting rather than the option keeps a password out of the process list
+        app = create_app(args.inbox or inbox_from_env(), token, path=args.path,
+                         auth_header=args.auth_header)
     except InboxUnavailable as exc:  # its database is down: one line, without the password
         print(f"ledgerlake: {exc}", file=sys.stderr)
         return 1
@@ -380,8 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("receiver", help="receive callbacks into the inbox")
     p.add_argument("--host", type=_loopback, default="127.0.0.1")
     p.add_argument("--port", type=_port, default=8766, help="0 picks a free port")
-    p.add_argument("--inbox", default="data/inbox.sqlite3",
-                   help="SQLite inbox file, or a postgresql:// URL that several receivers share")
+    p.add_argument("--inbox", help="SQLite inbox file, or a postgresql:// URL that several "
+                                   "receivers share (default $LEDGERLAKE_INBOX, else "
+                                   "$LEDGERLAKE_HOME/inbox.sqlite3)")
     p.add_argument("--token", help="bearer token callbacks must carry "
                                    "(or LEDGERLAKE_RECEIVER_TOKEN)")
     p.add_argument("--path", default="/callbacks/", help="route (default %(default)s)")

@@ -159,6 +159,12 @@ def _inbox(value: str) -> Path | DatabaseURL:
     return DatabaseURL(value)
 
 
+def inbox_from_env(environ: os._Environ | dict | None = None) -> Path | DatabaseURL:
+    """LEDGERLAKE_INBOX (default $LEDGERLAKE_HOME/inbox.sqlite3), checked."""
+    env = os.environ if environ is None else environ
+    return _inbox(env.get("LEDGERLAKE_INBOX", str(home_from_env(env) / "inbox.sqlite3")))
+
+
 def _zone(value: str) -> str:
     """An IANA time zone name (what the warehouse buckets days and months in)."""
     try:
@@ -201,7 +207,7 @@ class Settings:
             warehouse=location("LEDGERLAKE_WAREHOUSE",
                                env.get("LEDGERLAKE_WAREHOUSE", str(home / "warehouse.duckdb")),
                                LOCAL),
-            inbox=_inbox(env.get("LEDGERLAKE_INBOX", str(home / "inbox.sqlite3"))),
+            inbox=inbox_from_env(env),
             api_url=env.get("LEDGERLAKE_API_URL", "http://127.0.0.1:8765"),
             environment=environment,
             timezone=_zone(env.get("LEDGERLAKE_TIMEZONE", "Africa/Lagos")),

@@ -91,7 +91,7 @@ class GroupWriter:
                     await self._commit([item])
                 return
             log.error("inbox write failed: %s", exc)
-            results = [exc]
+            results = [exc] * len(batch)
         for (_, _, fut), res in zip(batch, results, strict=True):
             if fut.done():
                 continue
