@@ -468,6 +468,14 @@ class Inbox:
                                     affects=tuple(orjson.loads(r[9])) if r[9] else ()))
         return events
 
+    def payloads(self, record: str, methods: Sequence[str]) -> list[dict]:
+        """Every stored body of `record` with one of `methods`, oldest first."""
+        marks = ",".join("?" * len(methods))
+        with self._lock:
+            rows = self._db.execute(f"select body from events where record = ? and method in"
+                                    f" ({marks}) order by id", (record, *methods)).fetchall()
+        return [orjson.loads(r[0]) for r in rows]
+
     def count(self) -> int:
         with self._lock:
             return self._db.execute("select count(*) from events").fetchone()[0]

@@ -221,6 +221,7 @@ class PostgresInbox(Inbox):
     count = _retried(Inbox.count)
     dead_letters = _retried(Inbox.dead_letters)
     status = _retried(Inbox.status)
+    payloads = _retried(Inbox.payloads)
     _mark_replayed = _retried(Inbox.mark_replayed)
     _records = _retried(Inbox.records)
 

@@ -238,3 +238,35 @@ def where_all(request, tmp_path):
     if request.param == "postgres":
         return request.getfixturevalue("postgres_url")
     return tmp_path / "inbox.sqlite3"
+
+
+def test_the_callback_log_reads_a_postgres_inbox_as_it_reads_a_file(postgres_url, tmp_path,
+                                                                      make, monkeypatch):
+    """The assets that land what callbacks carry (payments, record status) read either."""
+    from resources.callbacks import PAYMENT_METHODS, CallbackLog
+
+    path = tmp_path / "inbox.sqlite3"
+    bodies = [make.callback("rec-a", "AUTH", "AUTH_SUCCESS", customer="c1", account="acc-a",
+                            ended_at="2026-01-01T00:00:00.000Z"),
+              {**make.callback("rec-a", "PAYMENT", "PAYMENT_SUCCESS",
+                               ended_at="2026-01-01T01:00:00.000Z"), "paymentId": "pay1"},
+              {**make.callback("rec-a", "PAYMENT", "PAYMENT_SUCCESS",
+                               ended_at="2026-01-01T01:00:00.000Z"), "paymentId": "pay2"},
+              make.callback("rec-b", "INCOME", "INCOME_FAILED", customer="c2",
+                            status="is_failed", ended_at="2026-01-01T02:00:00.000Z"),
+              make.disconnect("c1", "2026-01-02T00:00:00.000Z", accounts=["acc-a"])]
+    for where in (path, postgres_url):
+        with open_inbox(where, create=True) as inbox:
+            for body in bodies:
+                inbox.add(body)
+    on_file = CallbackLog(inbox_path=str(path))
+    monkeypatch.setenv("LEDGERLAKE_INBOX", postgres_url)
+    in_db = CallbackLog()  # the setting, read when opened: no URL in the resource's config
+    assert [p["paymentId"] for p in in_db.payloads("rec-a", PAYMENT_METHODS)] == \
+        ["pay1", "pay2"]
+    assert in_db.payloads("rec-a", PAYMENT_METHODS) == \
+        on_file.payloads("rec-a", PAYMENT_METHODS)
+    statuses = in_db.record_status()
+    assert statuses == on_file.record_status()
+    assert [(s["record"], s["status"]) for s in statuses] == [("rec-a", "disconnected"),
+                                                              ("rec-b", "connected")]
