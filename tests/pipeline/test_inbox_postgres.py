@@ -7,9 +7,11 @@ test_inbox_events.py."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
+import orjson
 import psycopg2
 import pytest
 
@@ -270,3 +272,54 @@ def test_the_callback_log_reads_a_postgres_inbox_as_it_reads_a_file(postgres_url
     assert statuses == on_file.record_status()
     assert [(s["record"], s["status"]) for s in statuses] == [("rec-a", "disconnected"),
                                                               ("rec-b", "connected")]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_batches_store_in_postgres_what_they_store_in_sqlite(postgres_url, tmp_path, make,
+                                                             monkeypatch, seed):
+    """Postgres stores a batch of callbacks in one string of prepared statements, not event
+    by event as SQLite does: the same batches (repeats inside one and across them, products
+    out of order, logins that do and do not reconnect, disconnects between callbacks) leave
+    the same events, ids, statuses and products in both."""
+    rng = random.Random(seed)
+    monkeypatch.setattr("pipeline.inbox.time.time", lambda: 1_767_225_600.25)
+    records = [f"rec-{i}" for i in range(6)]
+    at = [f"2026-01-0{d}T00:00:00.000Z" for d in range(1, 8)]
+
+    def body() -> dict:
+        rec, when = rng.choice(records), rng.choice(at)
+        customer, account = f"c{records.index(rec) % 2}", f"acc-{rec}"
+        kind = rng.random()
+        if kind < 0.15:
+            return make.disconnect(customer, when, accounts=rng.choice([[], [account]]))
+        if kind < 0.2:
+            return make.reauth(customer, when)
+        if kind < 0.45:
+            return make.callback(rec, "AUTH", "AUTH_SUCCESS", customer=customer,
+                                 account=account, ended_at=when,
+                                 status=rng.choice(["is_success", "is_failed"]))
+        if kind < 0.5:  # a callback that names no record
+            return {k: v for k, v in make.callback("x", "BALANCE", "BALANCE_SUCCESS",
+                                                   ended_at=when).items()
+                    if k not in ("record", "recordId")}
+        method = rng.choice(["ACCOUNTS", "TRANSACTIONS", "INCOME"])
+        return make.callback(rec, method, rng.choice([f"{method}_SUCCESS", "PRODUCT_IS_READY"]),
+                             customer=customer, account=account, ended_at=when)
+
+    bodies = [body() for _ in range(150)]
+    batches, i = [], 0
+    while i < len(bodies):
+        n = rng.choice([1, 2, 5, 17, 40])
+        batch = bodies[i:i + n] + rng.sample(bodies[:i + n], k=min(3, i + n))  # repeats
+        batches.append([(describe(b), orjson.dumps(b)) for b in batch])
+        i += n
+    answers, events, states = [], [], []
+    for where in (tmp_path / "inbox.sqlite3", postgres_url):
+        with open_inbox(where, create=True) as inbox:
+            answers.append([inbox.add_described(batch) for batch in batches])
+            events.append(inbox.after(0, 10_000))
+            states.append(inbox.records())
+    assert answers[0] == answers[1]
+    assert events[0] == events[1]
+    assert states[0] == states[1]
+    assert {s.status for s in states[0].values()} >= {"connected", "disconnected"}
