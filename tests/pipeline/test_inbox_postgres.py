@@ -7,6 +7,7 @@ test_inbox_events.py."""
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -323,3 +324,41 @@ def test_batches_store_in_postgres_what_they_store_in_sqlite(postgres_url, tmp_p
     assert events[0] == events[1]
     assert states[0] == states[1]
     assert {s.status for s in states[0].values()} >= {"connected", "disconnected"}
+
+
+@pytest.mark.parametrize("value, complaint", [
+    ("postgresql://u:pw-xyz@127.0.0.1:port/db", "its port is not a number"),
+    ("postgresql://u:pw-xyz@127.0.0.1/db#frag", "without #fragment"),
+    ("mysql://u:pw-xyz@127.0.0.1/db", "use a local path, file://, postgresql:// or postgres://"),
+])
+def test_the_setting_refuses_what_is_no_postgres_url_without_repeating_a_password(value,
+                                                                                 complaint):
+    from pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError, match=complaint) as info:
+        Settings.from_env({"LEDGERLAKE_INBOX": value})
+    assert "pw-xyz" not in str(info.value) and "LEDGERLAKE_INBOX=" in str(info.value)
+
+
+def test_replay_reads_a_postgres_inbox_and_names_a_missing_one_without_its_password(
+        postgres_url, make):
+    import subprocess
+    import sys
+
+    def replay(*args: str):
+        env = {**os.environ, "LEDGERLAKE_INBOX": postgres_url}
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", "replay", *args],
+                              env=env, capture_output=True, text=True, timeout=120)
+
+    missing = replay("--dry-run")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == f"ledgerlake: no inbox in {redact(postgres_url)}: start " \
+        "the receiver with --inbox naming this database (or set LEDGERLAKE_INBOX to the " \
+        "database it writes)"
+    with open_inbox(postgres_url, create=True) as inbox:
+        inbox.add(make.callback("rec-late", "AUTH", "AUTH_SUCCESS"))
+    done = replay("--dry-run", "--after-minutes", "0")
+    assert done.returncode == 0, done.stderr
+    assert "record rec-late: no ACCOUNTS, TRANSACTIONS" in done.stdout
+    assert "1 records overdue; would trigger 1 in 0 calls" in done.stdout
+    assert password(postgres_url) not in done.stdout + done.stderr
