@@ -5,10 +5,9 @@ Same tables, rules and reads as the SQLite inbox (pipeline/inbox.py), and its SQ
 connection events; a batch of callbacks goes in as prepared statements in one round trip (the
 same writes as SQLite's, tests/pipeline/test_inbox_postgres.py compares them). Writers take
 turns on one advisory lock, committed with `synchronous_commit` on (durable before the
-receiver answers 200). A connection the server
-dropped is replaced at the next call, which is tried once more on it; when the database does
-not answer, calls raise InboxUnavailable (the receiver then answers 503 and the service
-redelivers). URLs are shown without their password.
+receiver answers 200). A connection the server dropped is replaced at the next call, which is
+tried once more on it; when the database does not answer, calls raise InboxUnavailable (the
+receiver then answers 503 and the service redelivers). URLs are shown without their password.
 """
 
 from __future__ import annotations
