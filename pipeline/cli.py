@@ -102,10 +102,18 @@ def cmd_receiver(args: argparse.Namespace) -> int:
         print("ledgerlake: the receiver needs --token or LEDGERLAKE_RECEIVER_TOKEN "
               "(the webhook token the service sends)", file=sys.stderr)
         return 2
-    app = create_app(args.inbox, token, path=args.path, auth_header=args.auth_header)
+    from .config import inbox_from_env
+    from .inbox import InboxUnavailable
+
+    try:  # the setting rather than the option keeps a password out of the process list
+        app = create_app(args.inbox or inbox_from_env(), token, path=args.path,
+                         auth_header=args.auth_header)
+    except InboxUnavailable as exc:  # its database is down: one line, without the password
+        print(f"ledgerlake: {exc}", file=sys.stderr)
+        return 1
     # 256 connections x the 1 MiB body cap bounds what a flood can hold in memory
     _serve(app, args.host, args.port,
-           f"receiver ready: POST {{url}}{args.path}  inbox {Path(args.inbox).resolve()}",
+           f"receiver ready: POST {{url}}{args.path}  inbox {app.state.inbox.shown}",
            limit_concurrency=256)
     return 0
 
@@ -115,20 +123,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from resources.errors import ServiceError
 
     from .config import Settings
-    from .inbox import NAME, Inbox
+    from .inbox import NAME, InboxMissing, InboxUnavailable, open_inbox
     from .replay import replay
 
     settings = Settings.from_env()
-    inbox_path = Path(args.inbox) if args.inbox else settings.inbox
+    where = args.inbox or settings.inbox
     expect = [m.strip() for m in args.expect.split(",") if m.strip()]
     bad = [m for m in expect if not NAME.fullmatch(m)]
     if bad or not expect:
         print(f"ledgerlake: --expect takes methods such as ACCOUNTS,TRANSACTIONS, not "
               f"{args.expect!r}", file=sys.stderr)
         return 2
-    if not inbox_path.exists():
-        print(f"ledgerlake: no inbox at {inbox_path} (--inbox or LEDGERLAKE_INBOX)",
-              file=sys.stderr)
+    try:
+        inbox = open_inbox(where)
+    except (InboxMissing, InboxUnavailable) as exc:
+        print(f"ledgerlake: {exc}", file=sys.stderr)
         return 2
     client = None
     if not args.dry_run:
@@ -136,11 +145,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if not key:
             print("ledgerlake: replay needs LEDGERLAKE_SECRET_KEY (or --dry-run)",
                   file=sys.stderr)
+            inbox.close()
             return 2
         client = ConnectionClient(base_url=args.api_url or settings.api_url,
                                   environment=settings.environment, secret_key=key)
     try:
-        with Inbox(inbox_path) as inbox:
+        with inbox:
             result = replay(inbox, client, after_s=args.after_minutes * 60, expect=expect,
                             dry_run=args.dry_run, say=print)
     except ServiceError as exc:
@@ -232,10 +242,10 @@ def _records_and_instance(settings):
     os.environ["DAGSTER_HOME"] = home
     from dagster import DagsterInstance
 
-    from .inbox import Inbox, InboxMissing
+    from .inbox import InboxMissing, InboxUnavailable, open_inbox
     try:
-        inbox = Inbox(settings.inbox)
-    except InboxMissing as exc:
+        inbox = open_inbox(settings.inbox)
+    except (InboxMissing, InboxUnavailable) as exc:
         print(f"ledgerlake: {exc}; connection statuses unknown", file=sys.stderr)
         inbox = None
     return DagsterInstance.get(), inbox
@@ -373,7 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("receiver", help="receive callbacks into the inbox")
     p.add_argument("--host", type=_loopback, default="127.0.0.1")
     p.add_argument("--port", type=_port, default=8766, help="0 picks a free port")
-    p.add_argument("--inbox", default="data/inbox.sqlite3", help="SQLite inbox file")
+    p.add_argument("--inbox", help="SQLite inbox file, or a postgresql:// URL that several "
+                                   "receivers share (default $LEDGERLAKE_INBOX, else "
+                                   "$LEDGERLAKE_HOME/inbox.sqlite3)")
     p.add_argument("--token", help="bearer token callbacks must carry "
                                    "(or LEDGERLAKE_RECEIVER_TOKEN)")
     p.add_argument("--path", default="/callbacks/", help="route (default %(default)s)")
@@ -382,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_receiver)
 
     p = sub.add_parser("replay", help="re-trigger callbacks that never arrived")
-    p.add_argument("--inbox", help="SQLite inbox file (default $LEDGERLAKE_INBOX)")
+    p.add_argument("--inbox", help="SQLite inbox file or postgresql:// URL "
+                                   "(default $LEDGERLAKE_INBOX)")
     p.add_argument("--after-minutes", type=_minutes, default=60.0,
                    help="how long a record may miss a product (default %(default)s)")
     p.add_argument("--expect", default="ACCOUNTS,TRANSACTIONS",

@@ -5,11 +5,13 @@ the demo, the Dagster UI and `ledgerlake sql` run from the repository root share
 
 A location is a plain path (made absolute) or a URI, kept as given. What each setting takes
 is what the project can write today: the lake a local path, `file://` or `s3://` (delta-rs
-writes it; the warehouse's views read it through pyarrow); the warehouse (a DuckDB file), the
-inbox (SQLite) and the home folder only a local path or `file://`. Anything else is refused at
-load with a ConfigError naming the variable, never read as a folder named `s3:` under the
-working directory. An `s3://` lake must also answer (`check_lake`): wrong credentials, an
-endpoint that does not answer or a missing bucket are a ConfigError before anything runs.
+writes it; the warehouse's views read it through pyarrow); the inbox a local path, `file://`
+(SQLite) or a Postgres URL (`postgresql://` or `postgres://`, which several receivers share);
+the warehouse (a DuckDB file) and the home folder only a local path or `file://`. Anything else
+is refused at load with a ConfigError naming the variable, never read as a folder named `s3:`
+under the working directory. An `s3://` lake must also answer (`check_lake`): wrong
+credentials, an endpoint that does not answer or a missing bucket are a ConfigError before
+anything runs.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ S3_OPTIONS = frozenset({"region", "scheme", "endpoint_override"})
 
 LOCAL = ("file",)
 LAKE = ("file", "s3")
+DATABASE = ("postgresql", "postgres")
 
 
 class ConfigError(ValueError):
@@ -144,6 +147,40 @@ def _local(var: str, value: str) -> Path:
     return Path(checked)
 
 
+class DatabaseURL(str):
+    """A database URL: whole where it connects, without its password where it is shown."""
+
+    def __repr__(self) -> str:
+        return repr(_shown(self))
+
+
+def _inbox(value: str) -> Path | DatabaseURL:
+    """LEDGERLAKE_INBOX: a SQLite file (a path or file://), or a Postgres URL kept as given,
+    with its credentials (or without them: libpq reads PGPASSWORD and ~/.pgpass)."""
+    var = "LEDGERLAKE_INBOX"
+    match = _SCHEME.match(value)
+    if not (match and match.group(1).lower() in DATABASE and value[match.end():].startswith("//")):
+        checked = location(var, value, LOCAL + DATABASE)  # refuses anything else, in its words
+        return _local(var, checked)
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 (read for its check)
+    except ValueError:
+        raise ConfigError(f"{var}={_shown(value)}: its port is not a number from 0 to "
+                          "65535") from None
+    if parts.fragment or value != value.strip():
+        raise ConfigError(f"{var}={_shown(value)}: a Postgres URL is "
+                          "postgresql://user:password@host:port/database, without #fragment "
+                          "or white space")
+    return DatabaseURL(value)
+
+
+def inbox_from_env(environ: os._Environ | dict | None = None) -> Path | DatabaseURL:
+    """LEDGERLAKE_INBOX (default $LEDGERLAKE_HOME/inbox.sqlite3), checked."""
+    env = os.environ if environ is None else environ
+    return _inbox(env.get("LEDGERLAKE_INBOX", str(home_from_env(env) / "inbox.sqlite3")))
+
+
 def _zone(value: str) -> str:
     """An IANA time zone name (what the warehouse buckets days and months in)."""
     try:
@@ -165,7 +202,7 @@ class Settings:
     home: Path
     lake: str            # an absolute path, file:// or s3://, as given (local_path() splits)
     warehouse: str       # an absolute path or file://: DuckDB writes it locally
-    inbox: Path          # SQLite, local only, so a path already
+    inbox: Path | DatabaseURL  # a SQLite file, or a Postgres database
     api_url: str
     environment: str
     timezone: str = "Africa/Lagos"  # the customers' days and months in the views
@@ -186,8 +223,7 @@ class Settings:
             warehouse=location("LEDGERLAKE_WAREHOUSE",
                                env.get("LEDGERLAKE_WAREHOUSE", str(home / "warehouse.duckdb")),
                                LOCAL),
-            inbox=_local("LEDGERLAKE_INBOX", env.get("LEDGERLAKE_INBOX",
-                                                     str(home / "inbox.sqlite3"))),
+            inbox=inbox_from_env(env),
             api_url=env.get("LEDGERLAKE_API_URL", "http://127.0.0.1:8765"),
             environment=environment,
             timezone=_zone(env.get("LEDGERLAKE_TIMEZONE", "Africa/Lagos")),

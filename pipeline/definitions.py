@@ -44,7 +44,8 @@ defs = dg.Definitions(
             secret_key=dg.EnvVar("LEDGERLAKE_SECRET_KEY"),
         ),
         "lake": Lake(root=str(local_path(settings.lake) or settings.lake)),
-        "callback_log": CallbackLog(inbox_path=str(settings.inbox)),
+        # LEDGERLAKE_INBOX read when opened, like the inbox's: no database URL in the UI
+        "callback_log": CallbackLog(),
         "inbox": InboxResource(),  # the sensor's, schedules' and replay's: read when opened
         "warehouse_db": Warehouse(path=str(settings.warehouse_path),
                                   timezone=settings.timezone),

@@ -1,6 +1,8 @@
 """The inbox: every callback the receiver accepted, durable before it is acknowledged.
 
-SQLite in WAL mode, `synchronous=full`, so a committed event survives a killed process or a
+`open_inbox` opens it where it is: a SQLite file (the embedded default, below) or a Postgres
+database (`postgresql://`, pipeline/inbox_postgres.py, which several receivers share). SQLite in
+WAL mode, `synchronous=full`, so a committed event survives a killed process or a
 lost machine power. Each event is stored once under its identity (the fields that name it,
 INTERFACE.md), so a redelivery is a no-op for as long as the row lives (events are never
 pruned here, which covers the service's 72-hour redelivery window). Ids grow monotonically
@@ -86,7 +88,29 @@ class InvalidEvent(ValueError):
 
 
 class InboxMissing(FileNotFoundError):
-    """The inbox file is not there: only the receiver creates it."""
+    """The inbox file (or the database's inbox tables) is not there: only the receiver
+    creates it."""
+
+
+class InboxUnavailable(ConnectionError):
+    """The inbox's database does not answer (down, unreachable, refusing us): a later try
+    may succeed. The message names it without its password."""
+
+
+def is_database_url(location: str | Path) -> bool:
+    """Whether `location` names a Postgres database rather than a SQLite file."""
+    return isinstance(location, str) and location.lower().startswith(
+        ("postgresql://", "postgres://"))
+
+
+def open_inbox(location: str | Path, *, create: bool = False) -> Inbox:
+    """The inbox at `location`, a SQLite path or a postgresql:// URL; `create=True` (the
+    receiver's) makes it if missing, any other reader gets InboxMissing."""
+    if is_database_url(location):
+        from .inbox_postgres import PostgresInbox
+
+        return PostgresInbox(str(location), create=create)
+    return Inbox(location, create=create)
 
 
 # Members that tell two occurrences of one method on one record apart (docs/interface.md,
@@ -228,7 +252,9 @@ def describe(payload: object) -> dict:
         return {"kind": "callback", "method": method, "code": code,
                 "status": _name(payload.get("status"), "callback status", optional=True),
                 "record": record, "account": account,
-                "customer": customer if isinstance(customer, str) else None,
+                # a customer no database text can hold (a NUL) is no customer, as a number is not
+                "customer": customer if isinstance(customer, str) and "\x00" not in customer
+                else None,
                 "occurred_at": occurred, "identity": identity}
     event = payload.get("event")
     data = payload.get("data")
@@ -239,6 +265,8 @@ def describe(payload: object) -> dict:
         customer = data.get("customer")
         if customer is not None and not isinstance(customer, str):
             raise InvalidEvent("connection event customer must be a string")
+        if customer is not None and "\x00" in customer:  # Postgres text cannot hold one
+            raise InvalidEvent("connection event customer holds a NUL character")
         record = _record_id(payload.get("record", data.get("record")), "connection event record")
         accounts = data.get("accounts") or []
         if not isinstance(accounts, list):
@@ -282,6 +310,7 @@ class Inbox:
         other reader of a missing inbox gets InboxMissing naming the path, not a new empty
         file that hides a wrong setting."""
         self.path = Path(path)
+        self.shown = str(self.path.resolve())  # where it is, as logs and errors name it
         if not create and not self.path.is_file():
             raise InboxMissing(f"no inbox at {self.path}: start the receiver with --inbox "
                                f"{self.path} (or set LEDGERLAKE_INBOX to the file it writes)")
@@ -297,6 +326,17 @@ class Inbox:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    def check(self) -> None:
+        """Raise unless the inbox answers one indexed read through a connection of its own,
+        opened by path: unlike the writer's, it fails when the file was deleted or replaced
+        under a running receiver (whose acknowledged callbacks would then be lost at its
+        restart). Read-only, so it never creates a file."""
+        con = sqlite3.connect(f"{Path(self.shown).as_uri()}?mode=ro", uri=True, timeout=2.0)
+        try:
+            con.execute("select max(id) from events").fetchone()
+        finally:
+            con.close()
 
     def __enter__(self) -> Inbox:
         return self
@@ -315,9 +355,7 @@ class Inbox:
         now = time.time()
         out: list[tuple[int, bool]] = []
         with self._lock:
-            # immediate: writers (even in other processes) take turns, so ids become visible
-            # in the order they were given and a sensor's cursor never steps over one
-            self._db.execute("begin immediate")
+            self._begin_write()
             try:
                 for info, raw in items:
                     out.append(self._insert(info, raw, now))
@@ -326,6 +364,11 @@ class Inbox:
                 self._db.execute("rollback")
                 raise
         return out
+
+    def _begin_write(self) -> None:
+        # immediate: writers (even in other processes) take turns, so ids become visible
+        # in the order they were given and a sensor's cursor never steps over one
+        self._db.execute("begin immediate")
 
     def _insert(self, info: dict, raw: bytes, now: float) -> tuple[int, bool]:
         identity = hashlib.sha256(orjson.dumps(info["identity"])).hexdigest()
@@ -425,6 +468,14 @@ class Inbox:
                                     affects=tuple(orjson.loads(r[9])) if r[9] else ()))
         return events
 
+    def payloads(self, record: str, methods: Sequence[str]) -> list[dict]:
+        """Every stored body of `record` with one of `methods`, oldest first."""
+        marks = ",".join("?" * len(methods))
+        with self._lock:
+            rows = self._db.execute(f"select body from events where record = ? and method in"
+                                    f" ({marks}) order by id", (record, *methods)).fetchall()
+        return [orjson.loads(r[0]) for r in rows]
+
     def count(self) -> int:
         with self._lock:
             return self._db.execute("select count(*) from events").fetchone()[0]
@@ -458,7 +509,8 @@ class Inbox:
                 params).fetchall()
         out = {r[0]: RecordState(*r) for r in rows}
         for rec, method, *rest in products:
-            out[rec].products[method] = Product(*rest)
+            if rec in out:  # not a record that a write between the two reads added
+                out[rec].products[method] = Product(*rest)
         return out
 
     def status(self, record: str) -> str | None:
@@ -474,12 +526,13 @@ class InboxResource(ConfigurableResource):
     only the receiver does)."""
 
     path: str | None = Field(default=None, description=(
-        "The inbox file; by default LEDGERLAKE_INBOX (or $LEDGERLAKE_HOME/inbox.sqlite3), "
-        "read when it is opened"))
+        "The inbox: a SQLite file or a postgresql:// URL (better without its password, which "
+        "PGPASSWORD or ~/.pgpass can hold: this value shows in the UI); by default "
+        "LEDGERLAKE_INBOX (or $LEDGERLAKE_HOME/inbox.sqlite3), read when it is opened"))
 
     def open(self) -> Inbox:
         if self.path is not None:
-            return Inbox(self.path)
+            return open_inbox(self.path)
         from .config import Settings  # read at open, so one Definitions serves any setting
 
-        return Inbox(Settings.from_env().inbox)
+        return open_inbox(Settings.from_env().inbox)

@@ -8,7 +8,7 @@ Answers: 200 stored (or already stored), 400 not an event (kept as a dead letter
 or missing token, 413 body too large, 503 only when the inbox itself cannot write.
 
 `GET /health` (and HEAD), for load balancers, needs no token: 200 while the writer runs and
-the inbox file answers a read, 503 otherwise.
+the inbox (its file, or its database) answers a read, 503 otherwise.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import contextlib
 import hashlib
 import hmac
 import logging
-import sqlite3
-from pathlib import Path
 
 import anyio
 import orjson
@@ -28,7 +26,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .inbox import Inbox, InvalidEvent, describe
+from .inbox import Inbox, InboxUnavailable, InvalidEvent, describe, open_inbox
 
 log = logging.getLogger("ledgerlake.receiver")
 
@@ -86,12 +84,14 @@ class GroupWriter:
             results = await anyio.to_thread.run_sync(
                 self.inbox.add_described, [(info, raw) for info, raw, _ in batch])
         except Exception as exc:
-            if len(batch) > 1:  # keep one bad write from failing its neighbours
+            # keep one bad write from failing its neighbours (a database that does not
+            # answer fails them all alike)
+            if len(batch) > 1 and not isinstance(exc, InboxUnavailable):
                 for item in batch:
                     await self._commit([item])
                 return
             log.error("inbox write failed: %s", exc)
-            results = [exc]
+            results = [exc] * len(batch)
         for (_, _, fut), res in zip(batch, results, strict=True):
             if fut.done():
                 continue
@@ -105,7 +105,7 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
                auth_header: str | None = None, max_body: int = MAX_BODY) -> Starlette:
     if not token:
         raise ValueError("the receiver needs a token: callbacks without one are refused")
-    inbox = Inbox(inbox_path, create=True)
+    inbox = open_inbox(inbox_path, create=True)  # InboxUnavailable when its database is down
     writer = GroupWriter(inbox)
     expected = _digest(token)
     header = auth_header.strip().lower() if auth_header else None
@@ -171,19 +171,6 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
                  info["method"], info["record"] or "-")
         return JSONResponse({"status": "ok", "event": event_id, "duplicate": not new})
 
-    inbox_file = Path(inbox_path).resolve()
-
-    def inbox_answers() -> None:
-        """One indexed read through a connection of its own, opened by path: unlike the
-        writer's, it fails when the file was deleted or replaced under the running receiver
-        (whose acknowledged callbacks would then be lost at its restart). Read-only, so it
-        never creates a file."""
-        con = sqlite3.connect(f"{inbox_file.as_uri()}?mode=ro", uri=True, timeout=2.0)
-        try:
-            con.execute("select max(id) from events").fetchone()
-        finally:
-            con.close()
-
     async def health(request: Request) -> JSONResponse:
         # nothing here names the file or the error: the answer may be public
         if not writer.running:
@@ -191,9 +178,13 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
             return JSONResponse({"status": "error", "error": "inbox writer stopped"},
                                 status_code=503)
         try:
-            await anyio.to_thread.run_sync(inbox_answers)
+            await anyio.to_thread.run_sync(inbox.check)  # a dropped database is reconnected
+        except InboxUnavailable as exc:  # which names the inbox
+            log.error("health: %s", exc)
+            return JSONResponse({"status": "error", "error": "inbox unavailable"},
+                                status_code=503)
         except Exception as exc:
-            log.error("health: inbox %s does not answer: %s", inbox_file, exc)
+            log.error("health: inbox %s does not answer: %s", inbox.shown, exc)
             return JSONResponse({"status": "error", "error": "inbox unavailable"},
                                 status_code=503)
         return JSONResponse({"status": "ok"})

@@ -1,22 +1,33 @@
-"""The inbox on a real SQLite file: identity, refusals, record status, out-of-order events."""
+"""The inbox on a real SQLite file and a real Postgres database: identity, refusals, record
+status, out-of-order events."""
 
 from __future__ import annotations
 
 import sqlite3
 
 import orjson
+import psycopg2
 import pytest
 
-from pipeline.inbox import Inbox, InvalidEvent, describe
+from pipeline.inbox import Inbox, InvalidEvent, describe, open_inbox
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request, tmp_path):
+    """Where the inbox is: a SQLite file, or a Postgres database of its own."""
+    if request.param == "postgres":
+        return request.getfixturevalue("postgres_url")
+    return tmp_path / "inbox.sqlite3"
 
 
 @pytest.fixture
-def inbox(tmp_path):
-    with Inbox(tmp_path / "inbox.sqlite3", create=True) as ib:
+def inbox(where):
+    with open_inbox(where, create=True) as ib:
         yield ib
 
 
-def test_wal_and_full_sync(inbox, tmp_path):
+def test_wal_and_full_sync(tmp_path):
+    Inbox(tmp_path / "inbox.sqlite3", create=True).close()
     con = sqlite3.connect(tmp_path / "inbox.sqlite3")
     assert con.execute("pragma journal_mode").fetchone()[0] == "wal"
     con.close()
@@ -151,9 +162,8 @@ def test_cursor_reads_in_bounded_batches(inbox, make):
     assert len(inbox.after(0, 100, max_bytes=3 * one + 10)) == 3
 
 
-def test_a_second_process_sees_committed_events(tmp_path, make):
-    path = tmp_path / "shared.sqlite3"
-    with Inbox(path, create=True) as writer, Inbox(path, create=True) as reader:
+def test_a_second_process_sees_committed_events(where, make):
+    with open_inbox(where, create=True) as writer, open_inbox(where, create=True) as reader:
         writer.add(make.callback("r1"))
         assert reader.count() == 1
 
@@ -263,21 +273,21 @@ def test_a_connection_event_with_a_wrong_customer_or_accounts_is_refused(inbox, 
     assert inbox.count() == 1 and inbox.status("rec-a") == "connected"  # nothing changed
 
 
-def test_a_batch_that_fails_part_way_leaves_nothing_of_itself(inbox, make, tmp_path):
+def test_a_batch_that_fails_part_way_leaves_nothing_of_itself(inbox, make, where):
     before = make.callback("rec-0", ended_at="2026-01-01T00:00:00.000Z")
     inbox.add(before)
     good = [make.callback(f"rec-{i}", "AUTH", "AUTH_SUCCESS", customer="c1",
                           ended_at="2026-01-01T01:00:00.000Z") for i in (1, 2)]
     gone = describe(make.disconnect("c1", "2026-01-02T00:00:00.000Z"))
     items = [(describe(b), orjson.dumps(b)) for b in good] + [(gone, orjson.dumps({}))]
-    items.append((describe(make.callback("rec-3")), None))  # body NOT NULL: SQLite refuses it
-    with pytest.raises(sqlite3.IntegrityError):
+    items.append((describe(make.callback("rec-3")), None))  # body NOT NULL: the DB refuses it
+    with pytest.raises((sqlite3.IntegrityError, psycopg2.IntegrityError)):
         inbox.add_described(items)
     # nothing of the batch: no event, no record, no product, no status change, in this
     # connection or another one
     assert [e.record for e in inbox.after(0)] == ["rec-0"]
     assert set(inbox.records()) == {"rec-0"}
-    with Inbox(tmp_path / "inbox.sqlite3") as other:
+    with open_inbox(where) as other:
         assert other.count() == 1 and set(other.records()) == {"rec-0"}
     # and the inbox is not left inside the failed transaction: the same events go in afterwards
     assert [new for _, new in inbox.add_described(items[:3])] == [True, True, True]

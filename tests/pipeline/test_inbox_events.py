@@ -1,27 +1,35 @@
 """The inbox's rules, each pinned: every refusal and the words it uses, what names an event (and
 so what dedupes it, across versions too), how times are normalised, which records a
-connection event moves, and what the readers give back. On a real SQLite file."""
+connection event moves, and what the readers give back. On a real SQLite file and a real
+Postgres database alike."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import sqlite3
 import time
 
 import orjson
 import pytest
 
-from pipeline.inbox import Inbox, InboxMissing, InboxResource, InvalidEvent, describe
+from pipeline.inbox import Inbox, InboxMissing, InboxResource, InvalidEvent, describe, open_inbox
 
 NAME = "is missing or not of the form ^[A-Za-z0-9_.-]{1,64}$"
 ID = "is not of the form ^[A-Za-z0-9_-]{1,64}$"
 STAMP = "must be an ISO 8601 timestamp or null"
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def where(request, tmp_path):
+    """Where the inbox is: a SQLite file, or a Postgres database of its own."""
+    if request.param == "postgres":
+        return request.getfixturevalue("postgres_url")
+    return tmp_path / "inbox.sqlite3"
+
+
 @pytest.fixture
-def inbox(tmp_path):
-    with Inbox(tmp_path / "inbox.sqlite3", create=True) as ib:
+def inbox(where):
+    with open_inbox(where, create=True) as ib:
         yield ib
 
 
@@ -202,13 +210,12 @@ def test_an_undated_unknown_event_is_one_event_per_distinct_data(inbox):
     assert inbox.count() == 3
 
 
-def test_identities_are_stored_as_they_always_were(inbox, tmp_path):
+def test_identities_are_stored_as_they_always_were(inbox):
     """The stored identity is what dedupes a redelivery, also one that arrives after an
     upgrade: a change to how it is computed must be deliberate (and migrate the inbox)."""
     inbox.add(cb())
     inbox.add(event(customer="c1", accounts=["acc-1"], disconnected_at="2026-01-02T00:00:00Z"))
-    with sqlite3.connect(tmp_path / "inbox.sqlite3") as con:
-        stored = [r[0] for r in con.execute("select identity from events order by id")]
+    stored = [r[0] for r in inbox._db.execute("select identity from events order by id")]
     assert stored == [
         hashlib.sha256(b'["callback","ACCOUNTS","ACCOUNTS_SUCCESS","rec-1","acc-1",'
                        b'"2026-01-01T00:00:00.000Z","2026-01-01T00:05:00.000Z"]').hexdigest(),

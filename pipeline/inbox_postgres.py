@@ -1,0 +1,355 @@
+"""The inbox in a Postgres database, which several receivers (each its own process, on any
+machine) write at once and the sensor reads by cursor.
+
+Same tables, rules and reads as the SQLite inbox (pipeline/inbox.py), and its SQL for
+connection events; a batch of callbacks goes in as prepared statements in one round trip (the
+same writes as SQLite's, tests/pipeline/test_inbox_postgres.py compares them). Writers take
+turns on one advisory lock, committed with `synchronous_commit` on (durable before the
+receiver answers 200). A connection the server dropped is replaced at the next call, which is
+tried once more on it; when the database does not answer, calls raise InboxUnavailable (the
+receiver then answers 503 and the service redelivers). URLs are shown without their password.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+import time
+import zlib
+from collections.abc import Iterable, Sequence
+from urllib.parse import urlsplit
+
+import orjson
+import psycopg2
+
+from .inbox import (
+    CONNECTED,
+    RECONNECT,
+    Inbox,
+    InboxMissing,
+    InboxUnavailable,
+    RecordState,
+    _iso,
+)
+
+# one lock for every writer of the database, whatever its process or machine
+WRITE_LOCK = zlib.crc32(b"ledgerlake inbox writers")
+CONNECT_TIMEOUT_S = 10
+
+# the SQLite schema in Postgres types; text compares byte by byte ("C"), as SQLite's does,
+# so ISO times and record ids sort the same whatever the database's collation
+SCHEMA = """
+create table if not exists events (
+    id bigint generated always as identity primary key,
+    identity text collate "C" not null unique,
+    received_at double precision not null,
+    kind text collate "C" not null,
+    method text collate "C",
+    code text collate "C",
+    status text collate "C",
+    record text collate "C",
+    account text collate "C",
+    customer text collate "C",
+    occurred_at text collate "C",
+    affects text collate "C",
+    body bytea not null
+);
+create index if not exists events_record on events (record);
+create index if not exists events_account on events (account);
+create table if not exists dead_letters (
+    id bigint generated always as identity primary key,
+    received_at double precision not null,
+    reason text not null,
+    body bytea not null
+);
+create table if not exists records (
+    record text collate "C" primary key,
+    customer text collate "C",
+    status text collate "C" not null,
+    status_at text collate "C" not null,
+    status_event bigint not null,
+    first_seen double precision not null,
+    last_seen double precision not null,
+    replayed_at double precision
+);
+create index if not exists records_customer on records (customer);
+create table if not exists record_products (
+    record text collate "C" not null,
+    method text collate "C" not null,
+    code text collate "C" not null,
+    status text collate "C",
+    event bigint not null,
+    occurred_at text collate "C" not null,
+    received_at double precision not null,
+    primary key (record, method)
+);
+"""
+
+# A callback as one statement (the SQLite inbox's _insert and _on_callback: the event, its
+# record touched, and moved back to connected by a newer successful login, and its product's
+# newest callback), prepared once per connection, so that a batch of them is one round trip
+# and no planning, not four statements per event. Parameters: identity, received_at, method,
+# code, status, record, account, customer, occurred_at, body, 'connected'.
+CALLBACK = """
+with e as (
+    insert into events (identity, received_at, kind, method, code, status, record, account,
+                        customer, occurred_at, affects, body)
+    values ($1, $2, 'callback', $3, $4, $5, $6, $7, $8, $9, null, $10)
+    returning id)"""
+TOUCH = """,
+r as (
+    insert into records (record, customer, status, status_at, status_event, first_seen,
+                         last_seen)
+    select $6, $8, $11, $9, e.id, $2, $2 from e
+    on conflict (record) do update set last_seen = excluded.last_seen,
+        customer = coalesce(records.customer, excluded.customer){reconnect}),
+p as (
+    insert into record_products (record, method, code, status, event, occurred_at, received_at)
+    select $6, $3, $4, $5, e.id, $9, $2 from e
+    on conflict (record, method) do update set code = excluded.code, status = excluded.status,
+        event = excluded.event, occurred_at = excluded.occurred_at,
+        received_at = excluded.received_at
+    where excluded.occurred_at >= record_products.occurred_at)"""
+# every right-hand side reads the row as it was, as SQLite's later `update ... where
+# status_at <= ?` does
+RECONNECTS = """,
+        status = case when records.status_at <= excluded.status_at
+                      then excluded.status else records.status end,
+        status_at = case when records.status_at <= excluded.status_at
+                         then excluded.status_at else records.status_at end,
+        status_event = case when records.status_at <= excluded.status_at
+                            then excluded.status_event else records.status_event end"""
+TYPES = "(text, float8, text, text, text, text, text, text, text, bytea, text)"
+PREPARE = ";".join(
+    f"prepare {name} {TYPES} as {sql} select 1" for name, sql in (
+        ("ledgerlake_callback", CALLBACK),
+        ("ledgerlake_callback_touch", CALLBACK + TOUCH.format(reconnect="")),
+        ("ledgerlake_callback_reconnect", CALLBACK + TOUCH.format(reconnect=RECONNECTS))))
+EXECUTE = {name: f"execute {name} (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+           for name in ("ledgerlake_callback", "ledgerlake_callback_touch",
+                        "ledgerlake_callback_reconnect")}
+
+# what a dropped or unreachable server raises (psycopg2's errors for a statement it refused,
+# such as a NOT NULL violation, are not among them: those are the caller's)
+LOST = (psycopg2.OperationalError, psycopg2.InterfaceError)
+
+
+def redact(url: str) -> str:
+    """The URL as logs and errors may show it: its user, host, port and database, never its
+    password or query (where libpq takes one too)."""
+    parts = urlsplit(url)
+    user, _, host = parts.netloc.rpartition("@")
+    user = user.partition(":")[0]
+    return (f"{parts.scheme}://{user + '@' if user else ''}{host}{parts.path}"
+            + ("?..." if parts.query else ""))
+
+
+@functools.lru_cache(maxsize=64)
+def _pg(sql: str) -> str:
+    return sql.replace("?", "%s")  # the shared SQL holds no other '?' and no '%'
+
+
+class _Connection:
+    """A psycopg2 connection behind sqlite3's `execute` (`?` placeholders, a cursor back),
+    in autocommit mode so that transactions are begun and ended explicitly, as in SQLite."""
+
+    def __init__(self, url: str) -> None:
+        # keepalives: a server gone silent (a lost machine, not a refused port) is noticed
+        # in seconds, not at the kernel's two hours
+        self.raw = psycopg2.connect(url, connect_timeout=CONNECT_TIMEOUT_S,
+                                    application_name="ledgerlake inbox", keepalives=1,
+                                    keepalives_idle=10, keepalives_interval=5,
+                                    keepalives_count=3)
+        self.raw.autocommit = True
+        self.execute("set synchronous_commit = on")  # whatever the server's default: durable
+        self.prepared = False  # the callback statements, prepared at the first write
+
+    def execute(self, sql: str, params=()):
+        cur = self.raw.cursor()
+        cur.execute(_pg(sql), tuple(params))
+        return cur
+
+    def executemany(self, sql: str, rows):
+        cur = self.raw.cursor()
+        cur.executemany(_pg(sql), list(rows))
+        return cur
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def _retried(method):
+    """Run `method`; when the connection is lost, once more on a new one (a write is safe to
+    repeat: an event already stored is found by its identity). Raises InboxUnavailable."""
+    @functools.wraps(method)
+    def call(self, *args, **kw):
+        try:
+            return method(self, *args, **kw)
+        except LOST:
+            self._drop()
+        try:
+            return method(self, *args, **kw)
+        except LOST as exc:
+            self._drop()
+            raise InboxUnavailable(self._unavailable(exc)) from None
+    return call
+
+
+class PostgresInbox(Inbox):
+    """The inbox in a Postgres database: one connection, used from any thread (serialised by
+    a lock), made again when the server dropped it."""
+
+    def __init__(self, url: str, *, create: bool = False) -> None:
+        self.url = url
+        self.shown = redact(url)
+        self._lock = threading.Lock()
+        self._conn: _Connection | None = None
+        try:
+            with self._lock:
+                if create:
+                    self._db.execute("begin")
+                    try:  # receivers starting together make the tables once
+                        self._db.execute("select pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+                        self._db.raw.cursor().execute(SCHEMA)
+                        self._db.execute("commit")
+                    except BaseException:
+                        self._db.execute("rollback")
+                        raise
+                elif self._db.execute("select to_regclass('events')").fetchone()[0] is None:
+                    self._close()
+                    raise InboxMissing(
+                        f"no inbox in {self.shown}: start the receiver with --inbox naming "
+                        "this database (or set LEDGERLAKE_INBOX to the database it writes)")
+        except LOST as exc:
+            self._close()
+            raise InboxUnavailable(self._unavailable(exc)) from None
+        except psycopg2.ProgrammingError as exc:  # a URL libpq cannot read
+            raise InboxUnavailable(self._unavailable(exc, "cannot be opened")) from None
+
+    @property
+    def _db(self) -> _Connection:
+        if self._conn is None or self._conn.raw.closed:
+            self._conn = _Connection(self.url)
+        return self._conn
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg2.Error:
+                pass
+            self._conn = None
+
+    def _drop(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _unavailable(self, exc: Exception, what: str = "does not answer") -> str:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        why = lines[0] if lines else type(exc).__name__
+        password = urlsplit(self.url).password
+        if password:  # libpq does not repeat it; this makes sure
+            why = why.replace(password, "***")
+        return f"inbox {self.shown} {what}: {why}"
+
+    def __repr__(self) -> str:
+        return f"PostgresInbox({self.shown!r})"
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _begin_write(self, then: str = "", params: tuple = ()):
+        """Begin a write, and run `then` (whose rows come back) in the same round trip."""
+        # writers take turns: ids (from one sequence) then become visible in the order they
+        # were drawn, so a sensor's cursor never steps over an id that commits later
+        return self._db.execute("begin; select pg_advisory_xact_lock(?)" + then,
+                                (WRITE_LOCK, *params))
+
+    @_retried
+    def check(self) -> None:
+        """Raise InboxUnavailable unless the database answers one indexed read."""
+        with self._lock:
+            self._db.execute("select max(id) from events").fetchone()
+
+    @_retried
+    def add_described(self, items: Sequence[tuple[dict, bytes]]) -> list[tuple[int, bool]]:
+        """Store described events in one transaction, in a few round trips whatever their
+        number: what is already stored is found in one read, callbacks go in as one string of
+        statements (a connection event, which reads the records before it, alone)."""
+        now = time.time()
+        identities = [hashlib.sha256(orjson.dumps(info["identity"])).hexdigest()
+                      for info, _ in items]
+        with self._lock:
+            try:
+                stored = self._begin_write(  # what is stored already, read under the lock
+                    "; select identity, id from events where identity = any(?)",
+                    (sorted(set(identities)),)).fetchall()
+                out = self._insert_all(items, identities, dict(stored), now)
+                self._db.execute("commit")
+            except BaseException:
+                self._db.execute("rollback")
+                raise
+        return out
+
+    def _insert_all(self, items, identities: list[str], ids: dict[str, int],
+                    now: float) -> list[tuple[int, bool]]:
+        db = self._db
+        new: set[str] = set()
+        statements: list[bytes] = []
+        cur = db.raw.cursor()
+        if not db.prepared:
+            cur.execute(PREPARE)
+            db.prepared = True
+
+        def flush() -> None:
+            if statements:
+                cur.execute(b";".join(statements))
+                statements.clear()
+
+        for (info, raw), identity in zip(items, identities, strict=True):
+            if identity in ids or identity in new:
+                continue
+            new.add(identity)
+            if info["kind"] != "callback":
+                flush()
+                ids[identity] = self._insert(info, raw, now)[0]
+                continue
+            reconnect = ((info["method"], info["code"]) == RECONNECT
+                         and info["status"] != "is_failed")
+            name = ("ledgerlake_callback" if not info["record"]
+                    else "ledgerlake_callback_reconnect" if reconnect
+                    else "ledgerlake_callback_touch")
+            statements.append(cur.mogrify(EXECUTE[name], (
+                identity, now, info["method"], info["code"], info["status"], info["record"],
+                info["account"], info["customer"], info["occurred_at"] or _iso(now), raw,
+                CONNECTED)))
+        missing = sorted(new - ids.keys())
+        if missing:  # the ids just drawn, read in the same round trip as the last inserts
+            statements.append(cur.mogrify(
+                "select identity, id from events where identity = any(%s)", (missing,)))
+            flush()
+            ids.update(cur.fetchall())
+        out, told = [], set()
+        for identity in identities:  # the first of an identity new to the inbox is new
+            out.append((ids[identity], identity in new and identity not in told))
+            told.add(identity)
+        return out
+
+    dead_letter = _retried(Inbox.dead_letter)
+    after = _retried(Inbox.after)
+    count = _retried(Inbox.count)
+    dead_letters = _retried(Inbox.dead_letters)
+    status = _retried(Inbox.status)
+    payloads = _retried(Inbox.payloads)
+    _mark_replayed = _retried(Inbox.mark_replayed)
+    _records = _retried(Inbox.records)
+
+    # an iterator given is read once, before a first try that may have to be repeated
+    def mark_replayed(self, records: Iterable[str], at: float | None = None) -> None:
+        self._mark_replayed(list(records), at)
+
+    def records(self, ids: Iterable[str] | None = None,
+                status: str | None = None) -> dict[str, RecordState]:
+        return self._records(None if ids is None else list(ids), status)

@@ -1,0 +1,364 @@
+"""The inbox in a real Postgres database, where it differs from a SQLite file: it is made by the
+receiver alone, writers in other connections take turns (so a cursor never steps over an id),
+a server that goes away and comes back is reconnected, and no password is ever shown.
+
+The rules it shares with the SQLite inbox run on both in test_inbox.py and
+test_inbox_events.py."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import orjson
+import psycopg2
+import pytest
+
+from pipeline.config import Settings
+from pipeline.inbox import (
+    InboxMissing,
+    InboxResource,
+    InboxUnavailable,
+    InvalidEvent,
+    describe,
+    open_inbox,
+)
+from pipeline.inbox_postgres import WRITE_LOCK, PostgresInbox, redact
+from tests.postgres import PostgresServer, find_bin, free_port
+
+
+def password(url: str) -> str:
+    return url.split("//", 1)[1].split("@", 1)[0].split(":", 1)[1]
+
+
+def tables(url: str) -> set[str]:
+    con = psycopg2.connect(url)
+    try:
+        cur = con.cursor()
+        cur.execute("select tablename from pg_tables where schemaname = 'public'")
+        return {r[0] for r in cur.fetchall()}
+    finally:
+        con.close()
+
+
+def test_a_url_opens_the_postgres_inbox_and_shows_no_password(postgres_url, make):
+    secret = password(postgres_url)
+    with open_inbox(postgres_url, create=True) as inbox:
+        assert isinstance(inbox, PostgresInbox)
+        assert inbox.add(make.callback("rec-1"))[1]
+        for shown in (inbox.shown, repr(inbox), str(inbox)):
+            assert secret not in shown
+        assert inbox.shown == redact(postgres_url) == postgres_url.replace(f":{secret}@", "@")
+    # postgres:// is the same database
+    with open_inbox(postgres_url.replace("postgresql://", "postgres://", 1)) as inbox:
+        assert inbox.count() == 1
+
+
+def test_a_reader_of_a_database_without_the_inbox_gets_inbox_missing(postgres_url):
+    with pytest.raises(InboxMissing) as info:
+        open_inbox(postgres_url)
+    assert redact(postgres_url) in str(info.value)
+    assert password(postgres_url) not in str(info.value)
+    assert tables(postgres_url) == set()  # a reader made nothing
+
+
+def test_receivers_starting_together_make_the_schema_once(postgres_url):
+    errors: list[BaseException] = []
+    opened: list[PostgresInbox] = []
+    start = threading.Barrier(6)
+
+    def one() -> None:
+        start.wait()
+        try:
+            opened.append(PostgresInbox(postgres_url, create=True))
+        except BaseException as exc:  # noqa: BLE001 (what the assertion reports)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for inbox in opened:
+        inbox.close()
+    assert errors == [] and len(opened) == 6
+    assert tables(postgres_url) == {"events", "dead_letters", "records", "record_products"}
+    with open_inbox(postgres_url, create=True) as again:  # and once more, later: a no-op
+        assert again.count() == 0
+
+
+def test_the_resource_and_the_setting_take_a_url(postgres_url, monkeypatch, make):
+    with open_inbox(postgres_url, create=True) as inbox:
+        inbox.add(make.callback("rec-url"))
+    with InboxResource(path=postgres_url).open() as inbox:
+        assert [e.record for e in inbox.after(0)] == ["rec-url"]
+    monkeypatch.setenv("LEDGERLAKE_INBOX", postgres_url)
+    settings = Settings.from_env()
+    assert password(postgres_url) not in repr(settings)
+    with InboxResource().open() as inbox:
+        assert inbox.count() == 1
+
+
+def test_a_server_that_is_not_there_is_one_clear_error(postgres_server):
+    url = f"postgresql://postgres:hunter2secret@127.0.0.1:{free_port()}/nowhere"
+    for create in (True, False):
+        with pytest.raises(InboxUnavailable) as info:
+            open_inbox(url, create=create)
+        message = str(info.value)
+        assert message.startswith("inbox postgresql://postgres@127.0.0.1:")
+        assert "does not answer" in message and "\n" not in message
+        assert "hunter2secret" not in message
+    wrong = postgres_server.url().replace(postgres_server.password, "not-the-password")
+    with pytest.raises(InboxUnavailable, match="password authentication failed") as info:
+        open_inbox(wrong, create=True)
+    assert "not-the-password" not in str(info.value)
+
+
+def waiting_on_the_write_lock(url: str) -> int:
+    """How many connections wait for the inbox's write lock."""
+    con = psycopg2.connect(url)
+    try:
+        cur = con.cursor()
+        cur.execute("select count(*) from pg_locks where locktype = 'advisory' and not granted"
+                    " and objid = %s", (WRITE_LOCK & 0xFFFFFFFF,))
+        return cur.fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_writers_take_turns_so_a_cursor_never_steps_over_an_id(postgres_url, make):
+    """A writer holding the write lock has drawn an id and not committed; a second writer must
+    wait for it, or its larger id could be read (and the cursor moved past the first) before
+    the first commits."""
+    with open_inbox(postgres_url, create=True) as first, \
+            open_inbox(postgres_url, create=True) as second, open_inbox(postgres_url) as sensor:
+        first._begin_write()  # as add_described does, kept open
+        first_id, _ = first._insert(describe(make.callback("rec-first")),
+                                    b'{"record": "rec-first"}', 0.0)
+        done: list = []
+        later = threading.Thread(target=lambda: done.append(second.add(
+            make.callback("rec-second"))))
+        later.start()
+        while not waiting_on_the_write_lock(postgres_url):  # it got as far as the lock
+            assert later.is_alive(), done
+            time.sleep(0.01)
+        assert sensor.after(0) == []  # nothing visible yet, so the cursor stays at 0
+        first._db.execute("commit")
+        later.join()
+        (second_id, new), = done
+        assert new and second_id > first_id
+        assert [e.id for e in sensor.after(0)] == [first_id, second_id]
+
+
+def test_concurrent_writers_redeliveries_and_a_paging_sensor(postgres_url, make):
+    """Writers on their own connections add distinct and repeated events while a sensor pages
+    by cursor: each event is stored once, and the sensor reads each exactly once."""
+    bodies = [make.callback(f"rec-{i:03d}", ended_at="2026-01-01T00:00:00.000Z")
+              for i in range(240)]
+    writers = [open_inbox(postgres_url, create=True) for _ in range(4)]
+    sensor = open_inbox(postgres_url)
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        cursor = 0
+        while True:
+            last_round = stop.is_set()
+            events = sensor.after(cursor, limit=7)
+            for event in events:
+                seen.append(event.id)
+                cursor = event.id
+            if last_round and not events:
+                return
+            if not events:
+                time.sleep(0.005)
+
+    def write(n: int, inbox) -> None:
+        mine = bodies[n * 60:(n + 1) * 60] + bodies[((n + 1) % 4) * 60:((n + 2) % 4) * 60]
+        for i in range(0, len(mine), 5):  # small batches, as the receiver groups them
+            inbox.add_described([(describe(b), b"{}") for b in mine[i:i + 5]])
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    threads = [threading.Thread(target=write, args=(n, w)) for n, w in enumerate(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    reader.join()
+    for w in writers:
+        w.close()
+    with sensor:
+        events = sensor.after(0, 10_000)
+    assert sorted(e.record for e in events) == [f"rec-{i:03d}" for i in range(240)]
+    assert seen == [e.id for e in events]  # every id, once, in order
+
+
+def test_a_server_that_goes_away_and_comes_back_is_reconnected(make):
+    folder = find_bin()
+    if folder is None:
+        pytest.skip("no PostgreSQL binaries")
+    server = PostgresServer(folder).start()  # its own: the session's must stay up
+    try:
+        url = server.create_database()
+        inbox = open_inbox(url, create=True)
+        reader = open_inbox(url)
+        assert inbox.add(make.callback("rec-before"))[1]
+        server.stop()
+        for call in (lambda: inbox.add(make.callback("rec-during")), inbox.check,
+                     reader.count, lambda: reader.records(iter(["rec-before"]))):
+            with pytest.raises(InboxUnavailable) as info:
+                call()
+            assert server.password not in str(info.value)
+            assert redact(url) in str(info.value)
+        server.resume()
+        inbox.check()
+        assert inbox.add(make.callback("rec-during"))[1]  # the same objects, reconnected
+        assert sorted(e.record for e in reader.after(0)) == ["rec-before", "rec-during"]
+        assert set(reader.records(iter(["rec-before"]))) == {"rec-before"}
+        inbox.close()
+        reader.close()
+    finally:
+        server.remove()
+
+
+def test_a_customer_no_database_text_can_hold(where_all, make):
+    """A NUL in a callback's customer drops the customer (as a number there does); in a
+    connection event, whose customer names records, it is refused."""
+    with open_inbox(where_all, create=True) as inbox:
+        body = make.callback("rec-nul", customer="c\x00x")
+        assert inbox.add(body)[1]
+        assert inbox.records()["rec-nul"].customer is None
+        with pytest.raises(InvalidEvent, match="NUL"):
+            inbox.add(make.disconnect("c\x00x", "2026-01-02T00:00:00.000Z"))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def where_all(request, tmp_path):
+    if request.param == "postgres":
+        return request.getfixturevalue("postgres_url")
+    return tmp_path / "inbox.sqlite3"
+
+
+def test_the_callback_log_reads_a_postgres_inbox_as_it_reads_a_file(postgres_url, tmp_path,
+                                                                      make, monkeypatch):
+    """The assets that land what callbacks carry (payments, record status) read either."""
+    from resources.callbacks import PAYMENT_METHODS, CallbackLog
+
+    path = tmp_path / "inbox.sqlite3"
+    bodies = [make.callback("rec-a", "AUTH", "AUTH_SUCCESS", customer="c1", account="acc-a",
+                            ended_at="2026-01-01T00:00:00.000Z"),
+              {**make.callback("rec-a", "PAYMENT", "PAYMENT_SUCCESS",
+                               ended_at="2026-01-01T01:00:00.000Z"), "paymentId": "pay1"},
+              {**make.callback("rec-a", "PAYMENT", "PAYMENT_SUCCESS",
+                               ended_at="2026-01-01T01:00:00.000Z"), "paymentId": "pay2"},
+              make.callback("rec-b", "INCOME", "INCOME_FAILED", customer="c2",
+                            status="is_failed", ended_at="2026-01-01T02:00:00.000Z"),
+              make.disconnect("c1", "2026-01-02T00:00:00.000Z", accounts=["acc-a"])]
+    for where in (path, postgres_url):
+        with open_inbox(where, create=True) as inbox:
+            for body in bodies:
+                inbox.add(body)
+    on_file = CallbackLog(inbox_path=str(path))
+    monkeypatch.setenv("LEDGERLAKE_INBOX", postgres_url)
+    in_db = CallbackLog()  # the setting, read when opened: no URL in the resource's config
+    assert [p["paymentId"] for p in in_db.payloads("rec-a", PAYMENT_METHODS)] == \
+        ["pay1", "pay2"]
+    assert in_db.payloads("rec-a", PAYMENT_METHODS) == \
+        on_file.payloads("rec-a", PAYMENT_METHODS)
+    statuses = in_db.record_status()
+    assert statuses == on_file.record_status()
+    assert [(s["record"], s["status"]) for s in statuses] == [("rec-a", "disconnected"),
+                                                              ("rec-b", "connected")]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_batches_store_in_postgres_what_they_store_in_sqlite(postgres_url, tmp_path, make,
+                                                             monkeypatch, seed):
+    """Postgres stores a batch of callbacks in one string of prepared statements, not event
+    by event as SQLite does: the same batches (repeats inside one and across them, products
+    out of order, logins that do and do not reconnect, disconnects between callbacks) leave
+    the same events, ids, statuses and products in both."""
+    rng = random.Random(seed)
+    monkeypatch.setattr("pipeline.inbox.time.time", lambda: 1_767_225_600.25)
+    records = [f"rec-{i}" for i in range(6)]
+    at = [f"2026-01-0{d}T00:00:00.000Z" for d in range(1, 8)]
+
+    def body() -> dict:
+        rec, when = rng.choice(records), rng.choice(at)
+        customer, account = f"c{records.index(rec) % 2}", f"acc-{rec}"
+        kind = rng.random()
+        if kind < 0.15:
+            return make.disconnect(customer, when, accounts=rng.choice([[], [account]]))
+        if kind < 0.2:
+            return make.reauth(customer, when)
+        if kind < 0.45:
+            return make.callback(rec, "AUTH", "AUTH_SUCCESS", customer=customer,
+                                 account=account, ended_at=when,
+                                 status=rng.choice(["is_success", "is_failed"]))
+        if kind < 0.5:  # a callback that names no record
+            return {k: v for k, v in make.callback("x", "BALANCE", "BALANCE_SUCCESS",
+                                                   ended_at=when).items()
+                    if k not in ("record", "recordId")}
+        method = rng.choice(["ACCOUNTS", "TRANSACTIONS", "INCOME"])
+        return make.callback(rec, method, rng.choice([f"{method}_SUCCESS", "PRODUCT_IS_READY"]),
+                             customer=customer, account=account, ended_at=when)
+
+    bodies = [body() for _ in range(150)]
+    batches, i = [], 0
+    while i < len(bodies):
+        n = rng.choice([1, 2, 5, 17, 40])
+        batch = bodies[i:i + n] + rng.sample(bodies[:i + n], k=min(3, i + n))  # repeats
+        batches.append([(describe(b), orjson.dumps(b)) for b in batch])
+        i += n
+    answers, events, states = [], [], []
+    for where in (tmp_path / "inbox.sqlite3", postgres_url):
+        with open_inbox(where, create=True) as inbox:
+            answers.append([inbox.add_described(batch) for batch in batches])
+            events.append(inbox.after(0, 10_000))
+            states.append(inbox.records())
+    assert answers[0] == answers[1]
+    assert events[0] == events[1]
+    assert states[0] == states[1]
+    assert {s.status for s in states[0].values()} >= {"connected", "disconnected"}
+
+
+@pytest.mark.parametrize("value, complaint", [
+    ("postgresql://u:pw-xyz@127.0.0.1:port/db", "its port is not a number"),
+    ("postgresql://u:pw-xyz@127.0.0.1/db#frag", "without #fragment"),
+    ("mysql://u:pw-xyz@127.0.0.1/db", "use a local path, file://, postgresql:// or postgres://"),
+])
+def test_the_setting_refuses_what_is_no_postgres_url_without_repeating_a_password(value,
+                                                                                 complaint):
+    from pipeline.config import ConfigError
+
+    with pytest.raises(ConfigError, match=complaint) as info:
+        Settings.from_env({"LEDGERLAKE_INBOX": value})
+    assert "pw-xyz" not in str(info.value) and "LEDGERLAKE_INBOX=" in str(info.value)
+
+
+def test_replay_reads_a_postgres_inbox_and_names_a_missing_one_without_its_password(
+        postgres_url, make):
+    import subprocess
+    import sys
+
+    def replay(*args: str):
+        env = {**os.environ, "LEDGERLAKE_INBOX": postgres_url}
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", "replay", *args],
+                              env=env, capture_output=True, text=True, timeout=120)
+
+    missing = replay("--dry-run")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == f"ledgerlake: no inbox in {redact(postgres_url)}: start " \
+        "the receiver with --inbox naming this database (or set LEDGERLAKE_INBOX to the " \
+        "database it writes)"
+    with open_inbox(postgres_url, create=True) as inbox:
+        inbox.add(make.callback("rec-late", "AUTH", "AUTH_SUCCESS"))
+    done = replay("--dry-run", "--after-minutes", "0")
+    assert done.returncode == 0, done.stderr
+    assert "record rec-late: no ACCOUNTS, TRANSACTIONS" in done.stdout
+    assert "1 records overdue; would trigger 1 in 0 calls" in done.stdout
+    assert password(postgres_url) not in done.stdout + done.stderr
