@@ -167,6 +167,16 @@ def test_count_caps_a_rule_and_the_counts_add_up(api, record):
     ok(api.post("record/get", json={"record": record}))
 
 
+def test_a_window_closes_by_the_wall_clock(api, record):
+    rule = faults(api, {"kind": 500, "for_s": 0.5, "paths": "item/get"})["rules"][0]
+    assert rule["for_s"] == 0.5 and rule["active"]
+    deadline = time.monotonic() + 30
+    while ok(api.get("sandbox/faults"))["rules"][0]["active"]:
+        assert time.monotonic() < deadline, "the window never closed"
+        time.sleep(0.1)
+    ok(api.post("item/get", json={"record": record}))
+
+
 SCHEDULE = [{"kind": "500", "share": 0.25, "paths": "banks/list"},
             {"kind": "429", "share": 0.25, "paths": "banks/list", "seconds": 2},
             {"kind": "truncate", "share": 0.2, "paths": "banks/list"}]
