@@ -237,7 +237,7 @@ class Dispatcher:
         self._http: httpx.AsyncClient | None = None
         self.faults = faults
         self._turn: dict[str, int] = {}  # env -> first deliveries sent round its URLs
-        self._batch: list[tuple[dict, str]] = []  # held by a shuffle fault
+        self._batch: list[dict] = []  # attempts held by a shuffle fault
         self._batch_timer: asyncio.Task | None = None
         if hasattr(clock, "on_advance"):
             clock.on_advance(lambda _now: self.kick())
