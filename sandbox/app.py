@@ -27,6 +27,7 @@ from .auth import PRODUCTION, SANDBOX, Keys
 from .clock import Clock, iso
 from .connect import Connect
 from .errors import ServiceError
+from .faults import REFUSALS, Faults
 from .products import Products
 from .store import Store
 from .webhooks import METHODS, PRODUCT_MEMBERS, Dispatcher
@@ -90,6 +91,18 @@ def _callback_code(name, value):
     return value
 
 
+def _urls(name, value):
+    """One URL, or (a sandbox extension) a list of 1 to 8 distinct ones to deliver across."""
+    if not isinstance(value, list):
+        return _url(name, value)
+    if not 1 <= len(value) <= 8:
+        raise ServiceError("INVALID_FIELD", f"{name} must be a URL or a list of 1 to 8 URLs")
+    urls = [_url(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    if len(set(urls)) != len(urls):
+        raise ServiceError("INVALID_FIELD", f"{name} must not repeat a URL")
+    return urls
+
+
 def _seconds(name, value):
     if (isinstance(value, bool) or not isinstance(value, int | float)
             or not 0 <= value <= 366 * 86400):
@@ -135,6 +148,9 @@ def _any(name, value):
 SCHEMAS = {_string: {"type": "string", "minLength": 1}, _page: {"type": ["integer", "string"]},
            _limit: {"type": ["integer", "string"]}, _array: {"type": "array"},
            _url: {"type": "string", "format": "uri"}, _object: {"type": "object"},
+           _urls: {"oneOf": [{"type": "string", "format": "uri"},
+                             {"type": "array", "items": {"type": "string", "format": "uri"},
+                              "minItems": 1, "maxItems": 8}]},
            _seconds: {"type": "number", "minimum": 0}, _any: {},
            _callback_method: {"type": "string", "enum": list(METHODS)},
            _callback_code: {"type": "string", "pattern": "^[A-Z][A-Z0-9_]{0,63}$"}}
@@ -175,7 +191,9 @@ class Service(Products):
         self.keys = keys
         self.seed = seed
         self.clock = Clock(self.store.get_meta("clock_offset", 0.0), frozen=freeze_clock)
-        self.webhooks = Dispatcher(self.store, self.clock, timeout_s=webhook_timeout_s)
+        self.faults = Faults()
+        self.webhooks = Dispatcher(self.store, self.clock, timeout_s=webhook_timeout_s,
+                                   faults=self.faults)
         self.banks = datagen.bank_objects(seed)
         self.public_base = ""  # learnt from the first request, for callback_url
         self._init_products(rate_limit, addition_limit)
@@ -253,8 +271,8 @@ class Service(Products):
                      [("record",), ("amount",)], sandbox_only=True,
                      summary="Debit a record's first account (kobo), once or recurring"),
             Endpoint("settings/webhook", self.settings_webhook,
-                     {"url": _url, "token": _string}, [("url",)],
-                     summary="Set this environment's webhook URL and token"),
+                     {"url": _urls, "token": _string}, [("url",)],
+                     summary="Set this environment's webhook URL (or URLs) and token"),
             Endpoint("settings/connect", self.connect.settings,
                      {"plan": _string, "wallet": _any, "agreement": _any},
                      summary="This environment's connect page: public key, URL, plan, wallet, "
@@ -274,6 +292,14 @@ class Service(Products):
                      {"record": _string, "method": _callback_method, "code": _callback_code},
                      [("record",), ("method",)], sandbox_only=True,
                      summary="Raise a product callback for a record now"),
+            Endpoint("sandbox/faults", self.faults_set, {"rules": _array, "seed": _any},
+                     [("rules",)], sandbox_only=True,
+                     summary="Inject faults: refusals, resets, stalls, truncated pages, "
+                             "doubled, late or shuffled webhooks (seeded)"),
+            Endpoint("sandbox/faults", self.faults_report, method="GET", sandbox_only=True,
+                     summary="The fault rules and the faults injected, by kind"),
+            Endpoint("sandbox/faults", self.faults_clear, method="DELETE", sandbox_only=True,
+                     summary="Clear every fault rule (the counts stay)"),
             Endpoint("sandbox/clock/advance", self.clock_advance, {"seconds": _seconds},
                      [("seconds",)], sandbox_only=True,
                      summary="Move the sandbox clock forward (redelivery, periodic products)"),
@@ -281,9 +307,24 @@ class Service(Products):
 
     # -- handlers: each takes (env, body) and returns `data` -------------------------------
     async def settings_webhook(self, env: str, body: dict) -> dict:
-        conf = {"url": body["url"], "token": body.get("token"), "env": env}
+        url = body["url"]
+        conf = {"url": url, "token": body.get("token"), "env": env}
+        if isinstance(url, list):  # several receivers: deliveries go round them
+            conf["url"] = url[0]
+            if len(url) > 1:
+                conf["urls"] = url
         self.store.set_meta(f"webhook:{env}", conf)
-        return {"url": conf["url"], "token_set": conf["token"] is not None, "env": env}
+        self.webhooks.settings_changed(env)
+        return {"url": url, "token_set": conf["token"] is not None, "env": env}
+
+    async def faults_set(self, env: str, body: dict) -> dict:
+        return self.faults.set(body["rules"], body.get("seed"))
+
+    async def faults_report(self, env: str, body: dict) -> dict:
+        return self.faults.report()
+
+    async def faults_clear(self, env: str, body: dict) -> dict:
+        return self.faults.clear()
 
     async def banks_list(self, env: str, body: dict) -> dict:
         return {"banks": self.banks_of(env)}
@@ -367,8 +408,18 @@ class Service(Products):
             status, body = 500, err.body(request_id)
         log.info("%s %s %s %d %.1fms", request_id, request.method, request.scope["path"], status,
                  (time.perf_counter() - started) * 1000)
-        return Response(orjson.dumps(body), status_code=status,
-                        media_type="application/json", headers=headers)
+        content = orjson.dumps(body)
+        fault = request.scope.get("sandbox.fault")
+        if fault is not None:  # the call was carried out; its answer is broken on the way
+            log.info("%s fault %s", request_id, fault.kind)
+            if fault.kind == "reset":
+                return self.faults.reset(content, status, headers)
+            if fault.kind == "truncate":  # any proper prefix of an object is invalid JSON
+                return Response(content[:len(content) // 2], status_code=200,
+                                media_type="application/json", headers=headers)
+            await asyncio.sleep(fault.seconds)  # stall: other requests go on meanwhile
+        return Response(content, status_code=status, media_type="application/json",
+                        headers=headers)
 
     def openapi(self) -> dict:
         """OpenAPI 3.1 of every route, both environments, made from the endpoint table."""
@@ -426,6 +477,11 @@ class Service(Products):
         if self.maintenance_on and sub != "sandbox/maintenance":
             raise ServiceError("PLANNED_MAINTENANCE", "maintenance mode: API operations are "
                                                       "disabled")
+        fault = None if ep.sandbox_only else self.faults.for_request(env, sub)
+        if fault is not None:
+            if fault.kind in REFUSALS:
+                raise self.faults.error(fault, sub)
+            request.scope["sandbox.fault"] = fault
         wait = self.limiter.take(env, sub)
         if wait:
             raise ServiceError(self.limiter.code(sub), f"too many requests to {sub}; retry in "

@@ -7,8 +7,9 @@ then dropped. When the clock jumps, every hour step that became due is its own a
 
 Public surface (app.py and the callbacks' authors use only this):
 
-    Dispatcher(store, clock, timeout_s=10.0)
-    settings(env) -> {"url", "token", ...} | None     the environment's /settings/webhook
+    Dispatcher(store, clock, timeout_s=10.0, faults=None)
+    settings(env) -> {"url", "token", "urls"?, ...} | None    the environment's /settings/webhook
+    settings_changed(env)    a new setting: the next first delivery goes to its first URL
     enqueue(env, payload, *, record, method, url=None) -> delivery id
         queue an event for the environment's URL (or `url`). With no URL anywhere it is
         kept as "unsent", so GET /callback shows it and /callback/trigger can send it.
@@ -29,6 +30,12 @@ port) and MAX_INFLIGHT in all, so a slow or dead receiver holds up only its own 
 another receiver's callbacks nor the API. Attempts to one receiver start in due order.
 A redelivery carries the same payload; only `serverResponse` (the previous attempt's
 result) changes. Every delivery carries the environment's token as `Authorization: Bearer`.
+
+Several URLs (a sandbox extension of /settings/webhook): first attempts go round them in
+turn, and each redelivery goes to the URL after the one it last tried, so a dead receiver's
+events reach a live one an hour later. Faults (faults.py) can send an attempt twice, hold it
+for some seconds, or hold a batch and send it shuffled; held attempts are outside the
+per-receiver limit (they hold no connection while they wait) but within MAX_INFLIGHT.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import httpx
 import orjson
 
 from .clock import Clock, iso
+from .faults import Faults
 from .store import SqliteFile, Store
 
 log = logging.getLogger("sandbox.webhooks")
@@ -91,14 +99,16 @@ create table if not exists deliveries (
     next_attempt real,
     last_attempt real,
     attempts blob not null default '[]',
-    state text not null           -- pending, acknowledged, dropped, unsent
+    state text not null,          -- pending, acknowledged, dropped, unsent
+    urls blob                     -- the URLs it goes round (null: url alone)
 );
 create index if not exists deliveries_due on deliveries (state, next_attempt);
 create index if not exists deliveries_record on deliveries (env, record, method);
 """
 
 COLUMNS = ("id", "env", "record", "method", "event_key", "code", "url", "target", "payload",
-           "raised_at", "first_attempt", "next_attempt", "last_attempt", "attempts", "state")
+           "raised_at", "first_attempt", "next_attempt", "last_attempt", "attempts", "state",
+           "urls")
 
 
 def _target(url: str) -> str:
@@ -116,6 +126,10 @@ class Deliveries(SqliteFile):
 
     def __init__(self, path: Path) -> None:
         super().__init__(path, SCHEMA)
+        with self._lock:  # a file written before `urls` existed
+            cols = {r[1] for r in self._db.execute("pragma table_info(deliveries)")}
+            if "urls" not in cols:
+                self._db.execute("alter table deliveries add column urls blob")
 
     def _rows(self, sql: str, args: Iterable = ()) -> list[dict]:
         with self._lock:
@@ -125,19 +139,22 @@ class Deliveries(SqliteFile):
             d = dict(zip(COLUMNS, row, strict=True))
             d["payload"] = orjson.loads(d["payload"])
             d["attempts"] = orjson.loads(d["attempts"])
+            d["urls"] = orjson.loads(d["urls"]) if d["urls"] else None
             out.append(d)
         return out
 
     def add(self, env: str, record: str | None, method: str | None, url: str | None,
-            payload: dict, now: float) -> int:
+            payload: dict, now: float, urls: list[str] | None = None) -> int:
         code = payload.get("code") or payload.get("event")
         with self._lock:
             return self._db.execute(
                 "insert into deliveries (env, record, method, event_key, code, url, target,"
-                " payload, raised_at, next_attempt, state) values (?,?,?,?,?,?,?,?,?,?,?)",
+                " payload, raised_at, next_attempt, state, urls)"
+                " values (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (env, record, method, _event_key(method, payload), code, url,
                  _target(url) if url else None, orjson.dumps(payload), now,
-                 now if url else None, "pending" if url else "unsent"),
+                 now if url else None, "pending" if url else "unsent",
+                 orjson.dumps(urls) if urls else None),
             ).lastrowid
 
     def due_targets(self, now: float) -> list[str]:
@@ -147,11 +164,13 @@ class Deliveries(SqliteFile):
                 "where state = 'pending' and next_attempt <= ?", (now,)).fetchall()
         return [r[0] for r in rows]
 
-    def due(self, target: str, now: float, limit: int) -> list[dict]:
+    def due(self, target: str, now: float, limit: int, skip_ids: Iterable[int] = ()) -> list[dict]:
+        ids = list(skip_ids)
+        skip = f"and id not in ({','.join('?' * len(ids))}) " if ids else ""
         return self._rows(
             f"select {', '.join(COLUMNS)} from deliveries where state = 'pending' "
-            "and target = ? and next_attempt <= ? order by next_attempt, id limit ?",
-            (target, now, limit))
+            f"and target = ? and next_attempt <= ? {skip}order by next_attempt, id limit ?",
+            (target, now, *ids, limit))
 
     def next_due(self, skip_targets: Iterable[str], skip_ids: Iterable[int]) -> float | None:
         targets, ids = list(skip_targets), list(skip_ids)
@@ -164,13 +183,14 @@ class Deliveries(SqliteFile):
             return self._db.execute(sql, (*targets, *ids)).fetchone()[0]
 
     def finish(self, delivery_id: int, *, first_attempt: float, last_attempt: float,
-               attempts: list, state: str, next_attempt: float | None) -> None:
+               attempts: list, state: str, next_attempt: float | None, url: str) -> None:
+        """Record an attempt; `url` is where the next one goes."""
         with self._lock:
             self._db.execute(
                 "update deliveries set first_attempt = ?, last_attempt = ?, attempts = ?,"
-                " state = ?, next_attempt = ? where id = ?",
+                " state = ?, next_attempt = ?, url = ?, target = ? where id = ?",
                 (first_attempt, last_attempt, orjson.dumps(attempts), state, next_attempt,
-                 delivery_id))
+                 url, _target(url), delivery_id))
 
     def latest(self, env: str, record: str, methods: Iterable[str]) -> dict | None:
         methods = list(methods)
@@ -200,7 +220,8 @@ def _public(attempt: dict) -> dict:
 
 
 class Dispatcher:
-    def __init__(self, store: Store, clock: Clock, timeout_s: float = 10.0) -> None:
+    def __init__(self, store: Store, clock: Clock, timeout_s: float = 10.0,
+                 faults: Faults | None = None) -> None:
         if not timeout_s > 0:
             raise ValueError("the webhook timeout must be a positive number of seconds")
         self.store = store
@@ -214,6 +235,10 @@ class Dispatcher:
         self._tasks: set[asyncio.Task] = set()
         self._runner: asyncio.Task | None = None
         self._http: httpx.AsyncClient | None = None
+        self.faults = faults
+        self._turn: dict[str, int] = {}  # env -> first deliveries sent round its URLs
+        self._batch: list[dict] = []  # attempts held by a shuffle fault
+        self._batch_timer: asyncio.Task | None = None
         if hasattr(clock, "on_advance"):
             clock.on_advance(lambda _now: self.kick())
 
@@ -221,14 +246,24 @@ class Dispatcher:
     def settings(self, env: str) -> dict | None:
         return self.store.get_meta(f"webhook:{env}")
 
+    def settings_changed(self, env: str) -> None:
+        self._turn.pop(env, None)
+
     def enqueue(self, env: str, payload: dict, *, record: str | None, method: str | None,
                 url: str | None = None) -> int:
         """Queue an event for the environment's webhook, or `url`; kept unsent if neither."""
-        target = url or (self.settings(env) or {}).get("url")
+        conf = self.settings(env) or {}
+        target, urls = url or conf.get("url"), None
+        if not url and conf.get("urls"):  # delivery i goes to URL i mod n
+            urls = conf["urls"]
+            turn = self._turn.get(env, 0)
+            self._turn[env] = turn + 1
+            target = urls[turn % len(urls)]
         payload = {k: v for k, v in payload.items() if k != "serverResponse"}
         if target and "callbackURL" in payload:
             payload["callbackURL"] = target
-        delivery_id = self.db.add(env, record, method, target, payload, self.clock.now())
+        delivery_id = self.db.add(env, record, method, target, payload, self.clock.now(),
+                                  urls)
         if not target:
             log.info("no webhook set for %s; %s of %s kept unsent", env, method, record)
         self.kick()
@@ -258,7 +293,7 @@ class Dispatcher:
             for record in dict.fromkeys(records):
                 for d in self.db.latest_per_event(env, record):
                     self.enqueue(env, d["payload"], record=record, method=d["method"],
-                                 url=target)
+                                 url=url)
                     queued += 1
         return queued
 
@@ -318,17 +353,56 @@ class Dispatcher:
                        MAX_INFLIGHT - len(self._inflight))
             if free <= 0:
                 continue
-            for d in self.db.due(target, now, PER_TARGET * 2):
+            for d in self.db.due(target, now, PER_TARGET * 2, self._inflight):
                 if free <= 0:
                     break
-                if d["id"] in self._inflight:
-                    continue
                 free -= 1
                 self._inflight[d["id"]] = target
-                self._per_target[target] = self._per_target.get(target, 0) + 1
-                task = asyncio.create_task(self._attempt(d))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                fault = self.faults.for_delivery(d["env"]) if self.faults else None
+                if fault is not None:
+                    self.faults.noted(fault.kind, d)
+                if fault is not None and fault.kind == "late":
+                    self._spawn(self._late(d, fault.seconds))
+                elif fault is not None and fault.kind == "shuffle":
+                    self._hold(d, fault.batch, fault.seconds)
+                else:
+                    self._per_target[target] = self._per_target.get(target, 0) + 1
+                    self._spawn(self._attempt(d, double=fault is not None))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _late(self, d: dict, seconds: float) -> None:
+        await asyncio.sleep(seconds)  # wall time: a frozen sandbox clock still lets it go
+        await self._attempt(d, slot=False)
+
+    def _hold(self, d: dict, batch: int, seconds: float) -> None:
+        """Keep `d` until `batch` are held or `seconds` have passed, then send them shuffled."""
+        self._batch.append(d)
+        if len(self._batch) >= batch:
+            self._release()
+        elif self._batch_timer is None:
+            async def timer() -> None:
+                await asyncio.sleep(seconds)
+                self._batch_timer = None
+                self._release()
+            self._batch_timer = asyncio.create_task(timer())
+            self._tasks.add(self._batch_timer)
+            self._batch_timer.add_done_callback(self._tasks.discard)
+
+    def _release(self) -> None:
+        held, self._batch = self._batch, []
+        if self._batch_timer is not None and self._batch_timer is not asyncio.current_task():
+            self._batch_timer.cancel()
+        self._batch_timer = None
+        order = self.faults.permutation(len(held))
+
+        async def one_by_one() -> None:  # in turn, so the receiver sees this very order
+            for i in order:
+                await self._attempt(held[i], slot=False)
+        self._spawn(one_by_one())
 
     async def _sleep(self) -> None:
         """Until woken, or until the next delivery not held up by a full receiver is due."""
@@ -344,22 +418,38 @@ class Dispatcher:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=delay)
 
-    async def _attempt(self, d: dict) -> None:
+    async def _attempt(self, d: dict, *, slot: bool = True, double: bool = False) -> None:
+        """One attempt; `slot`: it holds one of its receiver's PER_TARGET places."""
         target = self._inflight[d["id"]]
         try:
-            await self._deliver(d)
+            await self._deliver(d, double=double)
         except asyncio.CancelledError:
             raise  # shutting down: the row stays due, and is attempted after a restart
         except Exception:
             log.exception("webhook delivery %s failed unexpectedly", d["id"])
         finally:
             del self._inflight[d["id"]]
-            self._per_target[target] -= 1
-            if not self._per_target[target]:
-                del self._per_target[target]
+            if slot:
+                self._per_target[target] -= 1
+                if not self._per_target[target]:
+                    del self._per_target[target]
             self._wake.set()
 
-    async def _deliver(self, d: dict) -> None:
+    async def _post(self, url: str, content: bytes, headers: dict) -> tuple[bool, dict]:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                async with self._http.stream("POST", url, content=content,
+                                             headers=headers) as resp:
+                    ok = 200 <= resp.status_code < 300  # the body is ignored
+                    return ok, {"status": resp.status_code, "message": resp.reason_phrase}
+        except (TimeoutError, httpx.TimeoutException):
+            return False, {"success": False, "error": f"no answer within {self.timeout_s:g} s"}
+        except httpx.HTTPError as exc:
+            reason = ("could not connect" if isinstance(exc, httpx.ConnectError)
+                      else type(exc).__name__)
+            return False, {"success": False, "error": reason}
+
+    async def _deliver(self, d: dict, double: bool = False) -> None:
         now = self.clock.now()
         first = d["first_attempt"] or now
         payload = dict(d["payload"])
@@ -369,20 +459,10 @@ class Dispatcher:
         token = (self.settings(d["env"]) or {}).get("token")
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        ok = False
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                async with self._http.stream("POST", d["url"], content=orjson.dumps(payload),
-                                             headers=headers) as resp:
-                    ok = 200 <= resp.status_code < 300  # the body is ignored
-                    result = {"status": resp.status_code, "message": resp.reason_phrase}
-        except (TimeoutError, httpx.TimeoutException):
-            result = {"success": False,
-                      "error": f"no answer within {self.timeout_s:g} s"}
-        except httpx.HTTPError as exc:
-            reason = ("could not connect" if isinstance(exc, httpx.ConnectError)
-                      else type(exc).__name__)
-            result = {"success": False, "error": reason}
+        content = orjson.dumps(payload)
+        ok, result = await self._post(d["url"], content, headers)
+        if double:  # the same attempt again; the first answer is the one recorded
+            await self._post(d["url"], content, headers)
         attempts = [*d["attempts"], {"attempt": len(d["attempts"]), "at": iso(now), **result}]
         if ok:
             state, due = "acknowledged", None
@@ -391,8 +471,12 @@ class Dispatcher:
             state = "pending" if due <= first + WINDOW else "dropped"
             if state == "dropped":
                 due = None
+        url = d["url"]
+        if state == "pending" and d["urls"]:  # the next attempt tries the next receiver
+            urls = d["urls"]
+            url = urls[(urls.index(url) + 1) % len(urls)] if url in urls else urls[0]
         self.db.finish(d["id"], first_attempt=first, last_attempt=now, attempts=attempts,
-                       state=state, next_attempt=due)
+                       state=state, next_attempt=due, url=url)
         log.info("callback %s of %s, attempt %d to %s: %s -> %s", d["method"], d["record"],
                  len(attempts) - 1, d["target"], result.get("status", result.get("error")),
                  state)
