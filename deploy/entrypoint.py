@@ -3,9 +3,9 @@
 Dagster's own answer to a Postgres that is not there is a page of traceback after half a
 minute of retries; this says it in one line, naming the server without its password, and
 exits 2 so the orchestrator (compose, Kubernetes) shows why the container did not start.
-The check runs only where the DAGSTER_PG_* variables are set (deploy/dagster.yaml reads
-them): a receiver needs no Dagster instance, and the Helm chart's run pods get the chart's
-own instance settings.
+The check runs only where DAGSTER_PG_HOST is set (deploy/dagster.yaml reads it): a receiver
+needs no Dagster instance, and the Helm chart's pods get the chart's own instance settings
+(with DAGSTER_PG_PASSWORD alone in their environment).
 
     python deploy/entrypoint.py dagster-daemon run
 """
@@ -31,10 +31,9 @@ def shown_url(env: dict) -> str:
 def check_postgres(env: dict, tries: int = 3, pause_s: float = 2.0) -> str | None:
     """None when Dagster's Postgres answers (or is not configured here), else the one line
     to print."""
-    given = [v for v in PG_VARS if env.get(v)]
-    if not given:
-        return None
-    missing = [v for v in PG_VARS if v not in given and v != "DAGSTER_PG_PASSWORD"]
+    if not env.get("DAGSTER_PG_HOST"):
+        return None  # the chart's pods carry DAGSTER_PG_PASSWORD alone: its instance, not ours
+    missing = [v for v in PG_VARS if not env.get(v) and v != "DAGSTER_PG_PASSWORD"]
     if missing:
         return (f"ledgerlake: Dagster's Postgres is half configured: set {', '.join(missing)} "
                 "(deploy/dagster.yaml reads all of DAGSTER_PG_*)")

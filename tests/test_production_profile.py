@@ -248,3 +248,14 @@ def test_the_entrypoint_becomes_its_command_when_postgres_answers(postgres_url):
                           sys.executable, "-c", "import os; print('started', os.getpid())"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("started"), out.stderr
+
+
+def test_the_entrypoint_leaves_alone_a_process_that_uses_another_instance():
+    """A receiver has no DAGSTER_PG_*; the Helm chart's pods have only DAGSTER_PG_PASSWORD
+    (the chart writes its own dagster.yaml): both start without a check."""
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PG_")}
+    for env in (bare, {**bare, "DAGSTER_PG_PASSWORD": DOWN}):
+        out = subprocess.run([sys.executable, str(REPO / "deploy" / "entrypoint.py"),
+                              sys.executable, "-c", "print('started')"],
+                             capture_output=True, text=True, env=env, timeout=60)
+        assert (out.returncode, out.stdout.strip()) == (0, "started"), out.stderr
