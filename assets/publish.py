@@ -55,6 +55,12 @@ def _delay_s() -> float:
 FETCH_RETRY = dg.RetryPolicy(max_retries=3, delay=_delay_s(), backoff=dg.Backoff.EXPONENTIAL,
                              jitter=dg.Jitter.PLUS_MINUS)
 
+# Every step that calls the service holds a slot of this pool while it runs, whatever run it is
+# in: the instance's limit for it (`dagster instance concurrency set connection_service N`,
+# stored in the instance's database) caps the callers of the upstream across all runs, where a
+# client's own retries only pace itself. docs/operations.md, "From one box to many".
+SERVICE_POOL = "connection_service"
+
 
 # What keeps the warehouse (and the records table it serves) up to date without a click: built
 # again when any product has landed since its last build, or when it was never built, and
@@ -115,7 +121,7 @@ def product(name: str, *, description: str, schema: pa.Schema, checks: Sequence[
                         metadata={"dagster/column_schema": columns(schema)})
     return dg.multi_asset(
         name=name, specs=[spec], can_subset=True, partitions_def=records,
-        backfill_policy=batched, retry_policy=FETCH_RETRY,
+        backfill_policy=batched, retry_policy=FETCH_RETRY, pool=SERVICE_POOL,
         check_specs=[dg.AssetCheckSpec(c.name, asset=name, description=c.description,
                                        blocking=c.blocking, partitions_def=records)
                      for c in checks])

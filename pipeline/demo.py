@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 import httpx
+from dagster import DagsterInstance
 
 from .config import home_from_env
-from .local import Server
+from .local import Server, one_box_pools
 
 MARKER = ".ledgerlake-demo"
 SUMMARY = """
@@ -52,6 +53,8 @@ def dagster_home(home: Path) -> Path:
     path = home / "dagster"
     path.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(REPO / "dagster.yaml", path / "dagster.yaml")
+    with DagsterInstance.from_config(str(path)) as instance:
+        one_box_pools(instance)
     return path
 
 

@@ -90,6 +90,25 @@ class Server:
         self.stop()
 
 
+def one_box_pools(instance: DagsterInstance) -> None:
+    """Give the service's pool as many slots as runs may run at once, unless it was set by hand.
+
+    dagster.yaml cannot name a pool's limit, only `default_limit` (1: what the one-writer pools
+    need), which would let one fetching step run at a time across all runs. On one box the
+    upstream's pace is the client's business (429s wait for Retry-After), so the pool should
+    never hold a step back here; a limit set with `dagster instance concurrency set` is kept.
+    """
+    from assets.publish import SERVICE_POOL
+
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return  # an ephemeral instance: no pools at all
+    limits = {p.name: p for p in storage.get_pool_limits()}
+    if SERVICE_POOL not in limits or limits[SERVICE_POOL].from_default:
+        runs = instance.get_concurrency_config().run_queue_config.max_concurrent_runs
+        storage.set_concurrency_slots(SERVICE_POOL, runs if runs > 0 else 100)  # -1: no cap
+
+
 def cursor(instance: DagsterInstance) -> str | None:
     """Where the in-process sensor stopped reading the inbox."""
     return instance.run_storage.get_cursor_values({CURSOR_KEY}).get(CURSOR_KEY)

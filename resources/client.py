@@ -2,7 +2,8 @@
 
 Retries live here and only here: 429 waits for `Retry-After` (or backs off when it is missing
 or 0); 5xx, BANK_NOT_RESPONDING, timeouts and dropped connections back off with jitter; all
-of it within `max_attempts` and `retry_budget_s`. Everything else raises at once.
+of it within `retry_budget_s`, and all but 429s within `max_attempts`. Everything else raises
+at once.
 A page is yielded only after its answer is whole, so a retried page is never yielded twice.
 """
 
@@ -61,7 +62,8 @@ class ConnectionClient(ConfigurableResource):
     environment: str = Field(default="sandbox", description="sandbox or production.")
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 30.0
-    max_attempts: int = Field(default=6, description="Tries per request, the first included.")
+    max_attempts: int = Field(default=6, description=(
+        "Tries per request, the first included; a 429 spends retry_budget_s, not a try."))
     retry_budget_s: float = Field(default=60.0, description=(
         "Wall time one request may spend waiting between tries; a longer Retry-After raises."))
     backoff_base_s: float = 0.25
@@ -126,7 +128,7 @@ class ConnectionClient(ConfigurableResource):
                  envelope: bool = False, raw: bool = False) -> Any:
         http = self._client()
         deadline = time.monotonic() + self.retry_budget_s
-        attempt = 0
+        attempt = failed = 0
         while True:
             attempt += 1
             resp, final = None, False
@@ -152,7 +154,11 @@ class ConnectionClient(ConfigurableResource):
                 err = from_response(resp.status_code, body, request_id, method=method,
                                     path=path, retry_after=_retry_after(resp.headers))
             wait = self._wait(err, attempt, idempotent)
-            if wait is None or attempt >= self.max_attempts:
+            # A 429 is the service pacing its callers, not a failure: it spends the time budget,
+            # never an attempt, so runs that share a rate limit slow down together rather than
+            # fail when many of them were told to wait at once.
+            failed += err.http_code != 429
+            if wait is None or failed >= self.max_attempts:
                 raise err.after(attempt) from None
             if time.monotonic() + wait > deadline:
                 raise err.after(attempt, f"retry budget of {self.retry_budget_s:g}s "

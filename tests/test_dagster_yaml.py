@@ -78,3 +78,24 @@ def test_runs_that_die_are_retried_by_the_daemon_and_failed_steps_are_not(tmp_pa
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         assert instance.run_retries_enabled and instance.run_retries_max_retries == 2
         assert instance.run_retries_retry_on_asset_or_op_failure is False
+
+
+def test_on_one_box_the_service_pool_never_holds_a_step_back_and_a_hand_set_limit_stays(
+        tmp_path):
+    """dagster.yaml's default_limit of 1 (the one-writer pools) would otherwise let one
+    fetching step run at a time across all runs; the demo's instance gives the service's
+    pool a slot per run that may run at once, and keeps what an operator set."""
+    from assets.publish import SERVICE_POOL
+    from pipeline.demo import dagster_home
+
+    home = dagster_home(tmp_path)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        storage = instance.event_log_storage
+        runs = instance.get_concurrency_config().run_queue_config.max_concurrent_runs
+        assert storage.get_concurrency_info(SERVICE_POOL).slot_count == runs == 4
+        storage.initialize_concurrency_limit_to_default("duckdb")
+        assert storage.get_concurrency_info("duckdb").slot_count == 1  # untouched
+        storage.set_concurrency_slots(SERVICE_POOL, 2)  # dagster instance concurrency set
+    dagster_home(tmp_path)  # `ledgerlake dev` again on the same data
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.event_log_storage.get_concurrency_info(SERVICE_POOL).slot_count == 2

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
+from pipeline import demo
 from pipeline.local import stop_process
 from resources.lake import Lake
 
@@ -24,9 +25,7 @@ PRODUCTS = ("accounts", "balance_history", "transactions", "income", "identity")
 @pytest.mark.slow
 def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
     home = tmp_path / "home"
-    dagster_home = home / "dagster"
-    dagster_home.mkdir(parents=True)
-    (dagster_home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    dagster_home = demo.dagster_home(home)  # as `ledgerlake dev` makes it, pools and all
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "LEDGERLAKE_HOME": str(home),
            "LEDGERLAKE_INBOX": str(receiver.inbox), "LEDGERLAKE_API_URL": sandbox.url,
            "LEDGERLAKE_ENVIRONMENT": "sandbox", "LEDGERLAKE_SECRET_KEY": sandbox.sandbox_key}
