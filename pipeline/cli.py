@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import socket
@@ -69,6 +70,18 @@ def _loopback(value: str) -> str:
         raise argparse.ArgumentTypeError(
             f"host must be a loopback address (127.0.0.0/8 or ::1), not {value!r}")
     return "127.0.0.1" if value == "localhost" else value
+
+
+def _address(value: str) -> str:
+    """An IP address to listen on. The receiver may take every interface (0.0.0.0 in a
+    container, behind its token and a TLS proxy); the sandbox, a test double, never does."""
+    if value == "localhost":
+        return "127.0.0.1"
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"host must be an IP address (127.0.0.1, 0.0.0.0, ::), not {value!r}") from None
 
 
 def cmd_sandbox(args: argparse.Namespace) -> int:
@@ -381,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sandbox)
 
     p = sub.add_parser("receiver", help="receive callbacks into the inbox")
-    p.add_argument("--host", type=_loopback, default="127.0.0.1")
+    p.add_argument("--host", type=_address, default="127.0.0.1",
+                   help="address to listen on (default %(default)s; 0.0.0.0 in a container)")
     p.add_argument("--port", type=_port, default=8766, help="0 picks a free port")
     p.add_argument("--inbox", help="SQLite inbox file, or a postgresql:// URL that several "
                                    "receivers share (default $LEDGERLAKE_INBOX, else "

@@ -184,9 +184,8 @@ def test_each_command_the_compose_file_starts_exists_here(service):
         assert flag in out.stdout, (service, flag)
 
 
-@pytest.mark.xfail(strict=True, reason="the receiver binds loopback only today (pipeline/cli.py "
-                   "_loopback); in a container it must listen on 0.0.0.0 behind its token")
 def test_a_receiver_in_a_container_may_listen_on_every_interface():
     from pipeline.cli import build_parser
 
-    build_parser().parse_args(OURS["receiver-1"]["command"][1:])
+    args = build_parser().parse_args(OURS["receiver-1"]["command"][1:])
+    assert args.command == "receiver" and args.host == "0.0.0.0"

@@ -14,6 +14,7 @@ CASES = [
     (["sandbox", "--webhook-timeout", "0"], "seconds must be more than 0"),
     (["sandbox", "--rate-limit", "-3"], "must be at least 0"),
     (["receiver", "--port", "-1"], "port must be from 0 to 65535"),
+    (["receiver", "--host", "example.com"], "host must be an IP address"),
     (["sql", "select 1", "--max-rows", "0"], "must be at least 1"),
     (["demo", "--customers", "1000"], "customers must be from 1 to 100"),
     (["replay", "--after-minutes", "soon"], "minutes must be a number"),
