@@ -16,6 +16,8 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
+from tests.postgres import free_port
+
 BUCKET = "lake-bucket"
 
 
@@ -40,12 +42,6 @@ class S3:
                    AWS_DEFAULT_REGION="us-east-1")
         env.update(changes)
         return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -6,11 +6,9 @@ rows, and S3 (moto's server). The low-level table code has its own tests (test_d
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from deltalake import DeltaTable
 
 from resources.lake import Lake
 from tests.resources.lake_writer import DAY0, MONEY, SCHEMA, commits, rows
+from tests.s3 import moto_s3
 
 ROOT = Path(__file__).resolve().parents[2]
 WITH_ID = SCHEMA.append(pa.field("record_id", pa.string()))
@@ -395,31 +394,10 @@ def test_appends_from_two_processes_all_land(raced):
 
 
 @pytest.fixture
-def s3_endpoint(tmp_path, monkeypatch):
-    """A real S3 API (moto's server) on a free loopback port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(tmp_path / "moto.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("moto_server")), "-H",
-                             "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
+def s3_endpoint(tmp_path):
+    """A real S3 API (moto's server, tests/s3.py) on a free loopback port; its key in AWS_*."""
+    with moto_s3(tmp_path) as store:
+        yield store.endpoint
 
 
 def test_an_s3_lake_end_to_end(s3_endpoint, tmp_path, monkeypatch):
