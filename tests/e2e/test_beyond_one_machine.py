@@ -97,7 +97,11 @@ def graphql(port: int) -> dict | None:
     except httpx.HTTPError:
         return None
     data = resp.json().get("data") if resp.status_code == 200 else None
-    return data if data and data.get("runsOrError", {}).get("results") is not None else None
+    runs = (data or {}).get("runsOrError", {}).get("results")
+    # settled: later callbacks of landed records may still have runs queued
+    if not runs or any(r["status"] not in ("SUCCESS", "FAILURE", "CANCELED") for r in runs):
+        return None
+    return data
 
 
 def pg_env(url: str) -> dict[str, str]:
@@ -219,7 +223,8 @@ def test_two_receivers_a_daemon_and_runs_on_postgres_and_s3(postgres_server, tmp
                                                - Decimal(str(t["debit"] or 0)) for t in truth)
 
             # the UI's API reads the runs and the records from Postgres
-            body = wait("the webserver's GraphQL", lambda: graphql(port), 240, procs[1])
+            body = wait("every run settled, in the webserver's GraphQL", lambda: graphql(port),
+                        300, procs[1], every_s=3)
             runs = body["runsOrError"]["results"]
             assert runs and {r["status"] for r in runs} == {"SUCCESS"}
             ran = set()
