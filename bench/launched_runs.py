@@ -67,6 +67,14 @@ def launched(box: dict, records: list[str], work: Path, timeout_s: float) -> dic
     dagster_home = home / "dagster"
     dagster_home.mkdir(parents=True)
     (dagster_home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
+    # as `ledgerlake dev` and the demo do: the service's pool gets a slot per concurrent run
+    # (left at dagster.yaml's default_limit of 1, one fetching step would run at a time)
+    from dagster import DagsterInstance as Instance
+
+    from pipeline.local import one_box_pools
+
+    with Instance.from_config(str(dagster_home)) as instance:
+        one_box_pools(instance)
     inbox_path = home / "inbox.sqlite3"
     Inbox(inbox_path, create=True).close()
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "LEDGERLAKE_HOME": str(home),
