@@ -60,7 +60,8 @@ def launched(box: dict, records: list[str], work: Path, timeout_s: float) -> dic
     """The daemon launches the sensor's runs, each in its own process; seconds until landed."""
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
-    from pipeline.inbox import Inbox
+    from pipeline.inbox import Inbox, describe
+    from pipeline.local import stop_process
     from resources.lake import Lake
 
     home = work / "launched"
@@ -107,7 +108,7 @@ def launched(box: dict, records: list[str], work: Path, timeout_s: float) -> dic
             time.sleep(0.5)
         seconds = time.perf_counter() - t0
     finally:
-        core_stop(daemon)
+        stop_process(daemon, timeout_s=30)
         log.close()
     with DagsterInstance.get() as instance:
         runs = instance.get_run_records(RunsFilter(job_name="ingest_job"))
@@ -130,18 +131,6 @@ def launched(box: dict, records: list[str], work: Path, timeout_s: float) -> dic
             "run_start_to_first_step_s": _spread(plan_cost), "run_wall_s": _spread(steps)}
 
 
-def describe(body: dict) -> dict:
-    from pipeline.inbox import describe as of
-
-    return of(body)
-
-
-def core_stop(proc: subprocess.Popen) -> None:
-    from pipeline.local import stop_process
-
-    stop_process(proc, timeout_s=30)
-
-
 def _spread(values: list[float]) -> dict:
     if not values:
         return {}
@@ -162,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import httpx
 
-    from pipeline.inbox import RECORD_ID  # noqa: F401  (imports the project before timing)
     from pipeline.local import Server
     from pipeline.sensors import NEW_PER_RUN
 

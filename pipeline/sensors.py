@@ -8,8 +8,8 @@ share a run, at most NEW_PER_RUN of them, so two hundred new connections cost a 
 which the run launcher spreads over processes or pods. The periodic callbacks the service sends
 for every record once a day are batched the same way, in ranges of at most RECORDS_PER_RUN.
 Failures start nothing: they are reported as observations of the product, so they show in
-the Dagster UI beside the data they concern. A connection event (a disconnect, a reauthentication) refreshes `record_status`, and
-with it the warehouse.
+the Dagster UI beside the data they concern. A connection event (a disconnect, a
+reauthentication) refreshes `record_status`, and with it the warehouse.
 
 The warehouse follows the lake by itself: `warehouse_follows_lake` materializes
 `record_status` and `warehouse` when any product has landed since their last build, one build
@@ -136,7 +136,8 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
         wanted[record][1].extend(evs)
         wanted[record][1].sort(key=lambda e: e.id)
     observations = [o for o in observations if o.asset_key.to_user_string() in existing]
-    requests = _batched_runs(wanted, order or [], partitions, size=NEW_PER_RUN, prefix="inbox")
+    requests = _batched_runs(wanted, order or [], partitions, size=NEW_PER_RUN, prefix="inbox",
+                             alone_by_partition=True)
     requests += _batched_runs(periodic, order or [], partitions)
     if moved and STATUS_ASSET in existing:
         requests.append(RunRequest(
@@ -161,11 +162,12 @@ def _record_run(record: str, assets: dict[str, None], evs: list[Event]) -> RunRe
 
 
 def _batched_runs(wanted: dict[str, tuple[dict[str, None], list[Event]]], order: list[str],
-                  added: list[str], *, size: int = RECORDS_PER_RUN,
-                  prefix: str = "periodic") -> list[RunRequest]:
+                  added: list[str], *, size: int = RECORDS_PER_RUN, prefix: str = "periodic",
+                  alone_by_partition: bool = False) -> list[RunRequest]:
     """The callbacks of many records: one run per product set and contiguous range of records
-    in partition order (a range never takes in a record that did not call). A new record
-    alone in its range is a run of its partition, keyed `inbox-<event>` as ever."""
+    in partition order (a range never takes in a record that did not call). With
+    `alone_by_partition`, a record alone in its range is a run of its partition, keyed
+    `inbox-<event>` as ever."""
     known = set(order)
     keys = list(order) + [p for p in added if p not in known]
     where = {k: i for i, k in enumerate(keys)}
@@ -175,7 +177,7 @@ def _batched_runs(wanted: dict[str, tuple[dict[str, None], list[Event]]], order:
     requests = []
     for products, members in by_products.items():
         for start, end, n in batches(keys, set(members), size):
-            if n == 1 and prefix == "inbox":
+            if n == 1 and alone_by_partition:
                 requests.append(_record_run(start, wanted[start][0], wanted[start][1]))
                 continue
             span = keys[where[start]: where[end] + 1]  # every record in it called
