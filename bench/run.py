@@ -381,7 +381,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
     os.environ.update({"LEDGERLAKE_HOME": str(home), "LEDGERLAKE_INBOX":
                        str(home / "inbox.sqlite3"), "LEDGERLAKE_LAKE": str(home / "lake")})
     from assets.transactions import transactions
-    from pipeline.inbox import InboxResource
+    from pipeline.inbox_resource import InboxResource
     from pipeline.jobs import ingest_job
     from pipeline.sensors import inbox_sensor
     from resources.client import ConnectionClient

@@ -18,7 +18,7 @@ from resources.client import ConnectionClient
 from resources.lake import Lake
 
 from .config import Settings, check_lake, local_path
-from .inbox import InboxResource
+from .inbox_resource import InboxResource
 from .jobs import ingest_job, refresh_job, replay_job, warehouse_job
 from .schedules import daily_refresh, hourly_replay
 from .sensors import inbox_sensor, warehouse_follows_lake

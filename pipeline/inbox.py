@@ -23,8 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
-from dagster import ConfigurableResource
-from pydantic import Field
 
 RECORD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # methods, codes, statuses, event names
@@ -520,19 +518,3 @@ class Inbox:
                                    (record,)).fetchone()
         return row[0] if row else None
 
-
-class InboxResource(ConfigurableResource):
-    """The inbox as the sensor, the schedules and the replay job read it (never creating it:
-    only the receiver does)."""
-
-    path: str | None = Field(default=None, description=(
-        "The inbox: a SQLite file or a postgresql:// URL (better without its password, which "
-        "PGPASSWORD or ~/.pgpass can hold: this value shows in the UI); by default "
-        "LEDGERLAKE_INBOX (or $LEDGERLAKE_HOME/inbox.sqlite3), read when it is opened"))
-
-    def open(self) -> Inbox:
-        if self.path is not None:
-            return open_inbox(self.path)
-        from .config import Settings  # read at open, so one Definitions serves any setting
-
-        return open_inbox(Settings.from_env().inbox)

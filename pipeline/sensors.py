@@ -36,7 +36,8 @@ from dagster import (
 
 from assets.partitions import RECORDS_PER_RUN, batches, records
 
-from .inbox import CONNECTED, Event, InboxResource
+from .inbox import CONNECTED, Event
+from .inbox_resource import InboxResource
 from .jobs import ingest_job, warehouse_job
 
 BATCH = 500  # events per tick; a backlog drains over consecutive ticks

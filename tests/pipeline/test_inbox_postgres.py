@@ -19,13 +19,13 @@ import pytest
 from pipeline.config import Settings
 from pipeline.inbox import (
     InboxMissing,
-    InboxResource,
     InboxUnavailable,
     InvalidEvent,
     describe,
     open_inbox,
 )
 from pipeline.inbox_postgres import WRITE_LOCK, PostgresInbox, redact
+from pipeline.inbox_resource import InboxResource
 from tests.postgres import PostgresServer, find_bin, free_port
 
 
