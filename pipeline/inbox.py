@@ -26,6 +26,7 @@ import orjson
 
 RECORD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # methods, codes, statuses, event names
+CANONICAL_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", re.ASCII)  # UTC, ms
 
 CONNECTED, DISCONNECTED, REAUTH_REQUIRED = "connected", "disconnected", "reauth_required"
 # connection events that move a record's status, and the data member that dates them
@@ -79,6 +80,22 @@ create table if not exists record_products (
     primary key (record, method)
 );
 """
+
+# A callback's writes beside its event (also pipeline/inbox_postgres.py's, in its SQL): its
+# record touched (made, connected, when first heard of), moved back to connected by a newer
+# successful login, and its product's newest callback.
+TOUCH = ("insert into records (record, customer, status, status_at, status_event, first_seen,"
+         " last_seen) values (?, ?, ?, ?, ?, ?, ?) on conflict (record) do update set"
+         " last_seen = excluded.last_seen, customer = coalesce(records.customer,"
+         " excluded.customer)")
+# out-of-order delivery: only a newer event moves the status
+SET_STATUS = ("update records set status = ?, status_at = ?, status_event = ?"
+              " where record = ? and status_at <= ?")
+PRODUCT = ("insert into record_products (record, method, code, status, event, occurred_at,"
+           " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict (record, method) do update"
+           " set code = excluded.code, status = excluded.status, event = excluded.event,"
+           " occurred_at = excluded.occurred_at, received_at = excluded.received_at"
+           " where excluded.occurred_at >= record_products.occurred_at")
 
 
 class InvalidEvent(ValueError):
@@ -192,12 +209,20 @@ def _stamp(value, what: str) -> str | None:
     try:
         if not isinstance(value, str) or len(value) > 64:
             raise ValueError
+        if CANONICAL_STAMP.fullmatch(value):  # as the service writes them: checked, kept
+            datetime.fromisoformat(value[:-1])
+            return value
         when = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise InvalidEvent(f"{what} must be an ISO 8601 timestamp or null") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return _iso(when.timestamp())
+
+
+def _identity(info: dict) -> str:
+    """The key an event is stored under once: a digest of the fields that name it."""
+    return hashlib.sha256(orjson.dumps(info["identity"])).hexdigest()
 
 
 def _iso(ts: float) -> str:
@@ -238,9 +263,10 @@ def describe(payload: object) -> dict:
         record = record or record_alt
         account = _record_id(payload.get("accountId"), "callback accountId")
         started, ended = payload.get("started_at"), payload.get("ended_at")
-        occurred = (_stamp(ended, "callback ended_at")
-                    or _stamp(started, "callback started_at"))
-        _stamp(started, "callback started_at")  # checked even when ended_at is there
+        ended_stamp = _stamp(ended, "callback ended_at")
+        occurred = ended_stamp or _stamp(started, "callback started_at")
+        if ended_stamp:
+            _stamp(started, "callback started_at")  # checked even when ended_at is there
         customer = payload.get("customerId")
         # serverResponse and the rest may differ between deliveries of one event
         identity = ["callback", method, code, record, account, started, ended]
@@ -351,17 +377,69 @@ class Inbox:
     def add_described(self, items: Sequence[tuple[dict, bytes]]) -> list[tuple[int, bool]]:
         """Store described events in one transaction (one disk sync for all of them)."""
         now = time.time()
-        out: list[tuple[int, bool]] = []
+        identities = [_identity(info) for info, _ in items]
         with self._lock:
             self._begin_write()
             try:
-                for info, raw in items:
-                    out.append(self._insert(info, raw, now))
+                out = self._insert_all(items, identities, now)
                 self._db.execute("commit")
             except BaseException:
                 self._db.execute("rollback")
                 raise
         return out
+
+    def _insert_all(self, items: Sequence[tuple[dict, bytes]], identities: list[str],
+                    now: float) -> list[tuple[int, bool]]:
+        """The batch's events, each callback's statements run for many rows at once (as one
+        event after another would: a connection event, which reads the records before it,
+        goes alone, in its place)."""
+        ids = dict(self._db.execute(
+            f"select identity, id from events where identity in ({','.join('?' * len(identities))})",
+            identities).fetchall()) if identities else {}
+        new: set[str] = set()
+        run: list[tuple[dict, bytes, str]] = []
+        for (info, raw), identity in zip(items, identities, strict=True):
+            if identity in ids or identity in new:
+                continue
+            new.add(identity)
+            if info["kind"] == "callback":
+                run.append((info, raw, identity))
+                continue
+            ids.update(self._callbacks(run, now))
+            run = []
+            ids[identity] = self._insert(info, raw, now)[0]
+        ids.update(self._callbacks(run, now))
+        out, told = [], set()
+        for identity in identities:  # the first of an identity new to the inbox is new
+            out.append((ids[identity], identity in new and identity not in told))
+            told.add(identity)
+        return out
+
+    def _callbacks(self, run: list[tuple[dict, bytes, str]], now: float) -> dict[str, int]:
+        """Store new callbacks, in order; their ids by identity."""
+        if not run:
+            return {}
+        rows = [(identity, now, info["method"], info["code"], info["status"], info["record"],
+                 info["account"], info["customer"], info["occurred_at"] or _iso(now), raw)
+                for info, raw, identity in run]
+        self._db.executemany(
+            "insert into events (identity, received_at, kind, method, code, status, record,"
+            " account, customer, occurred_at, body)"
+            " values (?, ?, 'callback', ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        ids = dict(self._db.execute(
+            f"select identity, id from events where identity in ({','.join('?' * len(rows))})",
+            [r[0] for r in rows]).fetchall())
+        named = [(ids[r[0]], *r) for r in rows if r[5]]  # callbacks of a record
+        # as _on_callback does for each, statement by statement: a statement's rows keep their
+        # order, and none of these reads what another of them writes but the status columns,
+        # which only _set_status touches
+        self._db.executemany(TOUCH, [(r[6], r[8], CONNECTED, r[9], r[0], now, now)
+                                     for r in named])
+        self._db.executemany(SET_STATUS, [(CONNECTED, r[9], r[0], r[6], r[9]) for r in named
+                                          if (r[3], r[4]) == RECONNECT and r[5] != "is_failed"])
+        self._db.executemany(PRODUCT, [(r[6], r[3], r[4], r[5], r[0], r[9], now)
+                                       for r in named])
+        return ids
 
     def _begin_write(self) -> None:
         # immediate: writers (even in other processes) take turns, so ids become visible
@@ -369,7 +447,7 @@ class Inbox:
         self._db.execute("begin immediate")
 
     def _insert(self, info: dict, raw: bytes, now: float) -> tuple[int, bool]:
-        identity = hashlib.sha256(orjson.dumps(info["identity"])).hexdigest()
+        identity = _identity(info)
         row = self._db.execute("select id from events where identity = ?", (identity,)).fetchone()
         if row:
             return row[0], False
@@ -412,31 +490,18 @@ class Inbox:
 
     def _touch(self, record: str, customer: str | None, event_id: int, occurred: str,
                now: float) -> None:
-        self._db.execute(
-            "insert into records (record, customer, status, status_at, status_event, first_seen,"
-            " last_seen) values (?, ?, ?, ?, ?, ?, ?) on conflict (record) do update set"
-            " last_seen = excluded.last_seen, customer = coalesce(records.customer,"
-            " excluded.customer)",
-            (record, customer, CONNECTED, occurred, event_id, now, now))
+        self._db.execute(TOUCH, (record, customer, CONNECTED, occurred, event_id, now, now))
 
     def _set_status(self, record: str, status: str, occurred: str, event_id: int) -> None:
-        # out-of-order delivery: only a newer event moves the status
-        self._db.execute(
-            "update records set status = ?, status_at = ?, status_event = ?"
-            " where record = ? and status_at <= ?", (status, occurred, event_id, record, occurred))
+        self._db.execute(SET_STATUS, (status, occurred, event_id, record, occurred))
 
     def _on_callback(self, info: dict, event_id: int, occurred: str, now: float) -> None:
         record = info["record"]
         self._touch(record, info["customer"], event_id, occurred, now)
         if (info["method"], info["code"]) == RECONNECT and info["status"] != "is_failed":
             self._set_status(record, CONNECTED, occurred, event_id)
-        self._db.execute(
-            "insert into record_products (record, method, code, status, event, occurred_at,"
-            " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict (record, method) do update"
-            " set code = excluded.code, status = excluded.status, event = excluded.event,"
-            " occurred_at = excluded.occurred_at, received_at = excluded.received_at"
-            " where excluded.occurred_at >= record_products.occurred_at",
-            (record, info["method"], info["code"], info["status"], event_id, occurred, now))
+        self._db.execute(PRODUCT, (record, info["method"], info["code"], info["status"],
+                                   event_id, occurred, now))
 
     def dead_letter(self, reason: str, body: bytes) -> None:
         with self._lock:

@@ -13,14 +13,12 @@ receiver then answers 503 and the service redelivers). URLs are shown without th
 from __future__ import annotations
 
 import functools
-import hashlib
 import threading
 import time
 import zlib
 from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
-import orjson
 import psycopg2
 
 from .inbox import (
@@ -30,6 +28,7 @@ from .inbox import (
     InboxMissing,
     InboxUnavailable,
     RecordState,
+    _identity,
     _iso,
 )
 
@@ -279,8 +278,7 @@ class PostgresInbox(Inbox):
         number: what is already stored is found in one read, callbacks go in as one string of
         statements (a connection event, which reads the records before it, alone)."""
         now = time.time()
-        identities = [hashlib.sha256(orjson.dumps(info["identity"])).hexdigest()
-                      for info, _ in items]
+        identities = [_identity(info) for info, _ in items]
         with self._lock:
             try:
                 stored = self._begin_write(  # what is stored already, read under the lock
