@@ -326,6 +326,48 @@ def describe(payload: object) -> dict:
                        "nor a connection event's event and data")
 
 
+@dataclass
+class Plan:
+    """A run of new callbacks (no connection event among them) as the inbox's statements take
+    it: the rows of `events`, and for the other tables only what the run leaves there, which
+    is what storing its callbacks one by one (`Inbox._on_callback`) would leave."""
+
+    events: list[tuple]  # identity, method, code, status, record, account, customer,
+    #                      occurred_at, body: in order
+    touches: list[tuple]  # record, customer (its first given), occurred_at and identity of
+    #                       its first callback: each record once
+    reconnects: list[tuple]  # record, occurred_at, identity: its newest successful login
+    products: list[tuple]  # record, method, code, status, occurred_at, identity: its newest
+
+
+def _plan(run: list[tuple[dict, bytes, str]], now: float) -> Plan:
+    events, touches, reconnects, products = [], {}, {}, {}
+    for info, raw, identity in run:
+        occurred = info["occurred_at"] or _iso(now)
+        record, method = info["record"], info["method"]
+        events.append((identity, method, info["code"], info["status"], record,
+                       info["account"], info["customer"], occurred, raw))
+        if not record:
+            continue
+        touch = touches.get(record)
+        if touch is None:
+            touches[record] = [record, info["customer"], occurred, identity]
+        elif touch[1] is None:  # coalesce(customer, ...): the first one given stays
+            touch[1] = info["customer"]
+        # one by one, a later event moves a status or a product unless it is older: the
+        # last of the newest is what stays
+        if (method, info["code"]) == RECONNECT and info["status"] != "is_failed":
+            login = reconnects.get(record)
+            if login is None or occurred >= login[1]:
+                reconnects[record] = (record, occurred, identity)
+        product = products.get((record, method))
+        if product is None or occurred >= product[4]:
+            products[(record, method)] = (record, method, info["code"], info["status"],
+                                          occurred, identity)
+    return Plan(events, [tuple(t) for t in touches.values()], list(reconnects.values()),
+                list(products.values()))
+
+
 class Inbox:
     """One SQLite connection, used from any thread (serialised by a lock)."""
 
@@ -379,23 +421,27 @@ class Inbox:
         now = time.time()
         identities = [_identity(info) for info, _ in items]
         with self._lock:
-            self._begin_write()
             try:
-                out = self._insert_all(items, identities, now)
+                stored = self._begin_batch(identities)
+                out = self._insert_all(items, identities, stored, now)
                 self._db.execute("commit")
             except BaseException:
                 self._db.execute("rollback")
                 raise
         return out
 
+    def _begin_batch(self, identities: list[str]) -> dict[str, int]:
+        """Begin a write; the ids of the identities already stored."""
+        self._begin_write()
+        marks = ",".join("?" * len(identities))
+        return dict(self._db.execute(
+            f"select identity, id from events where identity in ({marks})", identities))
+
     def _insert_all(self, items: Sequence[tuple[dict, bytes]], identities: list[str],
-                    now: float) -> list[tuple[int, bool]]:
-        """The batch's events, each callback's statements run for many rows at once (as one
-        event after another would: a connection event, which reads the records before it,
-        goes alone, in its place)."""
-        ids = dict(self._db.execute(
-            f"select identity, id from events where identity in ({','.join('?' * len(identities))})",
-            identities).fetchall()) if identities else {}
+                    ids: dict[str, int], now: float) -> list[tuple[int, bool]]:
+        """The batch's new events, in order: each run of callbacks as a few statements over
+        all its rows (`_callbacks`), a connection event, which reads the records before it,
+        alone in its place. Each item's (id, whether it was new)."""
         new: set[str] = set()
         run: list[tuple[dict, bytes, str]] = []
         for (info, raw), identity in zip(items, identities, strict=True):
@@ -405,40 +451,37 @@ class Inbox:
             if info["kind"] == "callback":
                 run.append((info, raw, identity))
                 continue
-            ids.update(self._callbacks(run, now))
-            run = []
+            if run:
+                ids.update(self._callbacks(_plan(run, now), now))
+                run = []
             ids[identity] = self._insert(info, raw, now)[0]
-        ids.update(self._callbacks(run, now))
+        if run:
+            ids.update(self._callbacks(_plan(run, now), now))
         out, told = [], set()
         for identity in identities:  # the first of an identity new to the inbox is new
             out.append((ids[identity], identity in new and identity not in told))
             told.add(identity)
         return out
 
-    def _callbacks(self, run: list[tuple[dict, bytes, str]], now: float) -> dict[str, int]:
-        """Store new callbacks, in order; their ids by identity."""
-        if not run:
-            return {}
-        rows = [(identity, now, info["method"], info["code"], info["status"], info["record"],
-                 info["account"], info["customer"], info["occurred_at"] or _iso(now), raw)
-                for info, raw, identity in run]
+    def _callbacks(self, plan: Plan, now: float) -> dict[str, int]:
+        """Store a run of new callbacks; their ids by identity."""
         self._db.executemany(
             "insert into events (identity, received_at, kind, method, code, status, record,"
             " account, customer, occurred_at, body)"
-            " values (?, ?, 'callback', ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        ids = dict(self._db.execute(
-            f"select identity, id from events where identity in ({','.join('?' * len(rows))})",
-            [r[0] for r in rows]).fetchall())
-        named = [(ids[r[0]], *r) for r in rows if r[5]]  # callbacks of a record
-        # as _on_callback does for each, statement by statement: a statement's rows keep their
-        # order, and none of these reads what another of them writes but the status columns,
-        # which only _set_status touches
-        self._db.executemany(TOUCH, [(r[6], r[8], CONNECTED, r[9], r[0], now, now)
-                                     for r in named])
-        self._db.executemany(SET_STATUS, [(CONNECTED, r[9], r[0], r[6], r[9]) for r in named
-                                          if (r[3], r[4]) == RECONNECT and r[5] != "is_failed"])
-        self._db.executemany(PRODUCT, [(r[6], r[3], r[4], r[5], r[0], r[9], now)
-                                       for r in named])
+            " values (?, ?, 'callback', ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(e[0], now, *e[1:]) for e in plan.events])
+        marks = ",".join("?" * len(plan.events))
+        ids = dict(self._db.execute(f"select identity, id from events where identity in"
+                                    f" ({marks})", [e[0] for e in plan.events]))
+        self._db.executemany(TOUCH, [(record, customer, CONNECTED, occurred, ids[identity],
+                                      now, now)
+                                     for record, customer, occurred, identity in plan.touches])
+        self._db.executemany(SET_STATUS, [(CONNECTED, occurred, ids[identity], record, occurred)
+                                          for record, occurred, identity in plan.reconnects])
+        self._db.executemany(PRODUCT, [(record, method, code, status, ids[identity], occurred,
+                                        now)
+                                       for record, method, code, status, occurred, identity
+                                       in plan.products])
         return ids
 
     def _begin_write(self) -> None:
