@@ -107,6 +107,13 @@ def launched(box: dict, records: list[str], work: Path, timeout_s: float) -> dic
                                    + (home / "daemon.log").read_text()[-3000:])
             time.sleep(0.5)
         seconds = time.perf_counter() - t0
+        with DagsterInstance.get() as instance:  # runs launched after the last record landed
+            while instance.get_runs_count(RunsFilter(statuses=[
+                    DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED,
+                    DagsterRunStatus.STARTING, DagsterRunStatus.STARTED])):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("launched runs did not finish")
+                time.sleep(0.5)
     finally:
         stop_process(daemon, timeout_s=30)
         log.close()
@@ -157,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"what": __doc__.splitlines()[0], "records": args.records,
                     "rows_per_record": args.rows_per_record, "new_per_run": NEW_PER_RUN,
                     "command": " ".join(["bench/launched_runs.py", *(argv or sys.argv[1:])])}
-    with tempfile.TemporaryDirectory(prefix="ledgerlake-launched-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ledgerlake-launched-",
+                                     ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         key = "sk_test_" + secrets.token_hex(12)
         server = Server("sandbox", "--data-dir", str(work / "sandbox"), "--seed",
