@@ -224,7 +224,7 @@ class TreeMemory:
         return tree
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
+        while True:  # a sample first: a child that ends within one interval still has one
             total = 0
             for pid in self._tree():
                 try:
@@ -235,6 +235,8 @@ class TreeMemory:
                 except OSError:
                     continue
             self.peak_kib = max(self.peak_kib, total)
+            if self._stop.wait(self.every_s):
+                return
 
 
 def uv_binary() -> str | None:

@@ -19,6 +19,10 @@ from tests.postgres import INSTALL, PostgresServer, find_bin
 # the engine's retries wait seconds, not the production default of minutes (assets/publish.py
 # reads this at import, and child processes inherit it)
 os.environ.setdefault("LEDGERLAKE_RETRY_DELAY_S", "0.5")
+# pytest-xdist's workers set COLUMNS=80, which the servers and commands the tests start would
+# inherit (tables then print narrower than in a plain pytest run): every run is the same
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 
 @dataclass
@@ -119,8 +123,10 @@ class Receiver:
 def receiver(tmp_path: Path) -> Iterator[Receiver]:
     token = secrets.token_hex(16)
     inbox = tmp_path / "inbox.sqlite3"
+    # a log line per callback (at INFO the receiver writes one per commit), for tests and
+    # their failures to read
     server = Server("receiver", "--inbox", str(inbox),
-                    env={"LEDGERLAKE_RECEIVER_TOKEN": token},
+                    env={"LEDGERLAKE_RECEIVER_TOKEN": token, "LEDGERLAKE_LOG_LEVEL": "DEBUG"},
                     log_path=tmp_path / "receiver.log").start()
     try:
         yield Receiver(server.url, token, inbox, server)

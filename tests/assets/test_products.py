@@ -22,6 +22,7 @@ from assets.transactions import transactions
 from resources.client import ConnectionClient
 from resources.lake import Lake
 from tests.bad_service import BadPages
+from tests.conftest import start_sandbox
 
 PRODUCTS = [accounts, balances, transactions, income, identity]
 
@@ -174,20 +175,31 @@ def test_many_records_in_one_run(shared_sandbox, tmp_path):
         assert table["account_id"].to_pylist() == m["accounts"]
 
 
+@pytest.fixture
+def frozen_sandbox(tmp_path):
+    """A sandbox of its own whose clock stands still: no line posts between two reads."""
+    box = start_sandbox(tmp_path / "frozen", "--freeze-clock")
+    try:
+        yield box
+    finally:
+        box.server.stop()
+
+
 @pytest.mark.slow
-def test_record_with_100k_transactions(shared_sandbox, tmp_path):
-    made = create(shared_sandbox, accounts=1, months=18, volume=200)
-    with shared_sandbox.api() as api:
+def test_record_with_100k_transactions(frozen_sandbox, tmp_path):
+    box = frozen_sandbox
+    made = create(box, accounts=1, months=18, volume=200)
+    with box.api() as api:
         first = api.post("transactions/get", json={"record": made["record"], "limit": 1})
         total = first.json()["data"]["pagination"]["totalDocs"]
     assert total >= 100_000
-    result = run([transactions], made["record"], resources(shared_sandbox, tmp_path))
+    result = run([transactions], made["record"], resources(box, tmp_path))
     assert result.success, failure_text(result)
     table = read(tmp_path, "transactions", made["record"])
     assert table.num_rows == total
     assert pc.count_distinct(table["transaction_id"]).as_py() == total
     # fetched as page ranges at once (SPLIT_ROWS), joined in the service's order
-    with ConnectionClient(base_url=shared_sandbox.url, secret_key=shared_sandbox.sandbox_key) as client:
+    with ConnectionClient(base_url=box.url, secret_key=box.sandbox_key) as client:
         whole = client.transactions(made["record"])
     assert table["transaction_id"].to_pylist() == whole["transaction_id"].to_pylist()
 
