@@ -77,6 +77,17 @@ def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
         box.server.stop()
 
 
+@pytest.fixture
+def frozen_sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    """A fresh sandbox whose clock stands still (it moves only by `clock/advance`): no line
+    posts between a test's reading of the truth and the pipeline's pull."""
+    box = start_sandbox(tmp_path / "frozen", "--freeze-clock")
+    try:
+        yield box
+    finally:
+        box.server.stop()
+
+
 @pytest.fixture(scope="module")
 def shared_sandbox(tmp_path_factory) -> Iterator[Sandbox]:
     """One sandbox for a whole test module, its own: its tests share its state."""

@@ -22,7 +22,6 @@ from assets.transactions import transactions
 from resources.client import ConnectionClient
 from resources.lake import Lake
 from tests.bad_service import BadPages
-from tests.conftest import start_sandbox
 
 PRODUCTS = [accounts, balances, transactions, income, identity]
 
@@ -173,16 +172,6 @@ def test_many_records_in_one_run(shared_sandbox, tmp_path):
     for m in made:
         table = read(tmp_path, "accounts", m["record"])
         assert table["account_id"].to_pylist() == m["accounts"]
-
-
-@pytest.fixture
-def frozen_sandbox(tmp_path):
-    """A sandbox of its own whose clock stands still: no line posts between two reads."""
-    box = start_sandbox(tmp_path / "frozen", "--freeze-clock")
-    try:
-        yield box
-    finally:
-        box.server.stop()
 
 
 @pytest.mark.slow
