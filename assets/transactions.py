@@ -31,11 +31,12 @@ from resources.client import ConnectionClient, tls_context
 from resources.columns import TRANSACTION_SCHEMA, UTC_MS
 from resources.lake import Lake
 
+from .charts import add_charts
 from .checks import chain_breaks, ledger_mismatches, posted_in_order
 from .income import recheck_income
 from .metadata import record_metadata
 from .publish import Check, Landing, announce, commit, product, raise_failed, to_land
-from .schemas import Transactions, ValidationFailed, validate
+from .schemas import Transactions, ValidationFailed, checked_columns, validate
 
 # the lake adds record_id to each row (resources/lake.py)
 SCHEMA = pa.schema([f for f in TRANSACTION_SCHEMA if f.name != "record_id"])
@@ -50,7 +51,8 @@ AHEAD = 3
 FETCHERS = 2
 VALIDATE_ROWS = 200_000
 LOG_EACH = 10  # records a run logs one by one; more get one line
-CHECKED = [n for n in Transactions.to_schema().columns if n in SCHEMA.names]
+# validated columns only: to_pandas of the others (topics: a list a row) would cost time
+CHECKED = [n for n in checked_columns(Transactions) if n in SCHEMA.names]
 
 RUNNING_BALANCE = Check(
     "running_balance_reconciles",
@@ -383,6 +385,7 @@ def transactions(context: AssetExecutionContext, config: PullConfig, client: Con
         chunks = [land_records(client, lake, ids, full, split=sys.platform == "linux",
                                # a Dagster log line is a stored event (~10 ms): few records only
                                say=context.log.info if len(ids) <= LOG_EACH else None)]
+        add_charts(context, lake, chunks[0], "transactions")  # a small run's only
     landings, failed = [], []
     for chunk in chunks:  # told while the workers land the next chunk
         # income that landed before these transactions is checked now that both are here
