@@ -22,6 +22,7 @@ from resources.client import ConnectionClient
 from resources.lake import Lake
 
 from .config import Settings, check_lake, local_path
+from .freshness import freshness_checks, freshness_job, hourly_freshness
 from .inbox import InboxResource
 from .jobs import ingest_job, refresh_job, replay_job, warehouse_job
 from .schedules import daily_refresh, hourly_replay
@@ -55,9 +56,11 @@ def code_references(assets: list) -> list:
 defs = dg.Definitions(
     assets=code_references([accounts, balances, transactions, income, identity, payments,
                             record_status, warehouse, lake_maintenance]),
-    jobs=[ingest_job, refresh_job, replay_job, warehouse_job, lake_maintenance_job],
+    asset_checks=freshness_checks,
+    jobs=[ingest_job, refresh_job, replay_job, warehouse_job, lake_maintenance_job,
+          freshness_job],
     sensors=[inbox_sensor, warehouse_follows_lake],
-    schedules=[daily_refresh, hourly_replay, nightly_lake_maintenance],
+    schedules=[daily_refresh, hourly_replay, nightly_lake_maintenance, hourly_freshness],
     # steps fetch a record's product (I/O, a few MB): a process per step would cost seconds of
     # imports each; runs execute in parallel instead (dagster.yaml, max_concurrent_runs)
     executor=dg.in_process_executor,
