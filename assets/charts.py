@@ -75,17 +75,16 @@ def account_label(account: Mapping) -> str:
 def _naira(value: float, _pos=None) -> str:
     sign, value = "-" if value < 0 else "", abs(value)
     if value >= 1e6:
-        return f"{sign}₦{value / 1e6:,.1f}m"
-    if value >= 1e3:
-        return f"{sign}₦{value / 1e3:,.0f}k"
+        return f"{sign}₦{value / 1e6:,.3g}m"
     return f"{sign}₦{value:,.0f}"
 
 
-def draw(series: Sequence[tuple[str, list, list]], title: str, fmt: str = "png",
+def draw(series: Sequence[tuple[str, list, list]], title: str | None, fmt: str = "png",
          size: tuple[float, float] = (8.0, 2.6)) -> bytes:
     """A line per (label, days, balances), as PNG (palette, small) or SVG (text as text)."""
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
@@ -97,13 +96,16 @@ def draw(series: Sequence[tuple[str, list, list]], title: str, fmt: str = "png",
         for label, days, values in series:
             ax.plot(days, [float(v) if v is not None else None for v in values],
                     drawstyle="steps-post", linewidth=1.4, label=label)
-        ax.set_title(title, loc="left", fontsize=10)
+        if title:
+            ax.set_title(title, loc="left", fontsize=10)
         ax.yaxis.set_major_formatter(FuncFormatter(_naira))
+        days = AutoDateLocator(minticks=3, maxticks=8)
+        ax.xaxis.set_major_locator(days)
+        ax.xaxis.set_major_formatter(ConciseDateFormatter(days))
         ax.grid(alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
         if len(series) > 1:
             ax.legend(fontsize=8, frameon=False, loc="upper left")
-        fig.autofmt_xdate(rotation=0, ha="center")
         fig.tight_layout()
         buf = io.BytesIO()
         if fmt == "svg":
@@ -116,6 +118,35 @@ def draw(series: Sequence[tuple[str, list, list]], title: str, fmt: str = "png",
     out = io.BytesIO()
     image.save(out, format="PNG", optimize=True)
     return out.getvalue()
+
+
+def draw_cashflow(months: list, inflow: list, outflow: list, net: list) -> bytes:
+    """Monthly inflow up, outflow down, net as a line: an SVG for the report."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ledgerlake",
+                                "font.size": 9}):
+        fig = Figure(figsize=(9.0, 2.6), dpi=80)
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        x = list(range(len(months)))
+        ax.bar(x, [float(v) for v in inflow], color="#2e7d32", label="inflow")
+        ax.bar(x, [-float(v) for v in outflow], color="#c62828", label="outflow")
+        ax.plot(x, [float(v) for v in net], color="#1d2330", marker="o", linewidth=1.4,
+                label="net")
+        ax.axhline(0, color="#667", linewidth=0.8)
+        ax.set_xticks(x, [m.strftime("%b %Y") for m in months])
+        ax.yaxis.set_major_formatter(FuncFormatter(_naira))
+        ax.grid(alpha=0.3, axis="y")
+        ax.spines[["top", "right"]].set_visible(False)
+        ax.legend(fontsize=8, frameon=False, loc="upper left", ncols=3)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+        return buf.getvalue()
 
 
 def series_of(daily: pa.Table, labels: Mapping[str, str] | None = None
