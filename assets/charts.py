@@ -5,10 +5,11 @@ SQL in an in-memory DuckDB over the record's rows, so the chart and the view nev
 the end-of-day running balance of posted lines, the service's periodic history on days
 without, carried forward over gaps, in the customer's time zone.
 
-matplotlib draws them (imported on first use: ~1 s on this machine, so never in a run that
-draws nothing). A chart costs ~0.1 s, so a run draws one per record only when it lands at
-most CHART_RECORDS records (the sensor's runs); a backfill's runs of a hundred draw none
-(docs/lake.md, "Charts").
+matplotlib draws them, imported on first use (~1.1 s, once per run process, and never in a
+run that draws nothing). A chart costs ~0.15 s a record (the lake's rows, the SQL, the
+drawing), so a run draws one per record only when it lands at most CHART_RECORDS
+(LEDGERLAKE_CHART_RECORDS, 5; 0: never): the sensor's runs of one record do, a backfill's
+runs of a hundred do not (docs/operations.md, "Charts and freshness").
 """
 
 from __future__ import annotations
@@ -27,7 +28,17 @@ from dagster import MetadataValue
 if TYPE_CHECKING:
     from .publish import Landing
 
-CHART_RECORDS = 5
+
+
+def _chart_records() -> int:
+    raw = os.environ.get("LEDGERLAKE_CHART_RECORDS", "5")
+    if not raw.isdigit() or int(raw) > 100:
+        raise ValueError(f"LEDGERLAKE_CHART_RECORDS must be 0 (no charts) to 100, not {raw!r}")
+    return int(raw)
+
+
+# read at load, like the retry delay: a bad value stops the code location, not a run
+CHART_RECORDS = _chart_records()
 # the lake's columns the daily_balances SQL reads, each table with the record's id
 _READS = {"transactions": ["account_id", "cleared_date", "transaction_id", "balance"],
           "balance_periodic": ["account_id", "date", "available_balance", "ledger_balance"]}
@@ -142,7 +153,8 @@ def draw_cashflow(months: list, inflow: list, outflow: list, net: list) -> bytes
         ax.yaxis.set_major_formatter(FuncFormatter(_naira))
         ax.grid(alpha=0.3, axis="y")
         ax.spines[["top", "right"]].set_visible(False)
-        ax.legend(fontsize=8, frameon=False, loc="upper left", ncols=3)
+        ax.legend(fontsize=8, frameon=False, loc="lower left", bbox_to_anchor=(0, 1),
+                  ncols=3)
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="svg", metadata={"Date": None})
