@@ -189,10 +189,13 @@ def record_charts(lake, record_ids: Sequence[str],
     from .balances import PERIODIC
     from .transactions import SCHEMA as TRANSACTIONS
 
-    schemas = {"transactions": TRANSACTIONS, "balance_periodic": PERIODIC}
+    # only the columns the chart reads: a record's topics or narrations are not worth a read
+    full = {"transactions": TRANSACTIONS, "balance_periodic": PERIODIC}
+    schemas = {t: pa.schema([full[t].field(c) for c in cols]) for t, cols in _READS.items()}
     tables = {t: dict((given or {}).get(t) or lake.read_many(t, record_ids, schemas[t]))
               for t in schemas}
-    accounts = lake.read_many("accounts", record_ids, ACCOUNTS)
+    accounts = lake.read_many("accounts", record_ids, pa.schema(
+        [ACCOUNTS.field(c) for c in ("account_id", "nuban", "type", "name")]))
     out = {}
     for record, daily in daily_balances(tables).items():
         labels = {a["account_id"]: account_label(a)
