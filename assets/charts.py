@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from .publish import Landing
 
 
-
 def _chart_records() -> int:
     raw = os.environ.get("LEDGERLAKE_CHART_RECORDS", "5")
     if not raw.isdigit() or int(raw) > 100:
@@ -90,59 +89,67 @@ def _naira(value: float, _pos=None) -> str:
     return f"{sign}₦{value:,.0f}"
 
 
-def draw(series: Sequence[tuple[str, list, list]], title: str | None, fmt: str = "png",
-         size: tuple[float, float] = (8.0, 2.6)) -> bytes:
-    """A line per (label, days, balances), as PNG (palette, small) or SVG (text as text)."""
-    import matplotlib
+def _figure(size: tuple[float, float]):
+    """A matplotlib figure and its axes, without pyplot's global state."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ledgerlake",
-                                "font.size": 9}):
-        fig = Figure(figsize=size, dpi=80)
-        FigureCanvasAgg(fig)
-        ax = fig.add_subplot()
-        for label, days, values in series:
-            ax.plot(days, [float(v) if v is not None else None for v in values],
-                    drawstyle="steps-post", linewidth=1.4, label=label)
-        if title:
-            ax.set_title(title, loc="left", fontsize=10)
-        ax.yaxis.set_major_formatter(FuncFormatter(_naira))
-        days = AutoDateLocator(minticks=3, maxticks=8)
-        ax.xaxis.set_major_locator(days)
-        ax.xaxis.set_major_formatter(ConciseDateFormatter(days))
-        ax.grid(alpha=0.3)
-        ax.spines[["top", "right"]].set_visible(False)
-        if len(series) > 1:
-            ax.legend(fontsize=8, frameon=False, loc="upper left")
+    fig = Figure(figsize=size, dpi=80)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.yaxis.set_major_formatter(FuncFormatter(_naira))
+    ax.spines[["top", "right"]].set_visible(False)
+    return fig, ax
+
+
+def _save(fig, fmt: str) -> bytes:
+    """SVG with its text as text, or PNG in a palette (a fifth of the bytes of full colour:
+    every materialization event stores it)."""
+    import matplotlib
+    from PIL import Image  # matplotlib's own dependency
+
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ledgerlake"}):
         fig.tight_layout()
         buf = io.BytesIO()
         if fmt == "svg":
             fig.savefig(buf, format="svg", metadata={"Date": None})
             return buf.getvalue()
         fig.savefig(buf, format="png", metadata={"Software": None})
-    from PIL import Image  # matplotlib's own dependency: 256 colours take a third the bytes
-
     image = Image.open(io.BytesIO(buf.getvalue())).convert("RGB").quantize(64)
     out = io.BytesIO()
     image.save(out, format="PNG", optimize=True)
     return out.getvalue()
 
 
+def draw(series: Sequence[tuple[str, list, list]], title: str | None, fmt: str = "png",
+         size: tuple[float, float] = (8.0, 2.6)) -> bytes:
+    """A line per (label, days, balances), as PNG or SVG."""
+    import matplotlib
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+
+    with matplotlib.rc_context({"font.size": 9}):
+        fig, ax = _figure(size)
+        for label, days, values in series:
+            ax.plot(days, [float(v) if v is not None else None for v in values],
+                    drawstyle="steps-post", linewidth=1.4, label=label)
+        if title:
+            ax.set_title(title, loc="left", fontsize=10)
+        locator = AutoDateLocator(minticks=3, maxticks=8)
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+        ax.grid(alpha=0.3)
+        if len(series) > 1:
+            ax.legend(fontsize=8, frameon=False, loc="upper left")
+        return _save(fig, fmt)
+
+
 def draw_cashflow(months: list, inflow: list, outflow: list, net: list) -> bytes:
     """Monthly inflow up, outflow down, net as a line: an SVG for the report."""
     import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter
 
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ledgerlake",
-                                "font.size": 9}):
-        fig = Figure(figsize=(9.0, 2.6), dpi=80)
-        FigureCanvasAgg(fig)
-        ax = fig.add_subplot()
+    with matplotlib.rc_context({"font.size": 9}):
+        fig, ax = _figure((9.0, 2.6))
         x = list(range(len(months)))
         ax.bar(x, [float(v) for v in inflow], color="#2e7d32", label="inflow")
         ax.bar(x, [-float(v) for v in outflow], color="#c62828", label="outflow")
@@ -150,15 +157,10 @@ def draw_cashflow(months: list, inflow: list, outflow: list, net: list) -> bytes
                 label="net")
         ax.axhline(0, color="#667", linewidth=0.8)
         ax.set_xticks(x, [m.strftime("%b %Y") for m in months])
-        ax.yaxis.set_major_formatter(FuncFormatter(_naira))
         ax.grid(alpha=0.3, axis="y")
-        ax.spines[["top", "right"]].set_visible(False)
         ax.legend(fontsize=8, frameon=False, loc="lower left", bbox_to_anchor=(0, 1),
                   ncols=3)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None})
-        return buf.getvalue()
+        return _save(fig, "svg")
 
 
 def series_of(daily: pa.Table, labels: Mapping[str, str] | None = None

@@ -306,23 +306,20 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
     return created
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def describe_view(con: duckdb.DuckDBPyConnection, view: View,
                   reads: dict[str, tuple[set[str], tuple[str, ...]]]) -> None:
     """COMMENT ON the view and each of its columns (assets/catalog.py): any DuckDB client
     reads them from duckdb_views() and duckdb_columns(), DuckDB 1.0 included."""
     told = view_descriptions(view.name, reads)
-    statements = [f'comment on view "{view.name}" is {_literal(view.comment)}'] if \
+    statements = [f'comment on view "{view.name}" is {_quote(view.comment)}'] if \
         view.comment else []
     for (column,) in con.execute("select column_name from duckdb_columns() where "
                                  "table_name = ? order by column_index", [view.name]).fetchall():
         if told.get(column):
             statements.append(f'comment on column "{view.name}"."{column}" is '
-                              f'{_literal(told[column])}')
-    con.execute(";\n".join(statements))
+                              f'{_quote(told[column])}')
+    if statements:
+        con.execute(";\n".join(statements))
 
 
 def warehouse_columns(target: Path | str) -> dict[str, list[tuple[str, str, str | None]]]:
