@@ -4,8 +4,8 @@ The descriptions live on the pandera models (assets/schemas.py: one per lake tab
 each view adds); a view's own description is the first paragraph of the comment heading its
 SQL file. From there they reach:
 
-- the Dagster UI: each product asset's column table (`dagster/column_schema`, built by
-  `column_schema`), and the warehouse asset's table per view;
+- the Dagster UI: each product asset's column table, and `record_status`'s
+  (`dagster/column_schema`, built by `column_schema`);
 - DuckDB: `COMMENT ON VIEW` and `COMMENT ON COLUMN` in every warehouse build, so
   `duckdb_columns()` and `duckdb_views()` show them to any client (assets/warehouse.py);
 - docs/columns.md, written by `python -m assets.catalog` and checked against them by a test.
