@@ -26,11 +26,12 @@ from resources.client import ConnectionClient, tls_context
 from resources.columns import TRANSACTION_SCHEMA, UTC_MS
 from resources.lake import Lake
 
+from .charts import add_charts
 from .checks import chain_breaks, ledger_mismatches, posted_in_order
 from .income import recheck_income
 from .metadata import record_metadata
 from .publish import Check, Landing, announce, commit, product, raise_failed, to_land
-from .schemas import Transactions, ValidationFailed, validate
+from .schemas import Transactions, ValidationFailed, checked_columns, validate
 
 # the lake adds record_id to each row (resources/lake.py)
 SCHEMA = pa.schema([f for f in TRANSACTION_SCHEMA if f.name != "record_id"])
@@ -45,7 +46,8 @@ AHEAD = 3
 FETCHERS = 2
 VALIDATE_ROWS = 200_000
 LOG_EACH = 10  # records a run logs one by one; more get one line
-CHECKED = [n for n in Transactions.to_schema().columns if n in SCHEMA.names]
+# validated columns only: to_pandas of the others (topics: a list a row) would cost time
+CHECKED = [n for n in checked_columns(Transactions) if n in SCHEMA.names]
 
 RUNNING_BALANCE = Check(
     "running_balance_reconciles",
@@ -322,6 +324,8 @@ def transactions(context: AssetExecutionContext, config: PullConfig, client: Con
                          say=context.log.info if len(ids) <= LOG_EACH else None)
     landings, failed = [], []
     for chunk in chunks:  # told while the next chunk is fetched
+        if len(ids) <= CHUNK:  # one chunk: a small run's charts (add_charts bounds how small)
+            add_charts(context, lake, chunk, "transactions")
         # income that landed before these transactions is checked now that both are here
         recheck_income(context, lake, [x.record_id for x in chunk if x.published])
         failed += announce(context, "transactions", chunk, [RUNNING_BALANCE])

@@ -307,3 +307,24 @@ def test_a_failure_in_a_large_batch_fails_the_run_and_writes_nothing(tmp_path):
     text = failure_text(out)
     assert "exactly one of debit and credit" in text and "nothing was written" in text
     assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_balances_and_transactions_show_the_daily_balance_chart(landed):
+    """A small run's materializations carry the record's daily balance as a PNG in Markdown
+    (assets/charts.py), the image the Dagster UI shows inline."""
+    import base64
+    import re
+
+    made, _, result = landed
+    for asset in ("balances", "transactions"):
+        [mat] = [e.materialization for e in result.get_asset_materialization_events()
+                 if e.materialization.asset_key == dg.AssetKey(asset)]
+        text = mat.metadata["daily_balance"].value
+        found = re.fullmatch(r"!\[daily balance of record (\w+)\]\(data:image/png;base64,"
+                             r"([A-Za-z0-9+/=]+)\)", text)
+        assert found and found.group(1) == made["record"], text[:120]
+        png = base64.b64decode(found.group(2))
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+        assert (width, height) == (640, 208)
+        assert len(png) < 40_000  # stored in every such event: kept small
