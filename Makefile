@@ -36,7 +36,7 @@ chromium:
 	  echo "chromium could not be installed (apt-get install -y chromium): browser tests skip"
 
 test: setup chromium
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadscope
 
 demo: setup
 	$(VENV)/bin/ledgerlake demo
