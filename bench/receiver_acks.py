@@ -248,6 +248,7 @@ def latency(work: Path, interval_s: float, samples: int, spread_s: float) -> dic
     os.environ["LEDGERLAKE_INBOX"] = str(inbox)
     os.environ.setdefault("LEDGERLAKE_HOME", str(work / "home"))
     from pipeline.definitions import defs
+    from pipeline.inbox_resource import InboxResource
 
     sensor = defs.resolve_sensor_def("inbox_sensor")
     bodies = [orjson.loads(b) for b in callbacks(samples * 8, seed=7)]
@@ -278,13 +279,23 @@ def latency(work: Path, interval_s: float, samples: int, spread_s: float) -> dic
         deadline = time.monotonic() + spread_s + interval_s + 30
         while len(ran) < samples and time.monotonic() < deadline:
             tick = time.monotonic()
-            with build_sensor_context(instance=instance, cursor=cursor,
-                                      definitions=defs) as ctx:
+            with build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
+                                      resources={"inbox": InboxResource()}) as ctx:
                 result = sensor(ctx)
             done = time.monotonic()
             evals.append(done - tick)
+            # as the daemon would, the new records are added before the runs
+            for req in getattr(result, "dynamic_partitions_requests", None) or []:
+                instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+            known = instance.get_dynamic_partitions("records")
             for rr in getattr(result, "run_requests", None) or []:
-                ran.setdefault(rr.partition_key, done)
+                start = rr.tags.get("dagster/asset_partition_range_start")
+                if start is None:  # a run of one record
+                    ran.setdefault(rr.partition_key, done)
+                    continue
+                end = rr.tags["dagster/asset_partition_range_end"]
+                for record in known[known.index(start):known.index(end) + 1]:
+                    ran.setdefault(record, done)
             if getattr(result, "cursor", None):
                 cursor = result.cursor
             time.sleep(max(0.0, tick + interval_s - time.monotonic()))
