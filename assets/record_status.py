@@ -12,7 +12,6 @@ from resources.callbacks import CallbackLog
 from resources.lake import Lake
 
 from .metadata import describe
-from .publish import LAKE_CHANGED
 
 PRODUCT_ASSETS = ["accounts", "balances", "transactions", "income", "identity", "payments"]
 
@@ -46,8 +45,7 @@ def last_per_product(methods: dict[str, tuple[str, str]]) -> dict[str, str | Non
 
 # after products land (their callbacks moved the inbox), and on connection events (the inbox
 # sensor asks for a run), the statuses are rebuilt from the inbox
-@asset(group_name="warehouse", kinds={"parquet"}, deps=PRODUCT_ASSETS,
-       automation_condition=LAKE_CHANGED)
+@asset(group_name="warehouse", kinds={"parquet"}, deps=PRODUCT_ASSETS)
 def record_status(context: AssetExecutionContext, callback_log: CallbackLog, lake: Lake):
     """Connected, disconnected or needing reauthentication, with the last callback seen."""
     rows = [{"record_id": r["record"], "status": r["status"], "status_at": r["status_at"],

@@ -41,6 +41,7 @@ import random
 import signal
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,9 @@ RESULTS = BENCH / "results" / "chaos.json"
 DOCS = ROOT / "docs" / "operations.md"
 ENVS = ("production", "sandbox")
 HOUR = 3600
+# steps that wait for their moment (or take long): each in a thread, the schedule goes on
+WAITING = {"kill_run_mid_fetch", "kill_run_mid_commit", "kill_warehouse_mid_publish",
+           "refresh"}
 # the product reads, as the sandbox's fault rules name them
 READS = ["*/get", "auth/getByCustomer"]
 
@@ -142,7 +146,6 @@ def draw(seed: int, window_s: float, records: int) -> list[Step]:
 class Rec:
     env: str
     customer: str
-    bank: str
     state: str = "connected"  # connected, disconnected, reauth (its user logged in anew)
     since: float | None = None  # wall time of the disconnect or reauthentication
     payments: list[str] = field(default_factory=list)
@@ -163,6 +166,8 @@ class Chaos:
         self.restarts = 0
         self.lost: set[str] = set()  # records created while their deployment heard nothing
         self.log: list[str] = []
+        self.lock = threading.RLock()  # the steps that wait run in threads of their own
+        self.waited_until = 0.0
 
     def say(self, line: str) -> None:
         stamp = f"[seed {self.seed} {time.strftime('%H:%M:%S')}] {line}"
@@ -182,39 +187,66 @@ class Chaos:
             last_fault = self.carry_out(plan)
             settled = self.settled = self.settle(last_fault)
             found = checks.run_all(self)
+        except BaseException:
+            self.diagnose()
+            raise
+        else:
+            if found["problems"]:
+                self.diagnose()
         finally:
             self.world.close()
         return self.report(found, settled, time.monotonic() - started)
 
     def carry_out(self, plan: list[Step]) -> float:
-        """Each step at its time (restarts queued as they are due); returns when the last
+        """Each step at its time (restarts queued as they fall due; the steps that wait for
+        a moment to strike, and the refresh, in threads of their own); returns when the last
         fault ended (monotonic)."""
         queue = list(plan)
         heapq.heapify(queue)
-        t0 = time.monotonic()
-        last = t0
+        t0 = last = time.monotonic()
+        waiting: list[threading.Thread] = []
         while queue:
             step = heapq.heappop(queue)
             delay = t0 + step.at - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
             self.say(f"{time.monotonic() - t0:7.1f}s  {step.action} {step.args}")
-            try:
-                later = getattr(self, f"do_{step.action}")(**step.args)
-            except Exception as exc:  # a step that could not be carried out is reported
-                self.say(f"    {step.action} failed: {type(exc).__name__}: {exc}")
-                self.landed.setdefault(step.action, {}).setdefault("not carried out", 0)
-                self.landed[step.action]["not carried out"] += 1
-                later = None
-            for follow in later or []:
+            if step.action in WAITING:
+                waiting.append(threading.Thread(target=self.attempt, args=(step,), daemon=True))
+                waiting[-1].start()
+                continue
+            for follow in self.attempt(step):
                 heapq.heappush(queue, Step(time.monotonic() - t0 + follow.at, follow.action,
                                            follow.args))
             if step.action != "create":
                 last = time.monotonic()
+        for thread in waiting:
+            thread.join()
+        last = max(last, self.waited_until)
         self.post_rules()  # the windows still open close by their own `for_s`
         if self.rules:
             last = max(last, max(until for until, _ in self.rules))
         return last
+
+    def attempt(self, step: Step) -> list[Step]:
+        """Carry out one step; what it queues. A step that fails is reported, not fatal."""
+        try:
+            later = getattr(self, f"do_{step.action}")(**step.args) or []
+        except Exception as exc:
+            self.say(f"    {step.action} failed: {type(exc).__name__}: {exc}")
+            self.count(step.action, "not carried out")
+            later = []
+        if step.action in WAITING:
+            with self.lock:
+                self.waited_until = max(self.waited_until, time.monotonic())
+        return later
+
+    def diagnose(self) -> None:
+        for env, dep in self.world.deployments.items():
+            try:
+                checks.diagnose(dep, self.work / f"runs-{env}.txt")
+            except Exception as exc:  # the instance itself may be what broke
+                self.say(f"no run list of {env}: {exc}")
 
     def dep(self, env: str) -> Deployment:
         return self.world.deployments[env]
@@ -222,11 +254,13 @@ class Chaos:
     def api(self, env: str):
         return self.world.api[env]
 
-    def count(self, what: str, outcome: str | None = None) -> None:
-        self.kills[what] = self.kills.get(what, 0) + 1
-        if outcome:
-            self.landed.setdefault(what, {}).setdefault(outcome, 0)
-            self.landed[what][outcome] += 1
+    def count(self, what: str, outcome: str) -> None:
+        with self.lock:
+            if outcome != "not carried out" and not outcome.startswith("missed"):
+                self.kills[what] = self.kills.get(what, 0) + 1
+            if outcome:
+                self.landed.setdefault(what, {}).setdefault(outcome, 0)
+                self.landed[what][outcome] += 1
 
     # -- the records' lives -----------------------------------------------------------------
     def do_create(self, env: str, n: int) -> None:
@@ -240,21 +274,19 @@ class Chaos:
                                           json={"customers": specs[start:start + 100]})
                 resp.raise_for_status()
                 for c in resp.json()["data"]["customers"]:
-                    rec = self.api(env).post("record/get", json={"record": c["record"]})
-                    self.records[c["record"]] = Rec(env, c["customer"],
-                                                    rec.json()["data"]["record"]["bank"])
+                    self.records[c["record"]] = Rec(env, c["customer"])
         else:
             for _ in range(n):
                 self.link(env)
 
-    def link(self, env: str, customer: str | None = None, bank: str | None = None) -> str:
+    def link(self, env: str, customer: str | None = None) -> str:
         """A user links a bank through the connect page (production records are made only
         this way); `customer` logs in again as a known user. The new record's id."""
         base = f"{self.world.sandbox.url}{'/v2/' if env == 'production' else '/sandbox/v2/'}"
         conf = self.api(env).post("settings/connect", json={"agreement": True}).json()["data"]
         banks = [b for b in self.api(env).get("banks/list").json()["data"]["banks"]
                  if "bank" in b["login_types"] and b["status"] == "healthy"]
-        chosen = bank or self.rng.choice(banks)["_id"]
+        chosen = self.rng.choice(banks)["_id"]
 
         def step(name: str, **body) -> dict:
             import httpx
@@ -271,7 +303,7 @@ class Chaos:
             step("mfa", session=sess, answer="123456")
         done = step("finish", session=sess, accounts=[0] if self.rng.random() < 0.7 else [0, 1],
                     consent=True)
-        self.records[done["record"]] = Rec(env, done["customer"]["_id"], chosen)
+        self.records[done["record"]] = Rec(env, done["customer"]["_id"])
         return done["record"]
 
     def connected(self, env: str) -> list[str]:
@@ -290,7 +322,7 @@ class Chaos:
             self.api(env).post("sandbox/records/reset_login",
                                json={"record": record}).raise_for_status()
             rec.state, rec.since = "reauth", time.time()
-            new = self.link(env, customer=rec.customer, bank=rec.bank)
+            new = self.link(env, customer=rec.customer)
             self.say(f"    {record} needs a new login; its user logged in again: {new}")
 
     def do_pay(self, env: str, n: int) -> None:
@@ -303,6 +335,10 @@ class Chaos:
     # -- the service misbehaving ------------------------------------------------------------
     def post_rules(self) -> None:
         """Post the rules whose windows are open (each with what is left of its window)."""
+        with self.lock:
+            self._post_rules()
+
+    def _post_rules(self) -> None:
         now = time.monotonic()
         self.rules = [(until, rule) for until, rule in self.rules if until > now + 0.5]
         api = self.api("sandbox")
@@ -315,8 +351,9 @@ class Chaos:
         assert resp.status_code == 200, resp.text
 
     def do_faults(self, rules: list[dict], for_s: float) -> None:
-        self.rules += [(time.monotonic() + for_s, rule) for rule in rules]
-        self.post_rules()
+        with self.lock:
+            self.rules += [(time.monotonic() + for_s, rule) for rule in rules]
+            self.post_rules()
 
     def do_advance(self, hours: float) -> None:
         now = self.api("sandbox").post("sandbox/clock/advance",
@@ -326,7 +363,7 @@ class Chaos:
     # -- processes killed ---------------------------------------------------------------------
     def do_kill_receiver(self, env: str, i: int, down_s: float) -> list[Step]:
         if self.dep(env).kill_receiver(i):
-            self.count("receiver")
+            self.count("receiver", "killed")
         return [Step(down_s, "restart_receiver", {"env": env, "i": i})]
 
     def do_restart_receiver(self, env: str, i: int) -> None:
@@ -336,7 +373,7 @@ class Chaos:
 
     def do_kill_daemon(self, env: str, down_s: float) -> list[Step]:
         if self.dep(env).kill_daemon():
-            self.count("daemon")
+            self.count("daemon", "killed")
         return [Step(down_s, "restart_daemon", {"env": env})]
 
     def do_restart_daemon(self, env: str) -> None:
@@ -350,8 +387,9 @@ class Chaos:
         run that is talking to it: the run dies mid-fetch, its answer never read."""
         dep, port = self.dep(env), int(self.world.sandbox.url.rsplit(":", 1)[1])
         stall = {"kind": "stall", "env": env, "paths": READS, "seconds": 60, "count": 1}
-        self.rules.append((time.monotonic() + timeout_s, stall))
-        self.post_rules()
+        with self.lock:
+            self.rules.append((time.monotonic() + timeout_s, stall))
+            self.post_rules()
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline:
@@ -370,18 +408,22 @@ class Chaos:
                 time.sleep(0.2)
             self.count("run_mid_fetch", "missed: no run fetched in time")
         finally:
-            self.rules = [(u, r) for u, r in self.rules if r is not stall]
-            self.post_rules()
+            with self.lock:
+                self.rules = [(u, r) for u, r in self.rules if r is not stall]
+                self.post_rules()
 
-    def _kill_writer(self, what: str, dep: Deployment, folders: list[Path], wanted,
+    def _kill_writer(self, what: str, dep: Deployment, folders, wanted,
                      timeout_s: float) -> tuple[int, Path] | None:
-        """Watch `folders`; when a file `wanted(path)` appears, freeze this deployment's runs
-        (SIGSTOP), SIGKILL the one that has it open and let the others go on. The killed
-        pid and the file, or None if no run wrote one within `timeout_s`."""
-        watch = Watch(folders)
+        """Watch `folders()` (asked again as it goes: tables appear); when a file
+        `wanted(path)` appears, freeze this deployment's runs (SIGSTOP), SIGKILL the one that
+        has it open and let the others go on. The killed pid and the file, or None if no run
+        wrote one within `timeout_s`."""
+        watch = Watch([])
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline:
+                for folder in folders():
+                    watch.add(folder)
                 runs = [p.pid for p in dep.processes("run")]  # known before the file appears
                 for path in watch.created(0.2):
                     if not wanted(path) or not runs:
@@ -403,8 +445,11 @@ class Chaos:
     def do_kill_run_mid_commit(self, env: str, timeout_s: float = 90) -> None:
         """SIGKILL a run between writing a Delta table's data files and committing them."""
         dep = self.dep(env)
-        tables = [t for t in dep.lake.iterdir() if (t / "_delta_log").is_dir()] \
-            if dep.lake.is_dir() else []
+
+        def tables() -> list[Path]:
+            return [t for t in dep.lake.iterdir() if (t / "_delta_log").is_dir()] \
+                if dep.lake.is_dir() else []
+
         hit = self._kill_writer("mid-commit", dep, tables,
                                 lambda p: p.suffix == ".parquet", timeout_s)
         if hit is None:
@@ -418,7 +463,7 @@ class Chaos:
         """SIGKILL the warehouse build while its new file is written beside the published one."""
         dep = self.dep(env)
         name = f".{dep.warehouse.name}."
-        hit = self._kill_writer("mid-publish", dep, [dep.warehouse.parent],
+        hit = self._kill_writer("mid-publish", dep, lambda: [dep.warehouse.parent],
                                 lambda p: p.name.startswith(name) and p.name.endswith(".tmp"),
                                 timeout_s)
         self.count("warehouse_mid_publish",
@@ -427,8 +472,7 @@ class Chaos:
     def do_refresh(self, env: str) -> None:
         """The daily refresh: `daily_refresh` evaluated now, its runs launched through the
         instance's queue (as the daemon would at 02:00 UTC)."""
-        launched = launch_refresh(self.dep(env))
-        self.say(f"    daily refresh of {env}: {launched} run(s) queued")
+        self.say(f"    daily refresh of {env}: {launch_refresh(self.dep(env))}")
 
     def do_outage(self, env: str, hours: float, new: int) -> list[Step]:
         """Every receiver of `env` down while the clock runs `hours` (past the service's 72 h
@@ -436,7 +480,7 @@ class Chaos:
         dep = self.dep(env)
         for i in range(len(dep.ports)):
             if dep.kill_receiver(i):
-                self.count("receiver")
+                self.count("receiver", "killed (outage)")
         before = set(self.records)
         self.do_create(env, new)
         self.lost |= set(self.records) - before
@@ -531,31 +575,54 @@ class Chaos:
         }
 
 
-def launch_refresh(dep: Deployment) -> int:
-    """`daily_refresh`'s run requests for now, each queued with `dagster job launch` (the
-    daemon dequeues and launches them like any run). How many."""
+def launch_refresh(dep: Deployment) -> str:
+    """The daily refresh of a deployment, now: `refresh_here` in a process with its settings."""
     import subprocess
 
-    from dagster import SkipReason, build_schedule_context
+    done = subprocess.run([sys.executable, __file__, "--refresh-here"], cwd=dep.home,
+                          env=dep.env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def refresh_here() -> int:
+    """What the daemon does at 02:00 UTC, now: evaluate `daily_refresh` against this
+    deployment's instance and inbox (from the environment) and queue each run it asks for, as
+    `dagster job launch` does but with one workspace for all of them (Dagster's CLI helpers);
+    the daemon dequeues and launches them like any run. Prints how many."""
+    from dagster import DagsterInstance, SkipReason, build_schedule_context
+    from dagster._cli.job import _create_run
+    from dagster._cli.workspace.cli_target import (
+        get_code_location_from_workspace,
+        get_remote_job_from_remote_repo,
+        get_remote_repository_from_code_location,
+        get_workspace_from_cli_opts,
+    )
+    from dagster.version import __version__
+    from dagster_shared.cli import WorkspaceOpts
 
     from pipeline.inbox import InboxResource
     from pipeline.schedules import daily_refresh
 
-    with dep.instance() as instance:
+    with DagsterInstance.get() as instance:
         context = build_schedule_context(
             instance=instance, scheduled_execution_time=dt.datetime.now(dt.UTC),
-            resources={"inbox": InboxResource(path=dep.inbox)})
+            resources={"inbox": InboxResource()})
         requests = daily_refresh(context)
-    if isinstance(requests, SkipReason):
-        return 0
-    for request in requests:
-        done = subprocess.run(
-            [str(Path(sys.executable).with_name("dagster")), "job", "launch", "-w",
-             str(ROOT / "workspace.yaml"), "-j", "refresh_job", "--tags",
-             json.dumps({**request.tags, "ledgerlake/chaos": "daily_refresh"})],
-            cwd=dep.home, env=dep.env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-    return len(requests)
+        if isinstance(requests, SkipReason):
+            requests = []
+        opts = WorkspaceOpts(workspace=[str(ROOT / "workspace.yaml")])
+        with get_workspace_from_cli_opts(instance, __version__, opts) as workspace:
+            location = get_code_location_from_workspace(workspace, None)
+            repo = get_remote_repository_from_code_location(location, None)
+            job = get_remote_job_from_remote_repo(repo, "refresh_job")
+            for request in requests:
+                run = _create_run(instance=instance, code_location=location, remote_repo=repo,
+                                  remote_job=job, run_config={}, op_selection=None, run_id=None,
+                                  tags={**request.tags, "ledgerlake/chaos": "daily_refresh"})
+                instance.submit_run(run.run_id, workspace)
+    print(f"{len(requests)} run(s) queued")
+    return 0
 
 
 def machine() -> dict:
@@ -602,7 +669,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", action="store_true",
                     help="also write the figures into docs/operations.md's table")
     ap.add_argument("--work", type=Path, help="where the runs' files go (kept)")
+    ap.add_argument("--refresh-here", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.refresh_here:  # a child: the daily refresh of the deployment in its environment
+        return refresh_here()
     seeds = [args.seed] if args.seed is not None else list(range(1, args.seeds + 1))
     command = "bench/chaos.py " + " ".join(argv if argv is not None else sys.argv[1:])
     results = []

@@ -14,10 +14,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from assets.warehouse import LAKE_TABLES
+from pipeline.sensors import built_versions
+from resources.lake import Lake
 from tests.ground_truth import duplicates, lake_rows, pictures, truth
 
-PRODUCTS = ("accounts", "balances", "transactions", "income", "identity", "payments",
-            "record_status")
 FETCHED = ("accounts", "balances", "transactions", "income", "identity")
 IN_PROGRESS = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING")
 
@@ -75,9 +76,9 @@ def sensor_cursor(instance) -> int:
 
 def quiet(dep) -> bool | str:
     """True once the deployment has nothing left to do: its processes up, its inbox read to
-    the end, no run queued or in progress, the warehouse built after the last product landed.
-    Otherwise what it is still doing."""
-    from dagster import AssetKey, DagsterRunStatus, RunsFilter
+    the end, no run queued or in progress, the warehouse built over the lake's latest
+    versions. Otherwise what it is still doing."""
+    from dagster import DagsterRunStatus, RunsFilter
 
     from pipeline.inbox import open_inbox
 
@@ -95,20 +96,41 @@ def quiet(dep) -> bool | str:
             statuses=[DagsterRunStatus[s] for s in IN_PROGRESS]))
         if busy:
             return f"{len(busy)} run(s) queued or in progress"
-        built = instance.get_latest_materialization_event(AssetKey("warehouse"))
-        landed = [e.timestamp for a in PRODUCTS
-                  if (e := instance.get_latest_materialization_event(AssetKey(a)))]
-        if landed and (built is None or built.timestamp < max(landed)):
-            return "the warehouse is older than the lake"
+        built = built_versions(instance)
+    now = {t: v for t in LAKE_TABLES if (v := Lake(root=str(dep.lake)).version(t)) is not None}
+    if built != now:
+        return f"the warehouse was built over {built}, the lake is at {now}"
     return True
+
+
+def diagnose(dep, path: Path) -> None:
+    """Every run of the deployment, one line each, failures with their message: what a
+    failing seed leaves to read beside its logs."""
+    from dagster import DagsterEventType
+
+    lines = []
+    with dep.instance() as instance:
+        for rec in instance.get_run_records():
+            run = rec.dagster_run
+            tags = {k: v for k, v in run.tags.items() if k.startswith(("ledgerlake/", "dagster/p",
+                                                                       "dagster/asset_p",
+                                                                       "dagster/retry"))}
+            lines.append(f"{rec.create_timestamp:%H:%M:%S} {run.run_id} {run.job_name} "
+                         f"{run.status.value} {tags}")
+            if run.status.value == "FAILURE":
+                for entry in instance.all_logs(run.run_id, of_type={
+                        DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE,
+                        DagsterEventType.ENGINE_EVENT}):
+                    text = entry.message or ""
+                    error = entry.dagster_event and entry.dagster_event.event_specific_data
+                    lines.append(f"    {text[:300]} {str(getattr(error, 'error', ''))[:600]}")
+    path.write_text("\n".join(lines) + "\n")
 
 
 # -- the checks ------------------------------------------------------------------------------------
 
 def run_all(chaos) -> dict:
     """Every check over both deployments; the figures and the problems found."""
-    from resources.lake import Lake
-
     problems: list[str] = []
     records_checked = mismatches = 0
     orphans: dict[str, int] = {}
@@ -164,8 +186,6 @@ def payments_landed(chaos, env: str, dep) -> list[str]:
               if rec.env == env and rec.payments}
     if not wanted:
         return []
-    from resources.lake import Lake
-
     table = Lake(root=str(dep.lake)).read("payments", schema=pa.schema(
         [("payment_id", pa.string()), ("record_id", pa.string())]))
     got: dict[str, list[str]] = {}
@@ -235,8 +255,6 @@ def statuses(chaos, env: str, dep) -> list[str]:
 def refreshed(chaos, env: str, dep, connected: list[str]) -> list[str]:
     """Every connected record (reauthenticated users' new records among them) has a balance
     fetched by the settling daily refresh."""
-    from resources.lake import Lake
-
     since = chaos.settled["refresh_at"] * 1000
     table = Lake(root=str(dep.lake)).read("balance_history", schema=pa.schema(
         [("record_id", pa.string()), ("source", pa.string()),
@@ -262,8 +280,6 @@ def warehouse(dep) -> list[str]:
             con.close()
     except duckdb.Error as exc:
         return [*out, f"the warehouse does not answer: {exc}"]
-    from resources.lake import Lake
-
     rows = Lake(root=str(dep.lake)).read("transactions", schema=pa.schema(
         [("transaction_id", pa.string())]))
     if n != (0 if rows is None else rows.num_rows):

@@ -163,9 +163,15 @@ class Watch:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self.folders: dict[int, Path] = {}
         for folder in folders:
-            wd = _libc.inotify_add_watch(self.fd, str(folder).encode(), IN_CREATE | IN_MOVED_TO)
-            if wd >= 0:
-                self.folders[wd] = folder
+            self.add(folder)
+
+    def add(self, folder: Path) -> None:
+        """Watch one more folder (again: no change)."""
+        if folder in self.folders.values():
+            return
+        wd = _libc.inotify_add_watch(self.fd, str(folder).encode(), IN_CREATE | IN_MOVED_TO)
+        if wd >= 0:
+            self.folders[wd] = folder
 
     def created(self, timeout_s: float) -> list[Path]:
         """Paths created since the last call, waiting at most `timeout_s` for the first."""
@@ -201,11 +207,14 @@ def free_port() -> int:
 
 def chaos_instance_yaml(source: Path) -> str:
     """The shipped instance file, with run monitoring's timeouts scaled to the suite's pace
-    (as LEDGERLAKE_RETRY_DELAY_S is): a run whose launch was lost is failed, then retried,
-    within seconds rather than minutes."""
+    (as LEDGERLAKE_RETRY_DELAY_S is: a run whose launch was lost is failed, then retried,
+    within seconds rather than minutes) and runs at once sized to this machine."""
     text = source.read_text()
+    assert "max_concurrent_runs: 4" in text
     return (text.replace("start_timeout_seconds: 180", "start_timeout_seconds: 30")
-                .replace("poll_interval_seconds: 60", "poll_interval_seconds: 5"))
+                .replace("poll_interval_seconds: 60", "poll_interval_seconds: 5")
+                # two deployments share two cores here: two runs each at a time
+                .replace("max_concurrent_runs: 4", "max_concurrent_runs: 2"))
 
 
 @dataclass
