@@ -8,7 +8,7 @@ UV_VERSION := 0.13.8
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(CURDIR)/$(VENV)
 
-.PHONY: all setup chromium test demo lint bench dev mutation clean
+.PHONY: all setup chromium test demo lint bench chaos dev mutation clean
 
 all: test
 
@@ -42,6 +42,13 @@ demo: setup
 # about 15 minutes; writes bench/results/latest.json and the table in bench/README.md
 bench: setup
 	$(VENV)/bin/python bench/run.py $(BENCH_ARGS)
+
+# exactly once under faults: 10 seeds of bench/chaos.py (both environments, a few hundred
+# records, processes SIGKILLed, the sandbox's faults), each checked against the sandbox's
+# ground truth; writes bench/results/chaos.json and the table in docs/operations.md. About
+# 10 minutes a seed on 2 cores. `make test` runs one short seed (tests/e2e/test_chaos.py).
+chaos: setup
+	$(VENV)/bin/python bench/chaos.py --seeds 10 --records 300 --window 240 --docs $(CHAOS_ARGS)
 
 # mutmut on pipeline/inbox.py, resources/client.py, assets/checks.py, assets/transactions.py,
 # each with its own tests (mutation/run.py); not part of `make test`. MODULES=... picks some.

@@ -412,62 +412,80 @@ class Chaos:
                 self.rules = [(u, r) for u, r in self.rules if r is not stall]
                 self.post_rules()
 
-    def _kill_writer(self, what: str, dep: Deployment, folders, wanted,
-                     timeout_s: float) -> tuple[int, Path] | None:
-        """Watch `folders()` (asked again as it goes: tables appear); when a file
-        `wanted(path)` appears, freeze this deployment's runs (SIGSTOP), SIGKILL the one that
-        has it open and let the others go on. The killed pid and the file, or None if no run
-        wrote one within `timeout_s`."""
-        watch = Watch([])
-        deadline = time.monotonic() + timeout_s
-        try:
-            while time.monotonic() < deadline:
+    def _writer(self, dep: Deployment, watch: Watch, folders, wanted,
+                deadline: float) -> tuple[int, Path] | None:
+        """The run process that opens a file `wanted(path)` in `folders()` (asked again as it
+        goes: tables appear), caught as it writes: when the file appears, the deployment's
+        runs are frozen (SIGSTOP), the one holding it open is the writer. Left frozen."""
+        runs, scanned = [], 0.0
+        while time.monotonic() < deadline:
+            if time.monotonic() - scanned > 1:  # /proc is read ahead, not when the file comes
                 for folder in folders():
                     watch.add(folder)
-                runs = [p.pid for p in dep.processes("run")]  # known before the file appears
-                for path in watch.created(0.2):
-                    if not wanted(path) or not runs:
-                        continue
-                    signal_all(runs, signal.SIGSTOP)
-                    try:
-                        writer = holding(runs, path)
-                        if writer:
-                            signal_all(writer, signal.SIGKILL)
-                            self.say(f"    run process {writer[0]} SIGKILLed {what}, writing "
-                                     f"{path.relative_to(dep.home)}")
-                            return writer[0], path
-                    finally:
-                        signal_all(runs, signal.SIGCONT)
-        finally:
-            watch.close()
+                runs, scanned = [p.pid for p in dep.processes("run")], time.monotonic()
+            for path in watch.created(0.1):
+                if not wanted(path) or not runs:
+                    continue
+                signal_all(runs, signal.SIGSTOP)
+                writer = holding(runs, path)
+                signal_all([p for p in runs if p not in writer], signal.SIGCONT)
+                if writer:
+                    return writer[0], path
         return None
 
     def do_kill_run_mid_commit(self, env: str, timeout_s: float = 90) -> None:
-        """SIGKILL a run between writing a Delta table's data files and committing them."""
+        """SIGKILL a run between writing a Delta table's data files and committing them.
+
+        delta-rs writes each data file under a staging name (`part-...parquet#1`) and renames
+        it when whole, then commits (`_delta_log/N.json`). The run that opens a staging file
+        is the writer; it goes on until the file is renamed, and is killed then."""
         dep = self.dep(env)
 
         def tables() -> list[Path]:
             return [t for t in dep.lake.iterdir() if (t / "_delta_log").is_dir()] \
                 if dep.lake.is_dir() else []
 
-        hit = self._kill_writer("mid-commit", dep, tables,
-                                lambda p: p.suffix == ".parquet", timeout_s)
-        if hit is None:
-            self.count("run_mid_commit", "missed: no commit in time")
-            return
+        watch = Watch([])
+        deadline = time.monotonic() + timeout_s
+        try:
+            found = self._writer(dep, watch, tables, lambda p: ".parquet#" in p.name, deadline)
+            if found is None:
+                self.count("run_mid_commit", "missed: no commit in time")
+                return
+            writer, staged = found
+            whole = staged.with_name(staged.name.split("#")[0])
+            signal_all([writer], signal.SIGCONT)
+            while whole not in watch.created(5) and not whole.exists():
+                if not os.path.exists(f"/proc/{writer}") or time.monotonic() > deadline:
+                    self.count("run_mid_commit", "missed: the writer never finished its file")
+                    return
+            signal_all([writer], signal.SIGKILL)
+        finally:
+            watch.close()
         time.sleep(1)
-        committed = checks.referenced(hit[1].parent, hit[1].name)
-        self.count("run_mid_commit", "after its commit" if committed else "before its commit")
+        committed = checks.referenced(whole.parent, whole.name)
+        self.say(f"    run process {writer} SIGKILLed mid-commit: {whole.relative_to(dep.home)} "
+                 f"written, {'and committed' if committed else 'not committed'}")
+        self.count("run_mid_commit",
+                   "after its commit" if committed else "between its data files and commit")
 
     def do_kill_warehouse_mid_publish(self, env: str, timeout_s: float = 120) -> None:
         """SIGKILL the warehouse build while its new file is written beside the published one."""
         dep = self.dep(env)
         name = f".{dep.warehouse.name}."
-        hit = self._kill_writer("mid-publish", dep, lambda: [dep.warehouse.parent],
-                                lambda p: p.name.startswith(name) and p.name.endswith(".tmp"),
-                                timeout_s)
-        self.count("warehouse_mid_publish",
-                   "mid-publish" if hit else "missed: no build in time")
+        watch = Watch([])
+        try:
+            hit = self._writer(dep, watch, lambda: [dep.warehouse.parent],
+                               lambda p: p.name.startswith(name) and p.name.endswith(".tmp"),
+                               time.monotonic() + timeout_s)
+        finally:
+            watch.close()
+        if hit is None:
+            self.count("warehouse_mid_publish", "missed: no build in time")
+            return
+        signal_all([hit[0]], signal.SIGKILL)
+        self.say(f"    run process {hit[0]} SIGKILLed mid-publish, writing {hit[1].name}")
+        self.count("warehouse_mid_publish", "while its new file was written")
 
     def do_refresh(self, env: str) -> None:
         """The daily refresh: `daily_refresh` evaluated now, its runs launched through the
@@ -506,16 +524,12 @@ class Chaos:
                 self.restarts += 1
         deadline = time.monotonic() + self.settle_bound_s
         self.deliver(deadline)
-        for env in ENVS:
-            self.replay(env)
+        both(self.replay)
         self.deliver(deadline)
-        for env in ENVS:
-            self.wait_quiet(env, deadline)
+        both(lambda env: self.wait_quiet(env, deadline))
         refresh_at = time.time()
-        for env in ENVS:
-            self.do_refresh(env)
-        for env in ENVS:
-            self.wait_quiet(env, deadline)
+        both(self.do_refresh)
+        both(lambda env: self.wait_quiet(env, deadline))
         settled = time.monotonic()
         self.say(f"settled {settled - last_fault:.0f} s after the last fault")
         return {"settle_s": round(settled - last_fault, 1), "refresh_at": refresh_at}
@@ -575,6 +589,26 @@ class Chaos:
         }
 
 
+def both(work) -> None:
+    """`work(env)` for each environment at once (each waits on its own processes); the
+    first error is raised."""
+    errors: list[BaseException] = []
+
+    def one(env: str) -> None:
+        try:
+            work(env)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(env,)) for env in ENVS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
 def launch_refresh(dep: Deployment) -> str:
     """The daily refresh of a deployment, now: `refresh_here` in a process with its settings."""
     import subprocess
@@ -582,7 +616,7 @@ def launch_refresh(dep: Deployment) -> str:
     done = subprocess.run([sys.executable, __file__, "--refresh-here"], cwd=dep.home,
                           env=dep.env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip().splitlines()[-1]
+    return next(line for line in done.stdout.splitlines() if line.startswith("queued "))
 
 
 def refresh_here() -> int:
@@ -621,7 +655,7 @@ def refresh_here() -> int:
                                   remote_job=job, run_config={}, op_selection=None, run_id=None,
                                   tags={**request.tags, "ledgerlake/chaos": "daily_refresh"})
                 instance.submit_run(run.run_id, workspace)
-    print(f"{len(requests)} run(s) queued")
+    print(f"queued {len(requests)} run(s)", flush=True)
     return 0
 
 

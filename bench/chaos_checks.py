@@ -45,22 +45,32 @@ def referenced(table: Path, name: str) -> bool:
     return name in log_adds(table)
 
 
-def lake_leftovers(lake: Path) -> tuple[list[str], int]:
-    """Problems (temporary files of the log, files the latest version names but that are
-    missing) and the count of data files no version ever committed (written by a commit that
-    was killed or lost its race: the lake's vacuum removes them after its retention)."""
+def lake_leftovers(lake: Path) -> tuple[list[str], dict[str, int]]:
+    """Problems (a temporary file in a Delta log that nothing removes, a file the latest
+    version names but that is missing) and what killed writers left that the lake's vacuum
+    removes once older than its retention: data files no version ever committed, and files
+    under object_store's staging names (`part-...parquet#1`, `_delta_log/N.json#1`)."""
     from deltalake import DeltaTable
 
-    problems, orphans = [], 0
+    from resources.delta import STAGED
+
+    problems, left = [], {"data files never committed": 0, "staged files": 0}
     for table in sorted(p for p in lake.iterdir() if (p / "_delta_log").is_dir()):
-        problems += [f"{table.name}: temporary log file {p.name} left behind"
-                     for p in (table / "_delta_log").iterdir() if ".tmp" in p.name]
+        for p in (table / "_delta_log").iterdir():
+            if STAGED.search(p.name):
+                left["staged files"] += 1
+            elif ".tmp" in p.name:
+                problems.append(f"{table.name}: temporary log file {p.name} left behind")
         problems += [f"{table.name}: its latest version names {Path(f).name}, which is missing"
                      for f in DeltaTable(str(table)).file_uris()
                      if not Path(f.removeprefix("file://")).exists()]
         adds = log_adds(table)
-        orphans += sum(1 for p in table.iterdir() if p.suffix == ".parquet" and p.name not in adds)
-    return problems, orphans
+        for p in table.iterdir():
+            if STAGED.search(p.name):
+                left["staged files"] += 1
+            elif p.suffix == ".parquet" and p.name not in adds:
+                left["data files never committed"] += 1
+    return problems, left
 
 
 # -- settled? --------------------------------------------------------------------------------------
@@ -133,7 +143,7 @@ def run_all(chaos) -> dict:
     """Every check over both deployments; the figures and the problems found."""
     problems: list[str] = []
     records_checked = mismatches = 0
-    orphans: dict[str, int] = {}
+    orphans: dict[str, dict[str, int]] = {}
     received = dead = 0
     for env, dep in chaos.world.deployments.items():
         api = chaos.api(env)
@@ -175,7 +185,8 @@ def run_all(chaos) -> dict:
             "stored_twice_refused": duplicates_refused(chaos),
             "dead_letters": dead,
         },
-        "orphaned_data_files": orphans,
+        # removed by the lake's vacuum past its retention (resources/delta.py)
+        "left_by_killed_writers": orphans,
         "injected": report["injected"],
     }
 
