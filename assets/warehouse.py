@@ -286,13 +286,14 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
     return created
 
 
-def _remove_stale(target: Path, quiet_s: float = 10.0, older_than_s: float = 3600.0) -> None:
+def _remove_stale(target: Path, quiet_s: float = 2.0, older_than_s: float = 3600.0) -> None:
     """Temporary files of builds that died (killed mid-build) before they could clean up.
 
     A build's DuckDB holds a lock on its file for as long as it is open, so a file that no
-    process locks and that nobody wrote for `quiet_s` is a dead build's, whichever process or
-    machine (on a shared volume) made it. Where the lock cannot be asked about, only files
-    older than `older_than_s` go.
+    process locks and that nobody wrote for `quiet_s` (the instants between DuckDB creating
+    it and locking it, or closing it and renaming it) is a dead build's, whichever process
+    made it; a locked one is never touched. Where the lock cannot be asked about, files older
+    than `older_than_s` go.
     """
     now = time.time()
     for path in target.parent.glob(f".{glob.escape(target.name)}.*.tmp*"):
@@ -300,7 +301,7 @@ def _remove_stale(target: Path, quiet_s: float = 10.0, older_than_s: float = 360
         try:
             age = now - path.stat().st_mtime
             held = _locked(database) if database.exists() else False
-            if (held is False and age > quiet_s) or age > older_than_s:
+            if age > (older_than_s if held is None else quiet_s) and not held:
                 path.unlink()
         except FileNotFoundError:
             pass

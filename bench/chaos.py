@@ -697,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="records across both environments (a third in production)")
     ap.add_argument("--window", type=float, default=90.0,
                     help="seconds over which the schedule's faults happen")
-    ap.add_argument("--settle", type=float, default=600.0,
+    ap.add_argument("--settle", type=float, default=1500.0,
                     help="the time bound for settling after the last fault, in seconds")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--docs", action="store_true",

@@ -16,6 +16,7 @@ from decimal import Decimal
 import httpx
 import pyarrow as pa
 
+from resources.columns import ref
 from resources.lake import Lake
 
 
@@ -94,16 +95,16 @@ def truth(api: httpx.Client, record: str) -> Picture:
     _add(pic, "accounts", "", (a["_id"] for a in accounts), Decimal(0))
     lines: dict[str, list[dict]] = {a["_id"]: [] for a in accounts}
     for line in history(api, record):
-        lines.setdefault(line["account"], []).append(line)
+        lines.setdefault(ref(line["account"]), []).append(line)
     for account, rows in lines.items():
         _add(pic, "transactions", account, (r["_id"] for r in rows),
              sum((signed(r) for r in rows), Decimal(0)))
     balances = _data(api.post("balance/get", json={"record": record, "limit": 100}))["balance"]
     for b in balances:
-        _add(pic, "balances", b["account"], [b["account"]],
+        _add(pic, "balances", ref(b["account"]), [ref(b["account"])],
              Decimal(str(b["ledger_balance"])) + Decimal(str(b["available_balance"])))
     identity = _data(api.post("identity/get", json={"record": record}))["identity"]
-    _add(pic, "identity", "", (i["customer"] for i in identity), Decimal(0))
+    _add(pic, "identity", "", (ref(i["customer"]) for i in identity), Decimal(0))
     resp = api.post("income/get", json={"record": record})
     if resp.status_code == 400 and resp.json().get("error_code") == "PRODUCT_NOT_READY":
         _add(pic, "income", "", [], Decimal(0))

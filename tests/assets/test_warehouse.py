@@ -516,14 +516,17 @@ def test_a_build_clears_what_a_killed_build_left(tmp_path):
     lake.write("accounts", "r1", accounts_table(["a"]))
     target = tmp_path / "w.duckdb"
     old = tmp_path / ".w.duckdb.0123abcd.tmp"
-    fresh = tmp_path / ".w.duckdb.4567cdef.tmp"  # perhaps a build running right now
-    for path in (old, fresh, old.with_name(old.name + ".wal")):
+    fresh = tmp_path / ".w.duckdb.4567cdef.tmp"  # a build running right now, in this process
+    for path in (old, old.with_name(old.name + ".wal")):
         path.write_bytes(b"half")
     hour_ago = time.time() - 7200
     os.utime(old, (hour_ago, hour_ago))
     os.utime(old.with_name(old.name + ".wal"), (hour_ago, hour_ago))
-    build(lake.root, target)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [fresh.name]
+    with duckdb.connect(str(fresh)):  # DuckDB holds its lock while the file is open
+        os.utime(fresh, (hour_ago, hour_ago))
+        build(lake.root, target)
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [
+            fresh.name]
 
 
 BUILDER = r"""
@@ -537,7 +540,7 @@ time.sleep(120)
 
 def test_a_build_killed_mid_publish_leaves_nothing_behind(tmp_path):
     """Found by the chaos suite: a warehouse build SIGKILLed while it wrote its new file left
-    it behind for an hour. A file no process holds DuckDB's lock on, and nobody wrote for 10 s,
+    it behind for an hour. A file no process holds DuckDB's lock on, and nobody wrote for 2 s,
     is a dead build's, and the next build removes it; a live build's file stays."""
     lake = Lake(root=str(tmp_path / "lake"))
     lake.write("accounts", "r1", accounts_table(["a"]))
