@@ -203,6 +203,11 @@ class Chaos:
         fault ended (monotonic)."""
         queue = list(plan)
         heapq.heapify(queue)
+        while queue and queue[0].at == 0:  # the first records, before any fault
+            step = heapq.heappop(queue)
+            self.say(f"   start  {step.action} {step.args}")
+            self.attempt(step)
+        self.warm_up()
         t0 = last = time.monotonic()
         waiting: list[threading.Thread] = []
         while queue:
@@ -227,6 +232,21 @@ class Chaos:
         if self.rules:
             last = max(last, max(until for until, _ in self.rules))
         return last
+
+    def warm_up(self, timeout_s: float = 900) -> None:
+        """Until each deployment has landed some of the first records: the faults strike a
+        pipeline at work, not one still starting (its daemon's first ticks, its first runs'
+        processes)."""
+        from resources.lake import Lake
+
+        started = time.monotonic()
+        for env in ENVS:
+            lake = Lake(root=str(self.dep(env).lake))
+            while not (lake.version("transactions") or 0) >= 1:
+                assert time.monotonic() - started < timeout_s, f"{env} landed nothing"
+                time.sleep(2)
+        self.say(f"first records landed in both environments after "
+                 f"{time.monotonic() - started:.0f} s: the faults begin")
 
     def attempt(self, step: Step) -> list[Step]:
         """Carry out one step; what it queues. A step that fails is reported, not fatal."""

@@ -224,6 +224,17 @@ def _connection_events(dep) -> dict[str, float]:
     return out
 
 
+def materializations(instance, key) -> list:
+    """Every materialization of an asset, a page of 10,000 at a time (Dagster's most)."""
+    out, cursor = [], None
+    while True:
+        page = instance.fetch_materializations(key, limit=10_000, cursor=cursor)
+        out += page.records
+        if not page.has_more:
+            return out
+        cursor = page.cursor
+
+
 def statuses(chaos, env: str, dep) -> list[str]:
     """Disconnected and reauthenticated records: their status in the inbox, and no run created
     after the inbox heard of it fetched them."""
@@ -242,7 +253,7 @@ def statuses(chaos, env: str, dep) -> list[str]:
     with dep.instance() as instance:
         created: dict[str, float] = {}
         for asset in FETCHED:
-            for rec in instance.fetch_materializations(AssetKey(asset), limit=1_000_000).records:
+            for rec in materializations(instance, AssetKey(asset)):
                 record = rec.partition_key
                 if record not in moved or record not in heard:
                     continue
