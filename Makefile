@@ -7,6 +7,9 @@ VENV   := .venv
 UV_VERSION := 0.13.8
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(CURDIR)/$(VENV)
+# compiled once at install: this machine runs Python with PYTHONDONTWRITEBYTECODE, so without
+# it every process (each server a test starts, each launched run) compiles Dagster anew
+export UV_COMPILE_BYTECODE := 1
 
 .PHONY: all setup chromium test demo lint bench chaos dev mutation clean
 
@@ -33,7 +36,7 @@ chromium:
 	  echo "chromium could not be installed (apt-get install -y chromium): browser tests skip"
 
 test: setup chromium
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadscope
 
 demo: setup
 	$(VENV)/bin/ledgerlake demo

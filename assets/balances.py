@@ -16,6 +16,7 @@ from resources.client import ConnectionClient
 from resources.columns import MONEY, money, ref
 from resources.lake import Lake
 
+from .charts import add_charts
 from .metadata import record_metadata
 from .partitions import source_of
 from .publish import Landing, land_each, product
@@ -72,7 +73,7 @@ def periodic(items: list[dict]) -> pa.Table:
     }, schema=PERIODIC)
 
 
-@product("balances", schema=HISTORY,
+@product("balances", schema=HISTORY, table="balance_history",
          description="Available and ledger balance of every account, as a "
                      "history of snapshots beside the service's daily series")
 def balances(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
@@ -92,5 +93,6 @@ def balances(context: AssetExecutionContext, client: ConnectionClient, lake: Lak
 
     land_each(context, "balances", land, lake,
               {"balance_history": HISTORY, "balance_periodic": PERIODIC},
-              appended={"balance_history"})
+              appended={"balance_history"},
+              landed=lambda landings: add_charts(context, lake, landings, "balance_periodic"))
     yield from ()

@@ -7,6 +7,7 @@ from resources.client import ConnectionClient
 from resources.columns import ref
 from resources.lake import Lake
 
+from .catalog import PII
 from .metadata import record_metadata
 from .publish import Landing, land_each, product
 from .schemas import Identity, validate
@@ -36,7 +37,7 @@ def to_table(items: list[dict]) -> pa.Table:
     return pa.table(cols).select(SCHEMA.names).cast(SCHEMA)
 
 
-@product("identity", schema=SCHEMA,
+@product("identity", schema=SCHEMA, tags=PII,
          description="Who the record's customer is, as their bank knows them")
 def identity(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
     def land(record_id: str) -> Landing:

@@ -43,6 +43,7 @@ from dagster import (
 from resources import delta
 from resources.lake import Lake
 
+from .catalog import OWNERS
 from .warehouse import DEFAULT_TIMEZONE, LAKE_TABLES, UNPARTITIONED
 
 MB = 1024 * 1024
@@ -120,7 +121,7 @@ def _blank(table: str, status: str) -> dict:
 
 # In a pool (limited to one by dagster.yaml's default_limit): a manual pass and the nightly
 # one never compact the same tables at once, which would only make one of them redo its work.
-@asset(group_name="maintenance", pool="lake_maintenance", kinds={"deltalake"})
+@asset(group_name="maintenance", pool="lake_maintenance", kinds={"deltalake"}, owners=OWNERS)
 def lake_maintenance(context: AssetExecutionContext, lake: Lake) -> MaterializeResult:
     """Compact each lake table's small files and vacuum files past the retention."""
     hours, target = retention_hours(), target_bytes()

@@ -1,8 +1,10 @@
 """What every materialization shows in the Dagster UI: rows, a preview, the path; the columns
-are the asset's, declared once on its definition."""
+are the asset's, declared once on its definition (described in assets/schemas.py)."""
 
 import pyarrow as pa
-from dagster import MetadataValue, TableColumn, TableSchema
+from dagster import MetadataValue
+
+from .catalog import column_schema
 
 PREVIEW_ROWS = 5
 # A run over many partitions stores its metadata once per partition (Dagster copies it into
@@ -24,10 +26,6 @@ def preview(table: pa.Table, rows: int = PREVIEW_ROWS) -> str:
     return "\n".join(lines)
 
 
-def columns(schema: pa.Schema) -> TableSchema:
-    return TableSchema(columns=[TableColumn(name=f.name, type=str(f.type)) for f in schema])
-
-
 def record_metadata(table: pa.Table, **extra) -> dict:
     """Metadata of one record's materialization: its own rows and preview (the commit adds
     the lake table and version). Not its columns: they are the asset's (`product(schema=)`),
@@ -37,11 +35,11 @@ def record_metadata(table: pa.Table, **extra) -> dict:
             "preview": MetadataValue.md(preview(table)), **extra}
 
 
-def describe(table: pa.Table, location: str, version: int) -> dict:
-    """Metadata for a materialization that wrote the whole of a lake table."""
+def describe(table: pa.Table, name: str, location: str, version: int) -> dict:
+    """Metadata for a materialization that wrote the whole of lake table `name`."""
     return {
         "dagster/row_count": table.num_rows,
-        "dagster/column_schema": columns(table.schema),
+        "dagster/column_schema": column_schema(table.schema, name),
         "preview": MetadataValue.md(preview(table)),
         "lake_table": MetadataValue.path(location),
         "lake_version": version,

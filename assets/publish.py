@@ -31,7 +31,7 @@ from resources.errors import (
 )
 from resources.lake import Lake
 
-from .metadata import columns
+from .catalog import OWNERS, PRODUCT_TAGS, column_schema
 from .partitions import batched, record_ids, records
 
 PROBLEMS_SHOWN = 20
@@ -101,13 +101,16 @@ def worth_retrying(exc: BaseException) -> bool:
 
 
 def product(name: str, *, description: str, schema: pa.Schema, checks: Sequence[Check] = (),
-            kinds: Iterable[str] = ("parquet",)) -> Callable:
+            kinds: Iterable[str] = ("parquet",), table: str | None = None,
+            tags: Mapping[str, str] | None = None) -> Callable:
     """A product asset partitioned by record, with partitioned checks, that reports each
-    record itself (see the module's docstring). `schema`: its table's columns, shown on the
-    asset."""
+    record itself (see the module's docstring). `schema`: its lake table's columns (`table`,
+    by default the asset's name), shown on the asset with their descriptions."""
     spec = dg.AssetSpec(name, partitions_def=records, skippable=True, group_name="products",
-                        kinds=set(kinds), description=description,
-                        metadata={"dagster/column_schema": columns(schema)})
+                        kinds=set(kinds), description=description, owners=OWNERS,
+                        tags={**PRODUCT_TAGS, **(tags or {})},
+                        metadata={"dagster/column_schema": column_schema(
+                            schema, table or name, record_id=True)})
     return dg.multi_asset(
         name=name, specs=[spec], can_subset=True, partitions_def=records,
         backfill_policy=batched, retry_policy=FETCH_RETRY, pool=SERVICE_POOL,
@@ -136,10 +139,12 @@ def to_land(context: dg.AssetExecutionContext, asset: str) -> list[str]:
 
 def land_each(context: dg.AssetExecutionContext, asset: str, land: Callable[[str], Landing],
               lake: Lake, tables: Mapping[str, pa.Schema], checks: Sequence[Check] = (),
-              appended: Collection[str] = ()) -> list[Landing]:
+              appended: Collection[str] = (),
+              landed: Callable[[list[Landing]], None] | None = None) -> list[Landing]:
     """Fetch and check the run's records one by one with `land`, commit the rows of those
     that pass (one commit per table), then report them all (a record that raises is
-    reported failed; the others still land)."""
+    reported failed; the others still land). `landed` sees the landings once committed,
+    before they are reported (to add to their metadata)."""
     landings = []
     for record_id in to_land(context, asset):
         try:
@@ -147,6 +152,8 @@ def land_each(context: dg.AssetExecutionContext, asset: str, land: Callable[[str
         except Exception as exc:  # reported with the record; the step fails after the rest
             landings.append(Landing.failed(record_id, exc))
     commit(lake, landings, tables, appended)
+    if landed is not None:
+        landed(landings)
     report(context, asset, landings, checks)
     return landings
 

@@ -11,6 +11,7 @@ from dagster import AssetExecutionContext, MaterializeResult, asset
 from resources.callbacks import CallbackLog
 from resources.lake import Lake
 
+from .catalog import OWNERS, column_schema
 from .metadata import describe
 
 PRODUCT_ASSETS = ["accounts", "balances", "transactions", "income", "identity", "payments"]
@@ -45,7 +46,9 @@ def last_per_product(methods: dict[str, tuple[str, str]]) -> dict[str, str | Non
 
 # after products land (their callbacks moved the inbox), and on connection events (the inbox
 # sensor asks for a run), the statuses are rebuilt from the inbox
-@asset(group_name="warehouse", kinds={"parquet"}, deps=PRODUCT_ASSETS)
+@asset(group_name="warehouse", kinds={"parquet"}, deps=PRODUCT_ASSETS,
+       owners=OWNERS,
+       metadata={"dagster/column_schema": column_schema(SCHEMA, "records")})
 def record_status(context: AssetExecutionContext, callback_log: CallbackLog, lake: Lake):
     """Connected, disconnected or needing reauthentication, with the last callback seen."""
     rows = [{"record_id": r["record"], "status": r["status"], "status_at": r["status_at"],
@@ -56,4 +59,4 @@ def record_status(context: AssetExecutionContext, callback_log: CallbackLog, lak
         f.name: pa.array([r[f.name] for r in rows], pa.string()).cast(f.type) for f in SCHEMA
     }, schema=SCHEMA)
     version = lake.write("records", None, table, schema=SCHEMA)
-    return MaterializeResult(metadata=describe(table, lake.shown("records"), version))
+    return MaterializeResult(metadata=describe(table, "records", lake.shown("records"), version))

@@ -12,15 +12,10 @@ stays in view and the check says why (docs/lake.md, "Write, audit, publish").
 """
 
 import datetime as dt
-import gc
-import multiprocessing
 import os
-import sys
-import tempfile
 import zlib
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable, Collection, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -31,11 +26,12 @@ from resources.client import ConnectionClient, tls_context
 from resources.columns import TRANSACTION_SCHEMA, UTC_MS
 from resources.lake import Lake
 
+from .charts import add_charts
 from .checks import chain_breaks, ledger_mismatches, posted_in_order
 from .income import recheck_income
 from .metadata import record_metadata
 from .publish import Check, Landing, announce, commit, product, raise_failed, to_land
-from .schemas import Transactions, ValidationFailed, validate
+from .schemas import Transactions, ValidationFailed, checked_columns, validate
 
 # the lake adds record_id to each row (resources/lake.py)
 SCHEMA = pa.schema([f for f in TRANSACTION_SCHEMA if f.name != "record_id"])
@@ -50,7 +46,8 @@ AHEAD = 3
 FETCHERS = 2
 VALIDATE_ROWS = 200_000
 LOG_EACH = 10  # records a run logs one by one; more get one line
-CHECKED = [n for n in Transactions.to_schema().columns if n in SCHEMA.names]
+# validated columns only: to_pandas of the others (topics: a list a row) would cost time
+CHECKED = [n for n in checked_columns(Transactions) if n in SCHEMA.names]
 
 RUNNING_BALANCE = Check(
     "running_balance_reconciles",
@@ -169,39 +166,46 @@ def land_one(client: ConnectionClient, record_id: str, table: pa.Table,
                    rows={} if problems else {"transactions": table})
 
 
-def land_records(client: ConnectionClient, lake: Lake | None, ids: list[str],
-                 full: set[str] = frozenset(), say: Callable[..., None] | None = None,
-                 split: bool = False, held: dict[str, pa.Table] | None = None) -> list[Landing]:
-    """Fetch, window, validate and audit each record's rows, in order, then publish those
-    that hold in one commit.
+def land_chunks(client: ConnectionClient, lake: Lake, ids: list[str],
+                full: Collection[str] = frozenset(), say: Callable[..., None] | None = None,
+                split: bool = False) -> Iterator[list[Landing]]:
+    """Fetch, window, validate and audit each record's rows, in order; each CHUNK records'
+    landings, those that hold committed together, as soon as the last of them is audited.
 
-    `full`: records pulled whole whatever the lake holds. `split`: a lone record of
-    SPLIT_ROWS or more is fetched by the worker processes. A record whose fetch or validation
-    fails is reported with its error; the others go on. Without a `lake` (a worker process:
-    Delta's runtime does not survive a fork), `held` is what the lake holds of them and the
-    caller commits.
+    Threads do the waiting: FETCHERS fetch the next AHEAD records while this thread merges
+    and validates (also while the caller tells Dagster of a chunk), and the audits' /balance
+    calls run beside. `full`: records pulled whole whatever the lake holds. `split`: a lone
+    record of SPLIT_ROWS or more is fetched as page ranges at once. A record whose fetch or
+    validation fails is reported with its error; the others go on.
     """
-    landings: dict[str, Landing | Future] = {}
-    if held is None:  # in one pass, not one scan of the table per record
-        held = lake.read_many("transactions", [r for r in ids if r not in full], SCHEMA)
+    chunks = [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
+    chunk_of = {r: n for n, chunk in enumerate(chunks) for r in chunk}
+    # a backfill's records are mostly new: their rows need not be looked for chunk by chunk
+    known = lake.holding("transactions", [r for r in ids if r not in full])
+    held: dict[str, pa.Table] = {}
+    read: set[int] = set()
+    lone = split and len(ids) == 1  # the sensor's runs: one record, maybe a big one
+
+    def existing_of(record_id: str) -> pa.Table | None:
+        n = chunk_of[record_id]
+        if n not in read:  # a chunk's rows in one pass, not one scan of the table a record
+            read.add(n)
+            held.update(lake.read_many("transactions",
+                                       [r for r in chunks[n] if r in known], SCHEMA))
+        return held.pop(record_id, None)
+
     with (ThreadPoolExecutor(FETCHERS, thread_name_prefix="transactions-fetch") as pool,
           ThreadPoolExecutor(2, thread_name_prefix="transactions-audit") as io):
-        lone = split and len(ids) == 1  # the sensor's runs: one record, maybe a big one
 
         def start_fetch(record_id: str) -> tuple[pa.Table | None, dt.date | None, Future]:
-            existing = held.pop(record_id, None)
+            existing = None if record_id in full else existing_of(record_id)
             start = None if record_id in full else pull_from(existing)
-            if not lone:
-                return existing, start, pool.submit(fetch, client, record_id, start)
-            done: Future = Future()  # fetched here: worker processes fork from this thread
-            try:
-                done.set_result(fetch_split(client, record_id, start))
-            except Exception as exc:  # reported with the record, below
-                done.set_exception(exc)
-            return existing, start, done
+            get = fetch_split if lone else fetch
+            return existing, start, pool.submit(get, client, record_id, start)
 
         ahead = {r: start_fetch(r) for r in ids[:AHEAD]}
         group: dict[str, tuple[pa.Table, dt.date | None, int]] = {}
+        landings: dict[str, Landing | Future] = {}
 
         def flush() -> None:
             bad = bad_records({r: t for r, (t, _, _) in group.items()})
@@ -221,140 +225,77 @@ def land_records(client: ConnectionClient, lake: Lake | None, ids: list[str],
                 fresh = fetched.result()
             except Exception as exc:
                 landings[record_id] = Landing.failed(record_id, exc)
+            else:
+                del fetched
+                table = apply_window(existing, fresh, start)
+                if say is not None:
+                    say("record %s: %d fetched (%s), %d in the partition", record_id,
+                        fresh.num_rows, f"from {start}" if start else "full history",
+                        table.num_rows)
+                if sum(t.num_rows for t, _, _ in group.values()) + table.num_rows > VALIDATE_ROWS:
+                    flush()
+                group[record_id] = (table, start, fresh.num_rows)
+                del existing, fresh
+            chunk = chunks[chunk_of[record_id]]
+            if record_id != chunk[-1]:
                 continue
-            del fetched
-            table = apply_window(existing, fresh, start)
-            if say is not None:
-                say("record %s: %d fetched (%s), %d in the partition", record_id,
-                    fresh.num_rows, f"from {start}" if start else "full history",
-                    table.num_rows)
-            if sum(t.num_rows for t, _, _ in group.values()) + table.num_rows > VALIDATE_ROWS:
-                flush()
-            group[record_id] = (table, start, fresh.num_rows)
-            del existing, fresh
-        if group:
             flush()
-        out = []
-        for rid in ids:
-            landing = landings[rid]
-            if isinstance(landing, Future):
-                try:
-                    landing = landing.result()
-                except Exception as exc:  # the audit's /balance call
-                    landing = Landing.failed(rid, exc)
-            out.append(landing)
-    if lake is not None:
-        commit(lake, out, {"transactions": SCHEMA})
-    return out
+            out = []
+            for rid in chunk:
+                landing = landings.pop(rid)
+                if isinstance(landing, Future):
+                    try:
+                        landing = landing.result()
+                    except Exception as exc:  # the audit's /balance call
+                        landing = Landing.failed(rid, exc)
+                out.append(landing)
+            commit(lake, out, {"transactions": SCHEMA})
+            yield out
 
 
-# -- many records: two worker processes ------------------------------------------------------
-# One process tops out at one core (the GIL: httpx per page, pandera and Parquet per
-# record); a backfill of many records lands them in WORKERS forked processes,
-# CHUNK records at a time, while the sandbox or service serves both. Small runs (the
-# sensor's: one record) stay in process, where a fork would cost more than it saves.
-WORKERS = 2
-POOL_MIN_RECORDS = 8
+def land_records(client: ConnectionClient, lake: Lake, ids: list[str],
+                 full: Collection[str] = frozenset(), say: Callable[..., None] | None = None,
+                 split: bool = False) -> list[Landing]:
+    """Every record's landing, in order, committed (`land_chunks`, all at once)."""
+    return [x for chunk in land_chunks(client, lake, ids, full, say, split) for x in chunk]
+
+
+# Records are spread over processes by the engine, not here: a backfill's runs (RECORDS_PER_RUN
+# records each) and the sensor's go to the run launcher, which starts as many at once as the
+# instance allows, each a process on one machine or a pod on Kubernetes (docs/operations.md,
+# "From one box to many"). In a run, a chunk is committed and told while the next one lands.
 CHUNK = 25
-SPLIT_ROWS = 20_000  # a lone record this big is fetched in page ranges by the workers
-_worker: dict = {}
-
-
-def _start_worker(config: dict) -> None:
-    # what the parent built (Dagster, pandas, pandera: ~200k objects) lives as long as this
-    # worker: out of the collector's sight, each collection no longer walks it (~15% of the
-    # fetch's CPU went to the collector, bench/README.md)
-    gc.freeze()
-    # a forked child must not share the parent's sockets: it builds its own client
-    _worker["client"] = ConnectionClient(**config)
-
-
-def _land_chunk(args: tuple[list[str], set[str], dict[str, pa.Table]]) -> list[Landing]:
-    ids, full, held = args
-    return land_records(_worker["client"], None, ids, full, held=held)
+SPLIT_ROWS = 20_000  # a lone record this big is fetched in SPLIT_RANGES page ranges at once
+SPLIT_RANGES = 2
+_warm: dict = {}
 
 
 def warm() -> None:
-    """Pay in the parent, once, what each forked worker would otherwise pay on its first
-    record: pandera builds its validators on first use (~0.3 s) and the trust store loads
-    (~20 ms). A backfill forks two workers a run, so this was ~0.6 s of CPU a run."""
-    if not _worker.get("warm"):
+    """Pay before the first record what the first record would: pandera builds its
+    validators on first use (~0.3 s) and the trust store loads (~20 ms)."""
+    if not _warm:
         validate(Transactions, SCHEMA.empty_table().select(CHECKED), "transactions (warm-up)")
         tls_context()
-        _worker["warm"] = True
-
-
-def _workers(client: ConnectionClient) -> ProcessPoolExecutor:
-    warm()
-    config = {name: getattr(client, name) for name in type(client).model_fields}
-    return ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("fork"),
-                               initializer=_start_worker, initargs=(config,))
-
-
-def land_in_workers(client: ConnectionClient, lake: Lake, ids: list[str],
-                    full: set[str] = frozenset()) -> Iterator[list[Landing]]:
-    """Each chunk's landings, in order, committed, as the workers finish them: the run
-    commits and reports one chunk while the workers land the next. The lake is read and
-    written here, not in the workers (Delta's runtime does not survive a fork)."""
-    chunks = [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
-    # a backfill's records are mostly new: their rows need not be looked for chunk by chunk
-    known = lake.holding("transactions", [r for r in ids if r not in full])
-    with _workers(client) as pool:
-        def submit(chunk: list[str]) -> Future:
-            held = lake.read_many("transactions", [r for r in chunk if r in known], SCHEMA)
-            return pool.submit(_land_chunk, (chunk, full & set(chunk), held))
-
-        pending = deque(submit(c) for c in chunks[:WORKERS])
-        for nxt in range(WORKERS, len(chunks) + WORKERS):
-            landings = pending.popleft().result()
-            if nxt < len(chunks):
-                pending.append(submit(chunks[nxt]))
-            commit(lake, landings, {"transactions": SCHEMA})
-            yield landings
-
-
-def _fetch_pages(args: tuple) -> str:
-    record_id, start, first, last, folder = args
-    table = _worker["client"].transactions(record_id, from_date=start, first_page=first,
-                                           last_page=last).select(SCHEMA.names)
-    path = f"{folder}/pages-{first}.arrow"
-    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
-        out.write_table(table)
-    return path
-
-
-def _handoff_folder(rows: int) -> str | None:
-    """Where workers leave their pages for the parent: memory (tmpfs) when it has room to
-    spare (a container's /dev/shm may be 64 MiB), else the temporary folder."""
-    try:
-        shm = os.statvfs("/dev/shm")
-    except OSError:
-        return None
-    room = shm.f_bavail * shm.f_frsize
-    return "/dev/shm" if room > 1024 * rows and os.access("/dev/shm", os.W_OK) else None
+        _warm["done"] = True
 
 
 def fetch_split(client: ConnectionClient, record_id: str, start: dt.date | None) -> pa.Table:
-    """One record's pull; a big one is fetched as WORKERS page ranges side by side.
+    """One record's pull; a big one is fetched as SPLIT_RANGES page ranges side by side.
 
     The service's order is stable (date, then id), so the ranges join in order; a line that
-    moved across a boundary while we read is caught by `dedupe`. Each worker hands its range
-    over as an Arrow file the parent maps, not through the pool's pipe: pickling 100,000
-    rows there and back cost ~0.4 s.
+    moved across a boundary while we read is caught by `dedupe`.
     """
     total = client.transaction_total(record_id, from_date=start)
-    if total < SPLIT_ROWS or sys.platform != "linux":
+    if total < SPLIT_ROWS:
         return fetch(client, record_id, start)
     pages = -(-total // client.page_size)
-    cut = [1 + pages * k // WORKERS for k in range(WORKERS)]
+    cut = [1 + pages * k // SPLIT_RANGES for k in range(SPLIT_RANGES)]
     bounds = [(a, b - 1) for a, b in zip(cut, cut[1:], strict=False)]
     bounds.append((cut[-1], None))  # the last range runs to the end
-    with (tempfile.TemporaryDirectory(prefix="ledgerlake-", dir=_handoff_folder(total)) as folder,
-          _workers(client) as pool):
-        paths = list(pool.map(_fetch_pages, [(record_id, start, a, b, folder)
-                                             for a, b in bounds]))
-        # mapped, then unlinked with the folder: the pages stay readable while referenced
-        parts = [pa.ipc.open_file(pa.memory_map(p)).read_all() for p in paths]
+    with ThreadPoolExecutor(SPLIT_RANGES, thread_name_prefix="transactions-range") as ranges:
+        parts = list(ranges.map(lambda b: client.transactions(
+            record_id, from_date=start, first_page=b[0], last_page=b[1]).select(SCHEMA.names),
+            bounds))
     return dedupe(pa.concat_tables(parts))
 
 
@@ -377,14 +318,14 @@ def transactions(context: AssetExecutionContext, config: PullConfig, client: Con
                  lake: Lake):
     ids = to_land(context, "transactions")
     full = full_pulls(context, config, ids)
-    if len(ids) >= POOL_MIN_RECORDS and sys.platform == "linux":
-        chunks = land_in_workers(client, lake, ids, full)
-    else:
-        chunks = [land_records(client, lake, ids, full, split=sys.platform == "linux",
-                               # a Dagster log line is a stored event (~10 ms): few records only
-                               say=context.log.info if len(ids) <= LOG_EACH else None)]
+    warm()
+    # a Dagster log line is a stored event (~10 ms): said for few records only
+    chunks = land_chunks(client, lake, ids, full, split=True,
+                         say=context.log.info if len(ids) <= LOG_EACH else None)
     landings, failed = [], []
-    for chunk in chunks:  # told while the workers land the next chunk
+    for chunk in chunks:  # told while the next chunk is fetched
+        if len(ids) <= CHUNK:  # one chunk: a small run's charts (add_charts bounds how small)
+            add_charts(context, lake, chunk, "transactions")
         # income that landed before these transactions is checked now that both are here
         recheck_income(context, lake, [x.record_id for x in chunk if x.published])
         failed += announce(context, "transactions", chunk, [RUNNING_BALANCE])

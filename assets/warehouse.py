@@ -54,6 +54,7 @@ from . import record_status as record_status_module
 from . import transactions as transactions_module
 from .accounts import accounts
 from .balances import balances
+from .catalog import OWNERS, view_descriptions
 from .identity import identity
 from .income import income
 from .payments import payments
@@ -115,6 +116,7 @@ class View:
     tables: frozenset[str]      # lake tables it must have
     optional: frozenset[str]    # lake tables it reads if present
     needs: tuple[str, ...]      # views it reads
+    comment: str = ""           # its description: the first paragraph heading the file
 
     @classmethod
     def load(cls, path: Path) -> "View":
@@ -122,7 +124,22 @@ class View:
         refs = _LAKE_REF.findall(sql)
         needs = tuple(v.strip() for m in _NEEDS.findall(sql) for v in m.split(",") if v.strip())
         return cls(path.stem, sql, frozenset(t for t, q in refs if not q),
-                   frozenset(t for t, q in refs if q), needs)
+                   frozenset(t for t, q in refs if q), needs, heading(sql, path.stem))
+
+
+def heading(sql: str, name: str) -> str:
+    """The first paragraph of the comment a view's file opens with, less `name: `."""
+    para: list[str] = []
+    for line in sql.splitlines():
+        if not line.startswith("--"):
+            break
+        text = line[2:].strip()
+        if not text or _NEEDS.match(line):
+            if para:
+                break
+            continue
+        para.append(text)
+    return " ".join(para).removeprefix(f"{name}:").strip()
 
 
 def load_views(sql_dir: Path | None = None) -> list[View]:
@@ -256,6 +273,7 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
     """
     target = Path(target).resolve()
     views = load_views()
+    reads = {v.name: (set(v.tables | v.optional), v.needs) for v in views}
     if sources is None:
         sources = lake_sources(Lake(root=str(lake_root)),
                                {t for v in views for t in v.tables | v.optional}, as_of)
@@ -266,6 +284,7 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
     try:
         with object_store.connect(str(tmp), str(lake_root), config=FILE_CONFIG) as con:
             check_timezone(con, timezone)
+            con.execute("begin")  # one commit for every view and comment: ~0.1 s less
             for view in views:
                 if not buildable(view, set(created)):
                     continue
@@ -276,6 +295,8 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
                                        f"does not build over "
                                        f"{object_store.shown(str(lake_root))}: {exc}") from exc
                 created.append(view.name)
+                describe_view(con, view, reads)
+            con.execute("commit")
             con.execute("checkpoint")
         fsync(tmp)
         os.replace(tmp, target)
@@ -284,6 +305,36 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
         tmp.unlink(missing_ok=True)
         tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
     return created
+
+
+def describe_view(con: duckdb.DuckDBPyConnection, view: View,
+                  reads: dict[str, tuple[set[str], tuple[str, ...]]]) -> None:
+    """COMMENT ON the view and each of its columns (assets/catalog.py): any DuckDB client
+    reads them from duckdb_views() and duckdb_columns(), DuckDB 1.0 included."""
+    told = view_descriptions(view.name, reads)
+    statements = [f'comment on view "{view.name}" is {_quote(view.comment)}'] if \
+        view.comment else []
+    for (column,) in con.execute("select column_name from duckdb_columns() where "
+                                 "table_name = ? order by column_index", [view.name]).fetchall():
+        if told.get(column):
+            statements.append(f'comment on column "{view.name}"."{column}" is '
+                              f'{_quote(told[column])}')
+    if statements:
+        con.execute(";\n".join(statements))
+
+
+def warehouse_columns(target: Path | str) -> dict[str, list[tuple[str, str, str | None]]]:
+    """Each view's columns in a built file: (name, DuckDB type, description)."""
+    with duckdb.connect(str(target), read_only=True) as con:
+        rows = con.execute("select c.table_name, c.column_name, c.data_type, c.comment "
+                           "from duckdb_columns() c join duckdb_views() v "
+                           "on v.view_name = c.table_name and v.database_name = "
+                           "c.database_name and not v.internal "
+                           "order by c.table_name, c.column_index").fetchall()
+    out: dict[str, list[tuple[str, str, str | None]]] = {}
+    for view, column, kind, comment in rows:
+        out.setdefault(view, []).append((column, kind, comment))
+    return out
 
 
 def _remove_stale(target: Path, quiet_s: float = 2.0, older_than_s: float = 3600.0) -> None:
@@ -325,7 +376,7 @@ def _locked(path: Path) -> bool | None:
 # after maintenance too: compaction retires the files the views name, vacuum removes them
 @asset(deps=[accounts, balances, transactions, income, identity, payments, record_status,
              "lake_maintenance"],
-       pool="duckdb", group_name="warehouse", kinds={"duckdb"})
+       pool="duckdb", group_name="warehouse", kinds={"duckdb"}, owners=OWNERS)
 def warehouse(context: AssetExecutionContext, lake: Lake,
               warehouse_db: Warehouse) -> MaterializeResult:
     """DuckDB views over the lake, for analysts (`ledgerlake sql`)."""

@@ -1,23 +1,27 @@
 """Ingest with every run in its own process (the daemon's run launcher), against in-process.
 
-Issue 14 asks whether the engine's parallelism (many runs, each a process the run launcher
-starts: on Kubernetes a pod) can replace the forked workers inside a transactions run. This
-measures, on one sandbox and the same records, in one run of this script:
+Issue 14: parallelism from the engine (many runs, each a process the run launcher starts: on
+Kubernetes a pod), not from processes forked inside a run. This measures, on one sandbox and
+the same records, in one run of this script:
 
+- `floor`: bench/run.py's raw-fetch floor (a bare httpx loop throwing the pages away);
 - `in_process`: bench/run.py's ledgerlake contender (the transactions asset materialized in
-  process, RECORDS_PER_RUN records a run, its forked fetch workers): today's figure;
+  one process, RECORDS_PER_RUN records a run, threads fetching ahead);
 - `launched`: the production path. A `TRANSACTIONS PRODUCT_IS_READY` callback per record is
-  written to the inbox; `dagster-daemon` (the queued run coordinator, `max_concurrent_runs`
-  of dagster.yaml, `DefaultRunLauncher`: one process a run) evaluates the inbox sensor, which
-  asks for runs of up to `NEW_PER_RUN` records, and launches them. Timed from the inbox write
-  (the daemon already up and idle) to the last record's transactions in the lake;
+  written to the inbox; `dagster-daemon` (the queued run coordinator, `--concurrent-runs` at
+  once, `DefaultRunLauncher`: one process a run) evaluates the inbox sensor, which asks for
+  runs of up to `NEW_PER_RUN` records, and launches them. Timed from the inbox write (the
+  daemon already up and idle) to the last record's transactions in the lake;
 - `dlt` (with `--dlt`), bench/run.py's dlt contender.
 
-And the per-run start cost, from each launched run's event log: launch to RUN_START (a new
+And the per-run start cost: from each launched run's event log, launch to RUN_START (a new
 process, Python and Dagster imported, the code location loaded) and RUN_START to the first
-STEP_START (the plan, resources), against the steps' own time.
+STEP_START (the plan, resources), against the run's own time; and what a new process pays
+before it can run anything, split: the interpreter, Dagster's import, the code location's
+imports and Definitions (`start_cost`, CPU and wall, median of 5).
 
     .venv/bin/python bench/launched_runs.py [--records 1000] [--rows-per-record 1000] [--dlt]
+        [--concurrent-runs 2]
 
 Writes bench/results/launched_runs.json and prints it.
 """
@@ -56,7 +60,8 @@ def ready(record: str, i: int) -> dict:
             "recordId": record, "customerId": f"bench-{i}", "message": "", "meta": {}}
 
 
-def launched(box: dict, records: list[str], work: Path, timeout_s: float) -> dict:
+def launched(box: dict, records: list[str], work: Path, timeout_s: float,
+             concurrent_runs: int) -> dict:
     """The daemon launches the sensor's runs, each in its own process; seconds until landed."""
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
@@ -67,7 +72,10 @@ def launched(box: dict, records: list[str], work: Path, timeout_s: float) -> dic
     home = work / "launched"
     dagster_home = home / "dagster"
     dagster_home.mkdir(parents=True)
-    (dagster_home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
+    settings = (ROOT / "dagster.yaml").read_text()
+    assert "max_concurrent_runs: 4" in settings  # the shipped default, set for this run
+    (dagster_home / "dagster.yaml").write_text(settings.replace(
+        "max_concurrent_runs: 4", f"max_concurrent_runs: {concurrent_runs}"))
     # as `ledgerlake dev` and the demo do: the service's pool gets a slot per concurrent run
     # (left at dagster.yaml's default_limit of 1, one fetching step would run at a time)
     from dagster import DagsterInstance as Instance
@@ -107,6 +115,13 @@ def launched(box: dict, records: list[str], work: Path, timeout_s: float) -> dic
                                    + (home / "daemon.log").read_text()[-3000:])
             time.sleep(0.5)
         seconds = time.perf_counter() - t0
+        with DagsterInstance.get() as instance:  # runs launched after the last record landed
+            while instance.get_runs_count(RunsFilter(statuses=[
+                    DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED,
+                    DagsterRunStatus.STARTING, DagsterRunStatus.STARTED])):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("launched runs did not finish")
+                time.sleep(0.5)
     finally:
         stop_process(daemon, timeout_s=30)
         log.close()
@@ -127,8 +142,33 @@ def launched(box: dict, records: list[str], work: Path, timeout_s: float) -> dic
                 steps.append(r.end_time - r.start_time)
     del os.environ["DAGSTER_HOME"]
     return {"seconds": seconds, "runs": len(runs), "failed_runs": len(failed),
+            "concurrent_runs": concurrent_runs,
             "launch_to_run_start_s": _spread(start_cost),
             "run_start_to_first_step_s": _spread(plan_cost), "run_wall_s": _spread(steps)}
+
+
+STAGES = {"interpreter": "pass", "dagster": "import dagster",
+          "code location": "import pipeline.definitions"}
+
+
+def start_cost(times: int = 5) -> dict:
+    """What a new process pays before its run can start, stage by stage (each stage includes
+    the ones before it): CPU (user + system) and wall seconds, medians of `times`."""
+    out = {}
+    for stage, code in STAGES.items():
+        cpu, wall = [], []
+        for _ in range(times):
+            started = time.perf_counter()
+            before = os.times()
+            subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
+                           env={**os.environ, "LEDGERLAKE_HOME": tempfile.gettempdir()})
+            after = os.times()
+            wall.append(time.perf_counter() - started)
+            cpu.append(after.children_user + after.children_system
+                       - before.children_user - before.children_system)
+        out[stage] = {"cpu_s": round(statistics.median(cpu), 2),
+                      "wall_s": round(statistics.median(wall), 2)}
+    return out
 
 
 def _spread(values: list[float]) -> dict:
@@ -146,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows-per-record", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=20261123)
     ap.add_argument("--dlt", action="store_true", help="dlt too (installed with uv)")
+    ap.add_argument("--concurrent-runs", type=int, default=2,
+                    help="the launched runs' max_concurrent_runs (default: this machine's 2 "
+                         "cores)")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
 
@@ -157,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"what": __doc__.splitlines()[0], "records": args.records,
                     "rows_per_record": args.rows_per_record, "new_per_run": NEW_PER_RUN,
                     "command": " ".join(["bench/launched_runs.py", *(argv or sys.argv[1:])])}
-    with tempfile.TemporaryDirectory(prefix="ledgerlake-launched-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ledgerlake-launched-",
+                                     ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         key = "sk_test_" + secrets.token_hex(12)
         server = Server("sandbox", "--data-dir", str(work / "sandbox"), "--seed",
@@ -175,20 +219,28 @@ def main(argv: list[str] | None = None) -> int:
             result["rows"] = total
             print(f"[launched] {len(records)} records, {total:,} transactions", flush=True)
             job = {"url": box["url"], "key": key, "records": records}
-            inproc = core.run_child("ledgerlake", job, work, timeout_s=1800)
-            result["in_process"] = inproc
-            print(f"[launched] in process: {inproc['seconds']:.1f}s", flush=True)
-            result["launched"] = launched(box, records, work, timeout_s=3600)
-            print(f"[launched] launched runs: {result['launched']['seconds']:.1f}s", flush=True)
-            if args.dlt and core.dlt_available():
-                result["dlt"] = core.run_child("dlt", job, work, timeout_s=3600)
+            result["start_cost"] = start_cost()
+            print(f"[launched] start cost: {result['start_cost']}", flush=True)
+            for name in ("floor", "in_process", "launched", "dlt"):
+                if name == "launched":
+                    result[name] = launched(box, records, work, timeout_s=3600,
+                                            concurrent_runs=args.concurrent_runs)
+                elif name == "dlt" and not (args.dlt and core.dlt_available()):
+                    continue
+                else:
+                    child = "ledgerlake" if name == "in_process" else name
+                    result[name] = core.run_child(child, job, work, timeout_s=3600)
+                print(f"[launched] {name}: {result[name]['seconds']:.1f}s", flush=True)
         finally:
             server.stop()
-    for name in ("in_process", "launched", "dlt"):
+    for name in ("floor", "in_process", "launched", "dlt"):
         if name in result:
             result[name]["rows_per_s"] = round(total / result[name]["seconds"])
     result["launched_over_in_process"] = round(
         result["in_process"]["seconds"] / result["launched"]["seconds"], 3)
+    for name in ("in_process", "launched"):
+        result[f"{name}_over_floor"] = round(
+            result["floor"]["seconds"] / result[name]["seconds"], 3)
     if "dlt" in result:
         result["launched_over_dlt"] = round(result["dlt"]["seconds"]
                                             / result["launched"]["seconds"], 3)

@@ -1,25 +1,35 @@
-"""Durable acknowledgements per second of the receiver, and callback-to-run latency.
+"""Durable acknowledgements per second of the receiver, SQLite and Postgres inboxes, 1, 2 and 4
+receivers, against the bare HTTP floor in the same run; and callback-to-run latency.
 
-The receiver runs as a real child process on loopback (as in the tests); senders are
-asyncio tasks over httpx keep-alive connections in this process, each POSTing distinct
-callbacks. An acknowledgement (200) means the event is committed with `synchronous=full`;
-after each level every callback is checked present in the inbox, exactly once.
+Receivers run as real child processes on loopback, all on one inbox: a SQLite file (WAL,
+`synchronous=full`) or a Postgres database of a private cluster (`synchronous_commit` on),
+started here from the machine's PostgreSQL binaries as the tests start theirs. One sender
+process (asyncio, keep-alive HTTP/1.1 connections, written on asyncio streams to leave the
+cores to the receivers) spreads `--concurrency` connections over the receivers. An
+acknowledgement (200) means the event is committed; after each configuration every callback
+is checked present in the inbox exactly once.
 
-Peers measured in the same run, for ratios:
-- `per_event_commit`: `Inbox.add` in process, one transaction (one disk sync) per event, the
-  rate a receiver without group commit could at best acknowledge;
-- `http_floor`: the same senders against the same receiver with a wrong token (401 before
-  the body is read, no disk): what the HTTP path alone costs.
+The callbacks are shaped as the service sends them (the sandbox's own payload builders): per
+record, AUTH, IDENTITY, ACCOUNTS, a BALANCE per account, TRANSACTIONS and INCOME, close
+together, with record ids of 24 random hex characters, as the service makes them.
+
+Peer measured in the same run, for the ratio: `http_floor`, the same sender against the same
+receivers with a wrong token (401 before the body is read, nothing stored): what the HTTP
+path alone costs. Each round sends one chunk to the floor and the next to be stored, seconds
+apart, so the ratio is taken within a round (this machine's speed drifts over minutes).
+Beside the rates, the CPU each acknowledgement cost the receivers, the database server and the
+sender (from /proc), which the machine's load moves far less than the rates.
 
 Callback-to-run latency: a callback POSTed at a random moment, the inbox sensor evaluated
-(`build_sensor_context`, the Definitions of pipeline/definitions.py) every
-`MIN_INTERVAL_S` seconds as the Dagster daemon would, the time until the evaluation that
-returns its RunRequest finishes. Also with the sensor evaluated back to back, the floor.
+(`build_sensor_context`, the Definitions of pipeline/definitions.py) every `MIN_INTERVAL_S`
+seconds as the Dagster daemon would, the time until the evaluation that returns its
+RunRequest finishes. Also with the sensor evaluated back to back, the floor.
 
-    .venv/bin/python bench/receiver_acks.py [--callbacks 1000] [--rounds 3] [--levels 8,16,32]
+    .venv/bin/python bench/receiver_acks.py [--callbacks 4000] [--rounds 3] [--receivers 1,2,4]
+        [--inboxes sqlite,postgres] [--concurrency 64] [--latency-samples 8]
 
-Writes bench/results/receiver.json and prints it. Sender and receiver share the machine's
-cores, so the figures are a floor for a receiver with a machine of its own.
+Writes bench/results/receiver.json and prints it. Sender, receivers and database share the
+machine's cores, so the figures are a floor for receivers with machines of their own.
 """
 
 from __future__ import annotations
@@ -30,12 +40,14 @@ import json
 import os
 import platform
 import random
+import resource
 import secrets
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -44,39 +56,76 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.inbox import Inbox  # noqa: E402
+from pipeline.inbox import open_inbox  # noqa: E402
 from pipeline.local import Server  # noqa: E402
+from sandbox import callbacks as shapes  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "receiver.json"
+TICK = os.sysconf("SC_CLK_TCK")
+PRODUCTS = [("AUTH", "AUTH_SUCCESS"), ("IDENTITY", "PRODUCT_IS_READY"),
+            ("ACCOUNTS", "ACCOUNTS_SUCCESS"), ("BALANCE", "BALANCE_SUCCESS"),
+            ("TRANSACTIONS", "PRODUCT_IS_READY"), ("INCOME", "PRODUCT_IS_READY")]
 
 
-def callback(record: str, i: int) -> dict:
-    return {"method": "ACCOUNTS", "callback_type": "ACCOUNTS", "callback_code":
-            "ACCOUNTS_SUCCESS", "type": "CALLBACK", "code": "ACCOUNTS_SUCCESS",
-            "env": "production-sandbox", "status": "is_success",
-            "started_at": "2026-01-01T00:00:00.000Z",
-            "ended_at": f"2026-01-01T{i // 3600 % 24:02d}:{i // 60 % 60:02d}:{i % 60:02d}.000Z",
-            "message": "Accounts ready", "meta": {}, "options": {}, "extras": {},
-            "bankName": "Sandbox Bank", "bankSlug": "sandbox-bank", "record": record,
-            "recordId": record, "customerId": "c" + record, "customerEmail": [],
-            "country": "NG", "current_project": "p", "owner": "o"}
+def connection(rng: random.Random, at: float) -> list[dict]:
+    """The callbacks of one new connection, as the sandbox builds them."""
+    def oid() -> str:
+        return f"{rng.getrandbits(96):024x}"
+
+    customer, record = oid(), oid()
+    identity = {"bvn": f"{rng.getrandbits(36):011d}", "firstname": "Ada", "lastname": "Obi",
+                "email": ["ada@example.com"], "phone": ["08030000000"], "dob": "1990-01-01"}
+    rec = {"_id": record, "created_at": shapes.iso(at), "login_type": "bank",
+           "customer": customer, "env": "production-sandbox"}
+    bank = {"_id": oid(), "name": "Sandbox Bank", "slug": "sandbox-bank"}
+    accounts = [{"_id": oid(), "bank": bank["_id"], "env": rec["env"],
+                 "nuban": f"{rng.getrandbits(32):010d}", "created_at": rec["created_at"],
+                 "last_updated": rec["created_at"], "customer": customer, "name": "Ada Obi",
+                 "type": "Savings", "currency": "NGN"} for _ in range(rng.choice((1, 1, 2)))]
+    out = []
+    for n, (method, code) in enumerate(PRODUCTS):
+        for account in accounts if method == "BALANCE" else [None]:
+            body = shapes.common(env=rec["env"], rec=rec, bank=bank, method=method, code=code,
+                                 now=at + n, callback_url=f"https://api.example/callback?"
+                                 f"record={record}&method={method}",
+                                 webhook_url="https://app.example/callbacks/",
+                                 customer={"identity": identity})
+            if method == "IDENTITY":
+                body["identity"] = shapes.identity_member(
+                    identity, customer=customer, bank=bank["_id"], env=rec["env"],
+                    details=body["callback_url"], ident_id=oid())
+            elif method == "ACCOUNTS":
+                body["account"] = shapes.account_member(accounts[0])
+            elif method == "BALANCE":
+                body.update(accountId=account["_id"], nuban=account["nuban"])
+            elif method == "TRANSACTIONS":
+                body["newTransactions"] = rng.randrange(20, 400)
+            out.append(body)
+    return out
 
 
-async def send_all(url: str, token: str, bodies: list[bytes], concurrency: int
+def callbacks(n: int, seed: int) -> list[bytes]:
+    """`n` distinct callbacks: whole connections, one after another."""
+    rng, out, at = random.Random(seed), [], 1_767_225_600.0
+    while len(out) < n:
+        out += [orjson.dumps(b) for b in connection(rng, at)]
+        at += 7
+    return out[:n]
+
+
+async def send_all(urls: list[str], token: str, bodies: list[bytes], concurrency: int
                    ) -> tuple[float, list[int], list[float]]:
-    """`concurrency` asyncio senders, each on its own keep-alive HTTP/1.1 connection.
-
-    Written on asyncio streams rather than httpx: the senders share the receiver's cores,
-    and a lean sender leaves more of them to the receiver being measured.
-    """
-    parsed = httpx.URL(url)
-    head = (f"POST {parsed.raw_path.decode()} HTTP/1.1\r\nHost: {parsed.host}:{parsed.port}\r\n"
-            f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n").encode()
+    """`concurrency` senders, each on its own keep-alive connection to one of `urls` (in
+    turn), taking the next body as it gets its answer."""
     queue = list(reversed(bodies))
     statuses: list[int] = []
     latencies: list[float] = []
 
-    async def worker() -> None:
+    async def worker(url: str) -> None:
+        parsed = httpx.URL(url)
+        head = (f"POST {parsed.raw_path.decode()} HTTP/1.1\r\nHost: {parsed.host}:"
+                f"{parsed.port}\r\nAuthorization: Bearer {token}\r\n"
+                "Content-Type: application/json\r\n").encode()
         reader = writer = None
         while queue:
             body = queue.pop()
@@ -102,7 +151,7 @@ async def send_all(url: str, token: str, bodies: list[bytes], concurrency: int
             writer.close()
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(urls[i % len(urls)]) for i in range(concurrency)))
     return time.perf_counter() - started, statuses, latencies
 
 
@@ -111,52 +160,83 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def acks(work: Path, concurrency: int, n: int, rounds: int) -> dict:
-    """`rounds` rounds of n distinct callbacks, each beside a floor round; medians reported."""
+def cpu_s(pids: list[int]) -> float:
+    """User and system CPU seconds of these processes so far."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / TICK
+
+
+def postgres_pids(cluster) -> list[int]:
+    """The cluster's processes: the postmaster and its children (backends, WAL writer...)."""
+    master = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    out = [master]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == master:
+                out.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def configuration(work: Path, kind: str, inbox: str, receivers: int, bodies: list[bytes],
+                  n: int, rounds: int, concurrency: int, cluster=None) -> dict:
+    """`rounds` rounds of n distinct callbacks to `receivers` receivers on one inbox, each
+    round beside a floor round; medians reported."""
     token = secrets.token_hex(16)
-    inbox = work / f"acks-{concurrency}.sqlite3"
-    records = [f"bench{concurrency}-{i:07d}" for i in range(n * rounds + 50)]
-    bodies = [orjson.dumps(callback(r, i)) for i, r in enumerate(records)]
-    rates, floors, singles, lat = [], [], [], []
-    with Server("receiver", "--inbox", str(inbox), "--token", token,
-                log_path=work / "receiver.log") as server:
-        url = server.url + "/callbacks/"
-        asyncio.run(send_all(url, token, bodies[:50], concurrency))  # warm up: connections
+    name = f"{kind}-{receivers}"
+    rates, floors, lat, cpu = [], [], [], {"receivers": 0.0, "database": 0.0, "sender": 0.0}
+    floor_cpu = 0.0
+    with ExitStack() as stack:
+        servers = [stack.enter_context(Server(
+            "receiver", "--token", token, env={"LEDGERLAKE_INBOX": inbox},
+            log_path=work / f"{name}-{i}.log")) for i in range(receivers)]
+        urls = [s.url + "/callbacks/" for s in servers]
+        pids = [s.proc.pid for s in servers]
+        db_pids = postgres_pids(cluster) if cluster else []
+        asyncio.run(send_all(urls, token, bodies[:64], concurrency))  # warm up: connections
         for k in range(rounds):
-            chunk = bodies[50 + k * n:50 + (k + 1) * n]
-            floor_s, floor_statuses, _ = asyncio.run(send_all(url, "wrong", chunk, concurrency))
+            chunk = bodies[64 + k * n:64 + (k + 1) * n]
+            before = cpu_s(pids)
+            floor_s, floor_statuses, _ = asyncio.run(send_all(urls, "wrong", chunk,
+                                                              concurrency))
+            floor_cpu += cpu_s(pids) - before
             assert set(floor_statuses) == {401}
-            seconds, statuses, latencies = asyncio.run(send_all(url, token, chunk, concurrency))
+            before = (cpu_s(pids), cpu_s(db_pids), own_cpu_s())
+            seconds, statuses, latencies = asyncio.run(send_all(urls, token, chunk,
+                                                                concurrency))
+            after = (cpu_s(pids), cpu_s(db_pids), own_cpu_s())
+            for key, b, a in zip(cpu, before, after, strict=True):
+                cpu[key] += a - b
             assert statuses == [200] * n, sorted(set(statuses))
-            singles.append(per_event_commit(work, 200))
             rates.append(n / seconds)
             floors.append(n / floor_s)
             lat += latencies
-    with Inbox(inbox, create=True) as ib:
-        stored = sorted(e.record for e in ib.after(0, len(records) * 2))
-    assert stored == records, "an acknowledged callback is missing or doubled"
-    return {"concurrency": concurrency, "callbacks_per_round": n, "rounds": rounds,
+    sent = bodies[:64 + rounds * n]
+    with open_inbox(inbox) as ib:
+        stored = sorted(orjson.dumps(e.body) for e in ib.after(0, 10 * len(sent)))
+    assert stored == sorted(sent), "an acknowledged callback is missing or doubled"
+    per_ack = {k: round(v / (n * rounds) * 1e6, 1) for k, v in cpu.items()}
+    return {"inbox": kind, "receivers": receivers, "concurrency": concurrency,
+            "callbacks_per_round": n, "rounds": rounds,
             "acks_per_s": round(statistics.median(rates)),
+            "acks_per_s_rounds": [round(r) for r in rates],
             "ack_latency_ms_p50": round(pct(lat, 0.5) * 1000, 1),
             "ack_latency_ms_p99": round(pct(lat, 0.99) * 1000, 1),
             "http_floor_per_s": round(statistics.median(floors)),
             "acks_over_http_floor": round(statistics.median(
                 r / f for r, f in zip(rates, floors, strict=True)), 2),
-            "per_event_commit_per_s": round(statistics.median(singles)),
-            "acks_over_per_event_commit": round(statistics.median(
-                r / s for r, s in zip(rates, singles, strict=True)), 2),
+            "cpu_us_per_ack": per_ack,
+            "cpu_us_per_floor_request_receivers": round(floor_cpu / (n * rounds) * 1e6, 1),
             "verified_in_inbox": len(stored)}
-
-
-def per_event_commit(work: Path, n: int) -> float:
-    """One transaction, one disk sync, per event, in process: no group commit."""
-    path = work / f"single-{secrets.token_hex(4)}.sqlite3"
-    with Inbox(path, create=True) as ib:
-        bodies = [callback(f"single-{i}", i) for i in range(n)]
-        started = time.perf_counter()
-        for b in bodies:
-            ib.add(b)
-        return n / (time.perf_counter() - started)
 
 
 def latency(work: Path, interval_s: float, samples: int, spread_s: float) -> dict:
@@ -170,6 +250,8 @@ def latency(work: Path, interval_s: float, samples: int, spread_s: float) -> dic
     from pipeline.definitions import defs
 
     sensor = defs.resolve_sensor_def("inbox_sensor")
+    bodies = [orjson.loads(b) for b in callbacks(samples * 8, seed=7)]
+    bodies = [b for b in bodies if b["method"] == "TRANSACTIONS"][:samples]
     posted: dict[str, float] = {}
     ran: dict[str, float] = {}
     evals: list[float] = []
@@ -177,18 +259,16 @@ def latency(work: Path, interval_s: float, samples: int, spread_s: float) -> dic
                 log_path=work / "receiver-latency.log") as server, \
             DagsterInstance.ephemeral() as instance:
         url = server.url + "/callbacks/"
-        Inbox(inbox, create=True).close()  # the file exists before the first evaluation
         rng = random.Random(7)
         moments = sorted(rng.uniform(0, spread_s) for _ in range(samples))
 
         def sender() -> None:
             with httpx.Client() as client:
                 start = time.monotonic()
-                for i, at in enumerate(moments):
+                for body, at in zip(bodies, moments, strict=True):
                     time.sleep(max(0.0, start + at - time.monotonic()))
-                    record = f"lat{int(interval_s * 1000)}-{i}"
-                    posted[record] = time.monotonic()
-                    r = client.post(url, content=orjson.dumps(callback(record, i)),
+                    posted[body["record"]] = time.monotonic()
+                    r = client.post(url, content=orjson.dumps(body),
                                     headers={"Authorization": f"Bearer {token}"})
                     r.raise_for_status()
 
@@ -219,36 +299,64 @@ def latency(work: Path, interval_s: float, samples: int, spread_s: float) -> dic
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--callbacks", type=int, default=1000)
-    parser.add_argument("--levels", default="8,16,32")
+    parser.add_argument("--callbacks", type=int, default=4000, help="per round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--receivers", default="1,2,4")
+    parser.add_argument("--inboxes", default="sqlite,postgres")
+    parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency-samples", type=int, default=8)
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
-    levels = [int(x) for x in args.levels.split(",")]
+    counts = [int(x) for x in args.receivers.split(",")]
+    kinds = args.inboxes.split(",")
 
     from pipeline.sensors import MIN_INTERVAL_S
 
-    with tempfile.TemporaryDirectory(prefix="ledgerlake-bench-") as tmp:
+    started = time.monotonic()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ledgerlake-bench-") as tmp, ExitStack() as stack:
         work = Path(tmp)
-        rows = [acks(work, c, args.callbacks, args.rounds) for c in levels]
+        cluster = None
+        if "postgres" in kinds:
+            from tests.postgres import INSTALL, PostgresServer, find_bin
+
+            folder = find_bin()
+            if folder is None:
+                raise SystemExit(f"bench/receiver_acks.py: {INSTALL}")
+            cluster = PostgresServer(folder).start()
+            stack.callback(cluster.remove)
+        for kind in kinds:
+            for count in counts:
+                bodies = callbacks(64 + args.rounds * args.callbacks, seed=count)
+                inbox = (str(work / f"inbox-{count}.sqlite3") if kind == "sqlite"
+                         else cluster.create_database(f"acks{count}"))
+                open_inbox(inbox, create=True).close()
+                row = configuration(work, kind, inbox, count, bodies, args.callbacks,
+                                    args.rounds, args.concurrency,
+                                    cluster if kind == "postgres" else None)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
         lat = [latency(work, float(MIN_INTERVAL_S), args.latency_samples,
                        spread_s=3 * MIN_INTERVAL_S),
                latency(work, 0.0, args.latency_samples, spread_s=MIN_INTERVAL_S)]
     result = {
-        "what": "durable acknowledgements per second of `ledgerlake receiver` on loopback "
-                "(200 only after a synchronous=full SQLite commit; group commit), and "
-                "callback-to-run-request latency with the inbox sensor's interval",
+        "what": "durable acknowledgements per second of `ledgerlake receiver` processes on "
+                "loopback sharing one inbox (200 only after the commit: SQLite "
+                "synchronous=full, Postgres synchronous_commit on; group commit), against "
+                "the same receivers' HTTP floor; callback-to-run-request latency with the "
+                "inbox sensor's interval",
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "load_average_1m": round(os.getloadavg()[0], 2),
+                    "load_average_1m_at_end": round(os.getloadavg()[0], 2),
                     "platform": platform.platform()},
+        "command": "bench/receiver_acks.py " + " ".join(sys.argv[1:]),
+        "wall_s": round(time.monotonic() - started, 1),
         "acks": rows,
         "latency": lat,
         "sensor_minimum_interval_s": MIN_INTERVAL_S,
-        "note": "medians over rounds; senders and receiver share the machine's cores. "
-                "http_floor: the same senders answered 401 before any body is read or stored. "
-                "per_event_commit: Inbox.add in process, one synchronous transaction per event, "
-                "measured between rounds",
+        "note": "medians over rounds; sender, receivers and Postgres share the machine's "
+                "cores. http_floor: the same sender and receivers answered 401 before any "
+                "body is read or stored. cpu_us_per_ack: CPU of the receivers, the database "
+                "server's processes and the sender per stored callback",
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

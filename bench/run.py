@@ -224,7 +224,7 @@ class TreeMemory:
         return tree
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
+        while True:  # a sample first: a child that ends within one interval still has one
             total = 0
             for pid in self._tree():
                 try:
@@ -235,6 +235,8 @@ class TreeMemory:
                 except OSError:
                     continue
             self.peak_kib = max(self.peak_kib, total)
+            if self._stop.wait(self.every_s):
+                return
 
 
 def uv_binary() -> str | None:
@@ -381,7 +383,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
     os.environ.update({"LEDGERLAKE_HOME": str(home), "LEDGERLAKE_INBOX":
                        str(home / "inbox.sqlite3"), "LEDGERLAKE_LAKE": str(home / "lake")})
     from assets.transactions import transactions
-    from pipeline.inbox import InboxResource
+    from pipeline.inbox_resource import InboxResource
     from pipeline.jobs import ingest_job
     from pipeline.sensors import inbox_sensor
     from resources.client import ConnectionClient

@@ -230,6 +230,50 @@ def _query(sql, con, args: argparse.Namespace, fmt: str) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from . import report, sql
+    from .config import Settings, check_lake, local_path
+
+    settings = Settings.from_env()
+    lake = str(local_path(settings.lake) or settings.lake)
+    try:
+        record = report.check_record(args.record)
+        output = Path(args.output or f"report-{record}.html")
+        if output.suffix.lower() not in (".html", ".htm"):
+            raise report.ReportError(f"--output {output} must end in .html")
+        path = Path(args.warehouse) if args.warehouse else settings.warehouse_path
+        check_lake(lake)
+        con = sql.open_warehouse(path.resolve(), lake)
+    except (report.ReportError, FileNotFoundError, ValueError) as exc:
+        print(f"ledgerlake: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with con:
+            found = report.gather(con, record)
+    except report.ReportError as exc:
+        print(f"ledgerlake: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # duckdb: a view that does not answer (a lake file gone)
+        print(f"ledgerlake: the warehouse did not answer: {exc}", file=sys.stderr)
+        return 1
+    found.timezone = settings.timezone
+    home = _dagster_home(settings)
+    if home is not None:  # the checks' verdicts; without an instance the page says unknown
+        logging.getLogger().setLevel(logging.WARNING)
+        os.environ["DAGSTER_HOME"] = home
+        from dagster import DagsterInstance
+
+        with DagsterInstance.get() as instance:
+            report.add_dagster(found, instance)
+    try:
+        written = report.write(report.render(found), output)
+    except (report.ReportError, OSError) as exc:
+        print(f"ledgerlake: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {written}", file=sys.stderr)
+    return 0
+
+
 def cmd_lake(args: argparse.Namespace) -> int:
     from . import migrate
 
@@ -446,6 +490,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "accounts=3; the others latest); time travel reaches back as far as "
                         "the lake's retention (docs/lake.md)")
     p.set_defaults(func=cmd_sql)
+
+    p = sub.add_parser("report", help="one record on one self-contained HTML page",
+                       description="One record on one page: daily balance per account "
+                                   "(charts), monthly inflow, outflow and net, income "
+                                   "streams, the latest checks. A single HTML file with "
+                                   "everything inline (no network when viewed).")
+    p.add_argument("record", help="the record id")
+    p.add_argument("--output", metavar="FILE",
+                   help="where to write (default report-RECORD.html; written aside and "
+                        "renamed)")
+    p.add_argument("--warehouse", help="DuckDB file (default $LEDGERLAKE_HOME/warehouse.duckdb)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("lake", help="the lake's tables: migrate from the folder layout",
                        description="`ledgerlake lake migrate [--lake PATH] [--resume]`: "

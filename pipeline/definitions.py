@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import warnings
+from pathlib import Path
+
 import dagster as dg
 
 from assets.accounts import accounts
@@ -18,7 +22,8 @@ from resources.client import ConnectionClient
 from resources.lake import Lake
 
 from .config import Settings, check_lake, local_path
-from .inbox import InboxResource
+from .freshness import freshness_checks, freshness_job, hourly_freshness
+from .inbox_resource import InboxResource
 from .jobs import ingest_job, refresh_job, replay_job, warehouse_job
 from .schedules import daily_refresh, hourly_replay
 from .sensors import inbox_sensor, warehouse_follows_lake
@@ -28,12 +33,34 @@ settings = Settings.from_env()
 # against it and the UI shows why; each run's process loads this too, and checks again
 check_lake(settings.lake)
 
+# code references are beta in Dagster 1.13; used on purpose: said here once, not per asset
+warnings.filterwarnings("ignore", category=dg.BetaWarning,
+                        message=r"(Function|Class) `\w*([Cc]ode_?[Rr]eference|FilePathMapping)")
+
+
+def code_references(assets: list) -> list:
+    """Each asset's file and line, shown in the UI ("View source"); linked to the repository's
+    web view when LEDGERLAKE_CODE_URL names it (a GitHub or GitLab URL; branch from
+    LEDGERLAKE_CODE_BRANCH, default main). Nothing here touches the network."""
+    assets = dg.with_source_code_references(assets)
+    url = os.environ.get("LEDGERLAKE_CODE_URL")
+    if not url:
+        return assets
+    return dg.link_code_references_to_git(
+        assets, git_url=url, git_branch=os.environ.get("LEDGERLAKE_CODE_BRANCH", "main"),
+        file_path_mapping=dg.AnchorBasedFilePathMapping(
+            local_file_anchor=Path(__file__).resolve().parents[1],
+            file_anchor_path_in_repository=""))
+
+
 defs = dg.Definitions(
-    assets=[accounts, balances, transactions, income, identity, payments, record_status,
-            warehouse, lake_maintenance],
-    jobs=[ingest_job, refresh_job, replay_job, warehouse_job, lake_maintenance_job],
+    assets=code_references([accounts, balances, transactions, income, identity, payments,
+                            record_status, warehouse, lake_maintenance]),
+    asset_checks=freshness_checks,
+    jobs=[ingest_job, refresh_job, replay_job, warehouse_job, lake_maintenance_job,
+          freshness_job],
     sensors=[inbox_sensor, warehouse_follows_lake],
-    schedules=[daily_refresh, hourly_replay, nightly_lake_maintenance],
+    schedules=[daily_refresh, hourly_replay, nightly_lake_maintenance, hourly_freshness],
     # steps fetch a record's product (I/O, a few MB): a process per step would cost seconds of
     # imports each; runs execute in parallel instead (dagster.yaml, max_concurrent_runs)
     executor=dg.in_process_executor,

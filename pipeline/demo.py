@@ -145,7 +145,10 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
             _say(f"sensor requested {len(run_ids)} runs; {len(failed)} failed")
             out = defs.resolve_job_def("warehouse_job").execute_in_process(
                 instance=instance, run_config=QUIET, raise_on_error=False)
-            if failed or not out.success:
+            # the freshness checks as the daemon runs them hourly: the UI shows them evaluated
+            fresh = defs.resolve_job_def("freshness_job").execute_in_process(
+                instance=instance, run_config=QUIET, raise_on_error=False)
+            if failed or not out.success or not fresh.success:
                 _say("a run failed: see the Dagster UI (`ledgerlake dev`) for its logs")
                 return 1
     finally:

@@ -23,11 +23,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
-from dagster import ConfigurableResource
-from pydantic import Field
 
 RECORD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # methods, codes, statuses, event names
+CANONICAL_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", re.ASCII)  # UTC, ms
 
 CONNECTED, DISCONNECTED, REAUTH_REQUIRED = "connected", "disconnected", "reauth_required"
 # connection events that move a record's status, and the data member that dates them
@@ -81,6 +80,22 @@ create table if not exists record_products (
     primary key (record, method)
 );
 """
+
+# A callback's writes beside its event (also pipeline/inbox_postgres.py's, in its SQL): its
+# record touched (made, connected, when first heard of), moved back to connected by a newer
+# successful login, and its product's newest callback.
+TOUCH = ("insert into records (record, customer, status, status_at, status_event, first_seen,"
+         " last_seen) values (?, ?, ?, ?, ?, ?, ?) on conflict (record) do update set"
+         " last_seen = excluded.last_seen, customer = coalesce(records.customer,"
+         " excluded.customer)")
+# out-of-order delivery: only a newer event moves the status
+SET_STATUS = ("update records set status = ?, status_at = ?, status_event = ?"
+              " where record = ? and status_at <= ?")
+PRODUCT = ("insert into record_products (record, method, code, status, event, occurred_at,"
+           " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict (record, method) do update"
+           " set code = excluded.code, status = excluded.status, event = excluded.event,"
+           " occurred_at = excluded.occurred_at, received_at = excluded.received_at"
+           " where excluded.occurred_at >= record_products.occurred_at")
 
 
 class InvalidEvent(ValueError):
@@ -194,12 +209,20 @@ def _stamp(value, what: str) -> str | None:
     try:
         if not isinstance(value, str) or len(value) > 64:
             raise ValueError
+        if CANONICAL_STAMP.fullmatch(value):  # as the service writes them: checked, kept
+            datetime.fromisoformat(value[:-1])
+            return value
         when = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise InvalidEvent(f"{what} must be an ISO 8601 timestamp or null") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return _iso(when.timestamp())
+
+
+def _identity(info: dict) -> str:
+    """The key an event is stored under once: a digest of the fields that name it."""
+    return hashlib.sha256(orjson.dumps(info["identity"])).hexdigest()
 
 
 def _iso(ts: float) -> str:
@@ -240,9 +263,10 @@ def describe(payload: object) -> dict:
         record = record or record_alt
         account = _record_id(payload.get("accountId"), "callback accountId")
         started, ended = payload.get("started_at"), payload.get("ended_at")
-        occurred = (_stamp(ended, "callback ended_at")
-                    or _stamp(started, "callback started_at"))
-        _stamp(started, "callback started_at")  # checked even when ended_at is there
+        ended_stamp = _stamp(ended, "callback ended_at")
+        occurred = ended_stamp or _stamp(started, "callback started_at")
+        if ended_stamp:
+            _stamp(started, "callback started_at")  # checked even when ended_at is there
         customer = payload.get("customerId")
         # serverResponse and the rest may differ between deliveries of one event
         identity = ["callback", method, code, record, account, started, ended]
@@ -302,6 +326,48 @@ def describe(payload: object) -> dict:
                        "nor a connection event's event and data")
 
 
+@dataclass
+class Plan:
+    """A run of new callbacks (no connection event among them) as the inbox's statements take
+    it: the rows of `events`, and for the other tables only what the run leaves there, which
+    is what storing its callbacks one by one (`Inbox._on_callback`) would leave."""
+
+    events: list[tuple]  # identity, method, code, status, record, account, customer,
+    #                      occurred_at, body: in order
+    touches: list[tuple]  # record, customer (its first given), occurred_at and identity of
+    #                       its first callback: each record once
+    reconnects: list[tuple]  # record, occurred_at, identity: its newest successful login
+    products: list[tuple]  # record, method, code, status, occurred_at, identity: its newest
+
+
+def _plan(run: list[tuple[dict, bytes, str]], now: float) -> Plan:
+    events, touches, reconnects, products = [], {}, {}, {}
+    for info, raw, identity in run:
+        occurred = info["occurred_at"] or _iso(now)
+        record, method = info["record"], info["method"]
+        events.append((identity, method, info["code"], info["status"], record,
+                       info["account"], info["customer"], occurred, raw))
+        if not record:
+            continue
+        touch = touches.get(record)
+        if touch is None:
+            touches[record] = [record, info["customer"], occurred, identity]
+        elif touch[1] is None:  # coalesce(customer, ...): the first one given stays
+            touch[1] = info["customer"]
+        # one by one, a later event moves a status or a product unless it is older: the
+        # last of the newest is what stays
+        if (method, info["code"]) == RECONNECT and info["status"] != "is_failed":
+            login = reconnects.get(record)
+            if login is None or occurred >= login[1]:
+                reconnects[record] = (record, occurred, identity)
+        product = products.get((record, method))
+        if product is None or occurred >= product[4]:
+            products[(record, method)] = (record, method, info["code"], info["status"],
+                                          occurred, identity)
+    return Plan(events, [tuple(t) for t in touches.values()], list(reconnects.values()),
+                list(products.values()))
+
+
 class Inbox:
     """One SQLite connection, used from any thread (serialised by a lock)."""
 
@@ -353,17 +419,70 @@ class Inbox:
     def add_described(self, items: Sequence[tuple[dict, bytes]]) -> list[tuple[int, bool]]:
         """Store described events in one transaction (one disk sync for all of them)."""
         now = time.time()
-        out: list[tuple[int, bool]] = []
+        identities = [_identity(info) for info, _ in items]
         with self._lock:
-            self._begin_write()
             try:
-                for info, raw in items:
-                    out.append(self._insert(info, raw, now))
+                stored = self._begin_batch(identities)
+                out = self._insert_all(items, identities, stored, now)
                 self._db.execute("commit")
             except BaseException:
                 self._db.execute("rollback")
                 raise
         return out
+
+    def _begin_batch(self, identities: list[str]) -> dict[str, int]:
+        """Begin a write; the ids of the identities already stored."""
+        self._begin_write()
+        marks = ",".join("?" * len(identities))
+        return dict(self._db.execute(
+            f"select identity, id from events where identity in ({marks})", identities))
+
+    def _insert_all(self, items: Sequence[tuple[dict, bytes]], identities: list[str],
+                    ids: dict[str, int], now: float) -> list[tuple[int, bool]]:
+        """The batch's new events, in order: each run of callbacks as a few statements over
+        all its rows (`_callbacks`), a connection event, which reads the records before it,
+        alone in its place. Each item's (id, whether it was new)."""
+        new: set[str] = set()
+        run: list[tuple[dict, bytes, str]] = []
+        for (info, raw), identity in zip(items, identities, strict=True):
+            if identity in ids or identity in new:
+                continue
+            new.add(identity)
+            if info["kind"] == "callback":
+                run.append((info, raw, identity))
+                continue
+            if run:
+                ids.update(self._callbacks(_plan(run, now), now))
+                run = []
+            ids[identity] = self._insert(info, raw, now)[0]
+        if run:
+            ids.update(self._callbacks(_plan(run, now), now))
+        out, told = [], set()
+        for identity in identities:  # the first of an identity new to the inbox is new
+            out.append((ids[identity], identity in new and identity not in told))
+            told.add(identity)
+        return out
+
+    def _callbacks(self, plan: Plan, now: float) -> dict[str, int]:
+        """Store a run of new callbacks; their ids by identity."""
+        self._db.executemany(
+            "insert into events (identity, received_at, kind, method, code, status, record,"
+            " account, customer, occurred_at, body)"
+            " values (?, ?, 'callback', ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(e[0], now, *e[1:]) for e in plan.events])
+        marks = ",".join("?" * len(plan.events))
+        ids = dict(self._db.execute(f"select identity, id from events where identity in"
+                                    f" ({marks})", [e[0] for e in plan.events]))
+        self._db.executemany(TOUCH, [(record, customer, CONNECTED, occurred, ids[identity],
+                                      now, now)
+                                     for record, customer, occurred, identity in plan.touches])
+        self._db.executemany(SET_STATUS, [(CONNECTED, occurred, ids[identity], record, occurred)
+                                          for record, occurred, identity in plan.reconnects])
+        self._db.executemany(PRODUCT, [(record, method, code, status, ids[identity], occurred,
+                                        now)
+                                       for record, method, code, status, occurred, identity
+                                       in plan.products])
+        return ids
 
     def _begin_write(self) -> None:
         # immediate: writers (even in other processes) take turns, so ids become visible
@@ -371,7 +490,7 @@ class Inbox:
         self._db.execute("begin immediate")
 
     def _insert(self, info: dict, raw: bytes, now: float) -> tuple[int, bool]:
-        identity = hashlib.sha256(orjson.dumps(info["identity"])).hexdigest()
+        identity = _identity(info)
         row = self._db.execute("select id from events where identity = ?", (identity,)).fetchone()
         if row:
             return row[0], False
@@ -414,31 +533,18 @@ class Inbox:
 
     def _touch(self, record: str, customer: str | None, event_id: int, occurred: str,
                now: float) -> None:
-        self._db.execute(
-            "insert into records (record, customer, status, status_at, status_event, first_seen,"
-            " last_seen) values (?, ?, ?, ?, ?, ?, ?) on conflict (record) do update set"
-            " last_seen = excluded.last_seen, customer = coalesce(records.customer,"
-            " excluded.customer)",
-            (record, customer, CONNECTED, occurred, event_id, now, now))
+        self._db.execute(TOUCH, (record, customer, CONNECTED, occurred, event_id, now, now))
 
     def _set_status(self, record: str, status: str, occurred: str, event_id: int) -> None:
-        # out-of-order delivery: only a newer event moves the status
-        self._db.execute(
-            "update records set status = ?, status_at = ?, status_event = ?"
-            " where record = ? and status_at <= ?", (status, occurred, event_id, record, occurred))
+        self._db.execute(SET_STATUS, (status, occurred, event_id, record, occurred))
 
     def _on_callback(self, info: dict, event_id: int, occurred: str, now: float) -> None:
         record = info["record"]
         self._touch(record, info["customer"], event_id, occurred, now)
         if (info["method"], info["code"]) == RECONNECT and info["status"] != "is_failed":
             self._set_status(record, CONNECTED, occurred, event_id)
-        self._db.execute(
-            "insert into record_products (record, method, code, status, event, occurred_at,"
-            " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict (record, method) do update"
-            " set code = excluded.code, status = excluded.status, event = excluded.event,"
-            " occurred_at = excluded.occurred_at, received_at = excluded.received_at"
-            " where excluded.occurred_at >= record_products.occurred_at",
-            (record, info["method"], info["code"], info["status"], event_id, occurred, now))
+        self._db.execute(PRODUCT, (record, info["method"], info["code"], info["status"],
+                                   event_id, occurred, now))
 
     def dead_letter(self, reason: str, body: bytes) -> None:
         with self._lock:
@@ -520,19 +626,3 @@ class Inbox:
                                    (record,)).fetchone()
         return row[0] if row else None
 
-
-class InboxResource(ConfigurableResource):
-    """The inbox as the sensor, the schedules and the replay job read it (never creating it:
-    only the receiver does)."""
-
-    path: str | None = Field(default=None, description=(
-        "The inbox: a SQLite file or a postgresql:// URL (better without its password, which "
-        "PGPASSWORD or ~/.pgpass can hold: this value shows in the UI); by default "
-        "LEDGERLAKE_INBOX (or $LEDGERLAKE_HOME/inbox.sqlite3), read when it is opened"))
-
-    def open(self) -> Inbox:
-        if self.path is not None:
-            return open_inbox(self.path)
-        from .config import Settings  # read at open, so one Definitions serves any setting
-
-        return open_inbox(Settings.from_env().inbox)

@@ -2,8 +2,9 @@
 machine) write at once and the sensor reads by cursor.
 
 Same tables, rules and reads as the SQLite inbox (pipeline/inbox.py), and its SQL for
-connection events; a batch of callbacks goes in as prepared statements in one round trip (the
-same writes as SQLite's, tests/pipeline/test_inbox_postgres.py compares them). Writers take
+connection events; each run of callbacks in a batch goes in as one string of set-based
+statements, one round trip (the same writes as SQLite's, tests/pipeline/test_inbox_postgres.py
+compares them). Writers take
 turns on one advisory lock, committed with `synchronous_commit` on (durable before the
 receiver answers 200). A connection the server dropped is replaced at the next call, which is
 tried once more on it; when the database does not answer, calls raise InboxUnavailable (the
@@ -13,24 +14,20 @@ receiver then answers 503 and the service redelivers). URLs are shown without th
 from __future__ import annotations
 
 import functools
-import hashlib
 import threading
-import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-import orjson
 import psycopg2
 
 from .inbox import (
     CONNECTED,
-    RECONNECT,
     Inbox,
     InboxMissing,
     InboxUnavailable,
+    Plan,
     RecordState,
-    _iso,
 )
 
 # one lock for every writer of the database, whatever its process or machine
@@ -86,49 +83,46 @@ create table if not exists record_products (
 );
 """
 
-# A callback as one statement (the SQLite inbox's _insert and _on_callback: the event, its
-# record touched, and moved back to connected by a newer successful login, and its product's
-# newest callback), prepared once per connection, so that a batch of them is one round trip
-# and no planning, not four statements per event. Parameters: identity, received_at, method,
-# code, status, record, account, customer, occurred_at, body, 'connected'.
-CALLBACK = """
-with e as (
-    insert into events (identity, received_at, kind, method, code, status, record, account,
-                        customer, occurred_at, affects, body)
-    values ($1, $2, 'callback', $3, $4, $5, $6, $7, $8, $9, null, $10)
-    returning id)"""
-TOUCH = """,
-r as (
-    insert into records (record, customer, status, status_at, status_event, first_seen,
-                         last_seen)
-    select $6, $8, $11, $9, e.id, $2, $2 from e
-    on conflict (record) do update set last_seen = excluded.last_seen,
-        customer = coalesce(records.customer, excluded.customer){reconnect}),
-p as (
-    insert into record_products (record, method, code, status, event, occurred_at, received_at)
-    select $6, $3, $4, $5, e.id, $9, $2 from e
-    on conflict (record, method) do update set code = excluded.code, status = excluded.status,
-        event = excluded.event, occurred_at = excluded.occurred_at,
-        received_at = excluded.received_at
-    where excluded.occurred_at >= record_products.occurred_at)"""
-# every right-hand side reads the row as it was, as SQLite's later `update ... where
-# status_at <= ?` does
-RECONNECTS = """,
-        status = case when records.status_at <= excluded.status_at
-                      then excluded.status else records.status end,
-        status_at = case when records.status_at <= excluded.status_at
-                         then excluded.status_at else records.status_at end,
-        status_event = case when records.status_at <= excluded.status_at
-                            then excluded.status_event else records.status_event end"""
-TYPES = "(text, float8, text, text, text, text, text, text, text, bytea, text)"
-PREPARE = ";".join(
-    f"prepare {name} {TYPES} as {sql} select 1" for name, sql in (
-        ("ledgerlake_callback", CALLBACK),
-        ("ledgerlake_callback_touch", CALLBACK + TOUCH.format(reconnect="")),
-        ("ledgerlake_callback_reconnect", CALLBACK + TOUCH.format(reconnect=RECONNECTS))))
-EXECUTE = {name: f"execute {name} (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-           for name in ("ledgerlake_callback", "ledgerlake_callback_touch",
-                        "ledgerlake_callback_reconnect")}
+# A run of callbacks (pipeline/inbox.py's Plan) as one string of statements, one round trip
+# whatever its length: its events in order, then each record touched, moved back to connected
+# by its newest successful login, and each product's newest callback, the ids read by
+# identity from the events just written. Set-based, so Postgres plans five statements a run,
+# not four per callback.
+CALLBACKS = """
+insert into events (identity, received_at, kind, method, code, status, record, account,
+                    customer, occurred_at, body)
+select identity, %(now)s, 'callback', method, code, status, record, account, customer,
+       occurred_at, body
+from unnest(%(identity)s::text[], %(method)s::text[], %(code)s::text[], %(status)s::text[],
+            %(record)s::text[], %(account)s::text[], %(customer)s::text[],
+            %(occurred_at)s::text[], %(body)s::bytea[]) with ordinality
+    as u(identity, method, code, status, record, account, customer, occurred_at, body, n)
+order by n;
+insert into records (record, customer, status, status_at, status_event, first_seen, last_seen)
+select t.record, t.customer, %(connected)s, t.occurred_at, e.id, %(now)s, %(now)s
+from unnest(%(t_record)s::text[], %(t_customer)s::text[], %(t_occurred_at)s::text[],
+            %(t_identity)s::text[]) as t(record, customer, occurred_at, identity)
+join events e on e.identity = t.identity
+on conflict (record) do update set last_seen = excluded.last_seen,
+    customer = coalesce(records.customer, excluded.customer);
+update records set status = %(connected)s, status_at = t.occurred_at, status_event = e.id
+from unnest(%(r_record)s::text[], %(r_occurred_at)s::text[], %(r_identity)s::text[])
+    as t(record, occurred_at, identity)
+join events e on e.identity = t.identity
+where records.record = t.record and records.status_at <= t.occurred_at;
+insert into record_products (record, method, code, status, event, occurred_at, received_at)
+select t.record, t.method, t.code, t.status, e.id, t.occurred_at, %(now)s
+from unnest(%(p_record)s::text[], %(p_method)s::text[], %(p_code)s::text[],
+            %(p_status)s::text[], %(p_occurred_at)s::text[], %(p_identity)s::text[])
+    as t(record, method, code, status, occurred_at, identity)
+join events e on e.identity = t.identity
+on conflict (record, method) do update set code = excluded.code, status = excluded.status,
+    event = excluded.event, occurred_at = excluded.occurred_at,
+    received_at = excluded.received_at
+where excluded.occurred_at >= record_products.occurred_at;
+select identity, id from events where identity = any(%(identity)s)"""
+EVENT_COLUMNS = ("identity", "method", "code", "status", "record", "account", "customer",
+                 "occurred_at", "body")
 
 # what a dropped or unreachable server raises (psycopg2's errors for a statement it refused,
 # such as a NOT NULL violation, are not among them: those are the caller's)
@@ -163,7 +157,6 @@ class _Connection:
                                     keepalives_count=3)
         self.raw.autocommit = True
         self.execute("set synchronous_commit = on")  # whatever the server's default: durable
-        self.prepared = False  # the callback statements, prepared at the first write
 
     def execute(self, sql: str, params=()):
         cur = self.raw.cursor()
@@ -273,70 +266,31 @@ class PostgresInbox(Inbox):
         with self._lock:
             self._db.execute("select max(id) from events").fetchone()
 
-    @_retried
-    def add_described(self, items: Sequence[tuple[dict, bytes]]) -> list[tuple[int, bool]]:
-        """Store described events in one transaction, in a few round trips whatever their
-        number: what is already stored is found in one read, callbacks go in as one string of
-        statements (a connection event, which reads the records before it, alone)."""
-        now = time.time()
-        identities = [hashlib.sha256(orjson.dumps(info["identity"])).hexdigest()
-                      for info, _ in items]
-        with self._lock:
-            try:
-                stored = self._begin_write(  # what is stored already, read under the lock
-                    "; select identity, id from events where identity = any(?)",
-                    (sorted(set(identities)),)).fetchall()
-                out = self._insert_all(items, identities, dict(stored), now)
-                self._db.execute("commit")
-            except BaseException:
-                self._db.execute("rollback")
-                raise
-        return out
+    def _begin_batch(self, identities: list[str]) -> dict[str, int]:
+        # what is stored already, read under the lock, in the same round trip
+        return dict(self._begin_write("; select identity, id from events where identity ="
+                                      " any(?)", (sorted(set(identities)),)).fetchall())
 
-    def _insert_all(self, items, identities: list[str], ids: dict[str, int],
-                    now: float) -> list[tuple[int, bool]]:
-        db = self._db
-        new: set[str] = set()
-        statements: list[bytes] = []
-        cur = db.raw.cursor()
-        if not db.prepared:
-            cur.execute(PREPARE)
-            db.prepared = True
+    def _callbacks(self, plan: Plan, now: float) -> dict[str, int]:
+        columns = {name: [e[i] for e in plan.events] for i, name in enumerate(EVENT_COLUMNS)}
+        columns["body"] = [psycopg2.Binary(b) for b in columns["body"]]
 
-        def flush() -> None:
-            if statements:
-                cur.execute(b";".join(statements))
-                statements.clear()
+        def arrays(prefix: str, rows: list[tuple], names: tuple[str, ...]) -> dict:
+            return {f"{prefix}_{name}": [row[i] for row in rows] for i, name in enumerate(names)}
 
-        for (info, raw), identity in zip(items, identities, strict=True):
-            if identity in ids or identity in new:
-                continue
-            new.add(identity)
-            if info["kind"] != "callback":
-                flush()
-                ids[identity] = self._insert(info, raw, now)[0]
-                continue
-            reconnect = ((info["method"], info["code"]) == RECONNECT
-                         and info["status"] != "is_failed")
-            name = ("ledgerlake_callback" if not info["record"]
-                    else "ledgerlake_callback_reconnect" if reconnect
-                    else "ledgerlake_callback_touch")
-            statements.append(cur.mogrify(EXECUTE[name], (
-                identity, now, info["method"], info["code"], info["status"], info["record"],
-                info["account"], info["customer"], info["occurred_at"] or _iso(now), raw,
-                CONNECTED)))
-        missing = sorted(new - ids.keys())
-        if missing:  # the ids just drawn, read in the same round trip as the last inserts
-            statements.append(cur.mogrify(
-                "select identity, id from events where identity = any(%s)", (missing,)))
-            flush()
-            ids.update(cur.fetchall())
-        out, told = [], set()
-        for identity in identities:  # the first of an identity new to the inbox is new
-            out.append((ids[identity], identity in new and identity not in told))
-            told.add(identity)
-        return out
+        cur = self._db.raw.cursor()
+        cur.execute(CALLBACKS, {
+            "now": now, "connected": CONNECTED, **columns,
+            **arrays("t", plan.touches, ("record", "customer", "occurred_at", "identity")),
+            **arrays("r", plan.reconnects, ("record", "occurred_at", "identity")),
+            **arrays("p", plan.products, ("record", "method", "code", "status", "occurred_at",
+                                          "identity"))})
+        return dict(cur.fetchall())
 
+    # one transaction a batch, in a few round trips whatever its length: begin and the read of
+    # what is stored, each run of callbacks, commit (a connection event, which reads the
+    # records before it, goes alone)
+    add_described = _retried(Inbox.add_described)
     dead_letter = _retried(Inbox.dead_letter)
     after = _retried(Inbox.after)
     count = _retried(Inbox.count)

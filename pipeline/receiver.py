@@ -18,12 +18,14 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import queue
+import threading
 
 import anyio
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .inbox import Inbox, InboxUnavailable, InvalidEvent, describe, open_inbox
@@ -32,6 +34,7 @@ log = logging.getLogger("ledgerlake.receiver")
 
 MAX_BODY = 1 << 20  # 1 MiB: a callback is a few KiB
 MAX_BATCH = 256
+JSON = "application/json"
 
 
 def _digest(value: str) -> bytes:
@@ -39,66 +42,86 @@ def _digest(value: str) -> bytes:
 
 
 class GroupWriter:
-    """One task writes the inbox; callbacks that arrive while it syncs go in the next batch."""
+    """One thread writes the inbox. Callbacks that arrive while it commits a batch wait in
+    its queue and go in the next one, so a disk sync (or a database round trip)
+    acknowledges many. The event loop only queues and settles: it never waits for a write.
+    """
 
     def __init__(self, inbox: Inbox) -> None:
         self.inbox = inbox
-        self._pending: list[tuple[dict, bytes, asyncio.Future]] = []
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._closing = False
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def add(self, info: dict, raw: bytes) -> tuple[int, bool]:
-        fut = asyncio.get_running_loop().create_future()
-        self._pending.append((info, raw, fut))
-        self._wake.set()
-        # shielded: a sender that hangs up does not cancel a write others share
-        return await asyncio.shield(fut)
+        fut = self._loop.create_future()
+        self._queue.put((info, raw, fut))
+        # a sender that hangs up cancels only its wait: the write, queued, still happens
+        return await fut
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="inbox-writer", daemon=True)
+        self._thread.start()
 
     @property
     def running(self) -> bool:
-        """False once its task has ended: callbacks would then wait for ever."""
-        return self._task is not None and not self._task.done()
+        """False once its thread has ended: callbacks would then wait for ever."""
+        return self._thread is not None and self._thread.is_alive()
 
     async def stop(self) -> None:
-        self._closing = True
-        self._wake.set()
-        if self._task:
-            await self._task
+        if self._thread is not None:
+            self._queue.put(_STOP)  # after everything queued before it
+            await anyio.to_thread.run_sync(self._thread.join)
 
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._pending:
-                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
-                await self._commit(batch)
-            if self._closing:
-                return
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch = [self._queue.get()]
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if _STOP in batch:
+                stopping = True
+                batch = [item for item in batch if item is not _STOP]
+            if batch:
+                try:
+                    results = self._commit(batch)
+                except Exception as exc:  # never leave a sender waiting for an answer
+                    log.exception("inbox writer failed")
+                    results = [exc] * len(batch)
+                self._loop.call_soon_threadsafe(_settle, batch, results)
 
-    async def _commit(self, batch: list) -> None:
+    def _commit(self, batch: list) -> list:
+        """Each item's (event id, new) or the exception that kept it out of the inbox."""
         try:
-            results = await anyio.to_thread.run_sync(
-                self.inbox.add_described, [(info, raw) for info, raw, _ in batch])
+            results = self.inbox.add_described([(info, raw) for info, raw, _ in batch])
         except Exception as exc:
             # keep one bad write from failing its neighbours (a database that does not
             # answer fails them all alike)
             if len(batch) > 1 and not isinstance(exc, InboxUnavailable):
-                for item in batch:
-                    await self._commit([item])
-                return
+                return [self._commit([item])[0] for item in batch]
             log.error("inbox write failed: %s", exc)
-            results = [exc] * len(batch)
-        for (_, _, fut), res in zip(batch, results, strict=True):
-            if fut.done():
-                continue
-            if isinstance(res, Exception):
-                fut.set_exception(res)
-            else:
-                fut.set_result(res)
+            return [exc] * len(batch)
+        new = sum(1 for _, is_new in results if is_new)
+        log.info("stored %d callbacks (%d already stored), events up to %d",
+                 new, len(results) - new, max(event for event, _ in results))
+        return results
+
+
+_STOP = object()
+
+
+def _settle(batch: list, results: list) -> None:
+    for (_, _, fut), res in zip(batch, results, strict=True):
+        if fut.done():
+            continue
+        if isinstance(res, Exception):
+            fut.set_exception(res)
+        else:
+            fut.set_result(res)
 
 
 def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
@@ -129,12 +152,16 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_body:
             return None
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
+        body = b""
+        while True:  # the ASGI messages themselves: a callback is one, mostly
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect
+            body += message.get("body", b"")
             if len(body) > max_body:
                 return None
-        return bytes(body)
+            if not message.get("more_body", False):
+                return body
 
     async def receive(request: Request) -> JSONResponse:
         if not authorized(request):
@@ -167,9 +194,11 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
             log.error("callback not stored: %s", exc)
             return JSONResponse({"status": "error", "error": "inbox unavailable"},
                                 status_code=503, headers={"Retry-After": "60"})
-        log.info("event %d %s %s %s", event_id, "stored" if new else "duplicate",
-                 info["method"], info["record"] or "-")
-        return JSONResponse({"status": "ok", "event": event_id, "duplicate": not new})
+        if log.isEnabledFor(logging.DEBUG):  # a line per callback; INFO has one per batch
+            log.debug("event %d %s %s %s", event_id, "stored" if new else "duplicate",
+                      info["method"], info["record"] or "-")
+        return Response(b'{"status":"ok","event":%d,"duplicate":%s}'
+                        % (event_id, b"false" if new else b"true"), media_type=JSON)
 
     async def health(request: Request) -> JSONResponse:
         # nothing here names the file or the error: the answer may be public

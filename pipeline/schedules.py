@@ -21,7 +21,7 @@ from dagster import (
 
 from assets.partitions import batches, records
 
-from .inbox import InboxResource
+from .inbox_resource import InboxResource
 from .jobs import refresh_job, replay_job
 
 REFRESHABLE = {None, "connected"}  # None: a record the inbox never heard of (added by hand)

@@ -40,7 +40,8 @@ from assets.partitions import RECORDS_PER_RUN, batches, records
 from assets.warehouse import LAKE_TABLES
 from resources.lake import Lake
 
-from .inbox import CONNECTED, Event, InboxResource
+from .inbox import CONNECTED, Event
+from .inbox_resource import InboxResource
 from .jobs import ingest_job, warehouse_job
 
 BATCH = 500  # events per tick; a backlog drains over consecutive ticks

@@ -267,6 +267,9 @@ class Connect:
         who = self._check_credentials(login_type, body["credentials"])
         known = sess["customer"] or (who if self.s._customer(env, who) else None) or \
             self.s.store.get_meta(f"connect_login:{env}:{login_type}:{who.lower()}")
+        if known and self._locked(env, known, bank["_id"], login_type):  # the spec's advice
+            raise ServiceError("TOO_MANY_VERIFICATION_ATTEMPTS", f"this login at {bank['name']} "
+                               "is locked after failed micro-deposit checks: link another bank")
         name = (self.s._customer(env, known)["name"] if known else
                 datagen.person(self.s.seed, datagen.object_id("login", env, who))["name"])
         offers = [datagen.account_name_type(
@@ -430,6 +433,11 @@ class Connect:
                     and r["login_type"] == sess["login_type"]):
                 return self.s._record(env, r["_id"])
         return None
+
+    def _locked(self, env: str, customer: str, bank: str, login_type: str) -> bool:
+        return any(r[INTERNAL]["state"] == "locked" and r["bank"] == bank
+                   and r["login_type"] == login_type
+                   for r in self.s.store.find("records", env, "customer", customer))
 
     def _record_offers(self, rec: dict) -> list[list[str]]:
         accounts = [self.s.store.get("accounts", rec["env"], a)

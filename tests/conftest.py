@@ -19,6 +19,10 @@ from tests.postgres import INSTALL, PostgresServer, find_bin
 # the engine's retries wait seconds, not the production default of minutes (assets/publish.py
 # reads this at import, and child processes inherit it)
 os.environ.setdefault("LEDGERLAKE_RETRY_DELAY_S", "0.5")
+# pytest-xdist's workers set COLUMNS=80, which the servers and commands the tests start would
+# inherit (tables then print narrower than in a plain pytest run): every run is the same
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 
 @dataclass
@@ -73,6 +77,17 @@ def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
         box.server.stop()
 
 
+@pytest.fixture
+def frozen_sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    """A fresh sandbox whose clock stands still (it moves only by `clock/advance`): no line
+    posts between a test's reading of the truth and the pipeline's pull."""
+    box = start_sandbox(tmp_path / "frozen", "--freeze-clock")
+    try:
+        yield box
+    finally:
+        box.server.stop()
+
+
 @pytest.fixture(scope="module")
 def shared_sandbox(tmp_path_factory) -> Iterator[Sandbox]:
     """One sandbox for a whole test module, its own: its tests share its state."""
@@ -119,8 +134,10 @@ class Receiver:
 def receiver(tmp_path: Path) -> Iterator[Receiver]:
     token = secrets.token_hex(16)
     inbox = tmp_path / "inbox.sqlite3"
+    # a log line per callback (at INFO the receiver writes one per commit), for tests and
+    # their failures to read
     server = Server("receiver", "--inbox", str(inbox),
-                    env={"LEDGERLAKE_RECEIVER_TOKEN": token},
+                    env={"LEDGERLAKE_RECEIVER_TOKEN": token, "LEDGERLAKE_LOG_LEVEL": "DEBUG"},
                     log_path=tmp_path / "receiver.log").start()
     try:
         yield Receiver(server.url, token, inbox, server)

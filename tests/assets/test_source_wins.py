@@ -270,19 +270,19 @@ def test_two_processes_appending_snapshots_both_land(tmp_path, concurrent):
 
 
 @pytest.mark.slow
-def test_a_million_lines_sum_to_the_sandboxs_totals_to_the_kobo(sandbox, tmp_path):
+def test_a_million_lines_sum_to_the_sandboxs_totals_to_the_kobo(frozen_sandbox, tmp_path):
     """From the API's JSON through the lake to the views, amounts stay exact: over a million
     lines the warehouse's sums are the sandbox's own integer-kobo totals, per account."""
     import duckdb
 
     from assets.warehouse import build
 
-    made = create(sandbox, accounts=5, months=35, volume=200, seed=77, settlement=False)
+    made = create(frozen_sandbox, accounts=5, months=35, volume=200, seed=77, settlement=False)
     record = made["record"]
-    want = truth(sandbox, record)
+    want = truth(frozen_sandbox, record)
     assert sum(a["lines"] for a in want["accounts"]) >= 1_000_000
     with dg.DagsterInstance.ephemeral() as instance:
-        assert land([transactions], record, resources(sandbox, tmp_path / "lake"),
+        assert land([transactions], record, resources(frozen_sandbox, tmp_path / "lake"),
                     instance).success
     target = tmp_path / "w.duckdb"
     build(tmp_path / "lake", target)

@@ -1,10 +1,8 @@
 """How the transactions asset lands records, called directly against a real sandbox (no
-Dagster run): `land_records` (each record fetched ahead, windowed, validated, audited and
-published, in order, a failing one reported with its error), `land_one` (a window that does
-not reconcile is pulled whole; what still does not is held back), and the worker processes'
-parts. Those the pools run in forked workers (`_start_worker`, `_land_chunk`, `_fetch_pages`)
-are called here in this process as the pool calls them, so a fault in them fails a test here
-(and mutation testing, which sees only calls made in the test's own process, reaches them).
+Dagster run): `land_records` and `land_chunks` (each record fetched ahead, windowed,
+validated, audited and published, in order, chunk by chunk, a failing one reported with its
+error), `land_one` (a window that does not reconcile is pulled whole; what still does not is
+held back), and a big record fetched as page ranges at once (`fetch_split`).
 
 Ground truth is the sandbox's own (`sandbox/records/ledger`), never the pipeline's.
 """
@@ -12,7 +10,6 @@ Ground truth is the sandbox's own (`sandbox/records/ledger`), never the pipeline
 from __future__ import annotations
 
 import datetime as dt
-import gc
 import hashlib
 from decimal import Decimal
 
@@ -146,8 +143,8 @@ def test_a_failing_record_is_reported_with_its_error_and_the_others_land(box, tm
 
 
 def test_a_lone_record_whose_fetch_fails_is_reported_not_raised(box, tmp_path):
-    """The sensor's runs carry one record, fetched in this thread (its pages may go to the
-    worker processes): a failure there is the record's, reported like any other."""
+    """The sensor's runs carry one record, maybe fetched as page ranges at once: a failure
+    there is the record's, reported like any other."""
     rid = create(box, accounts=1, months=1, volume=2, seed=58)
     control(box, "records/fail", record=rid, product="transactions", times=100)
     with client(box, max_attempts=1) as c:
@@ -258,65 +255,9 @@ def test_records_failing_validation_are_named_written_nowhere_and_not_retried(tm
     assert not list(tmp_path.rglob("*.parquet"))
 
 
-@pytest.fixture
-def worker(monkeypatch):
-    """The module's per-process state (`_worker`: what `_start_worker` sets in a worker, and
-    whether `warm` ran in a parent) as a fresh process has it, dropped afterwards (and the
-    collector's freeze undone)."""
-    monkeypatch.setattr(tx, "_worker", {})
-    yield tx._worker
-    if tx._worker.get("client") is not None:
-        tx._worker["client"].close()
-    gc.unfreeze()
-
-
-def test_a_worker_lands_its_chunk_with_a_client_and_lake_of_its_own(box, tmp_path,
-                                                                    worker):
-    ids = [create(box, accounts=1, months=1, volume=3, seed=70 + i) for i in range(2)]
-    lake = Lake(root=str(tmp_path))
-    with client(box, page_size=7) as c:
-        tx.land_records(c, lake, [ids[1]])  # in the lake already
-        version = lake.version("transactions")
-        tx._start_worker(config_of(c))  # as the pool starts each worker
-        assert worker["client"] is not c and config_of(worker["client"]) == config_of(c)
-        held = lake.read_many("transactions", ids, tx.SCHEMA)  # the parent reads the lake
-        landings = tx._land_chunk(([ids[0], ids[1]], {ids[1]}, held))  # the second pulled whole
-        worker["client"].close()
-        assert lake.version("transactions") == version  # a worker does not write: its parent
-        assert [x.rows["transactions"].num_rows for x in landings] == [
-            truth(box, rid)["lines"] for rid in ids]
-        commit(lake, landings, {"transactions": tx.SCHEMA})
-    assert [(x.record_id, x.published, x.metadata["pull"]) for x in landings] == [
-        (ids[0], True, tx.FULL), (ids[1], True, tx.FULL)]
-    for rid, x in zip(ids, landings, strict=True):
-        assert x.metadata["fetched_rows"] == assert_lake_is_truth(box, lake, rid)["lines"]
-
-
-def read_arrow(path: str) -> pa.Table:
-    return pa.ipc.open_file(pa.memory_map(path)).read_all()
-
-
-def test_a_worker_hands_its_page_range_over_as_an_arrow_file(box, tmp_path, worker):
-    rid = create(box, accounts=1, months=1, volume=3, seed=72)
-    with client(box, page_size=7) as c:
-        tx._start_worker(config_of(c))
-        path = tx._fetch_pages((rid, None, 2, 3, str(tmp_path)))
-        assert path == f"{tmp_path}/pages-2.arrow"
-        want = c.transactions(rid, first_page=2, last_page=3).select(tx.SCHEMA.names)
-        assert want.num_rows == 14 and read_arrow(path).equals(want)
-        whole = tx.fetch(c, rid, None)
-        start = (pc.max(whole["trans_date"]).as_py() - dt.timedelta(days=5)).date()
-        path = tx._fetch_pages((rid, start, 1, None, str(tmp_path)))
-        assert path == f"{tmp_path}/pages-1.arrow"
-        window = tx.fetch(c, rid, start)
-        assert 0 < window.num_rows < whole.num_rows and read_arrow(path).equals(window)
-
-
-def test_a_big_lone_record_is_fetched_as_page_ranges_in_worker_processes(box, monkeypatch,
-                                                                        worker):
+def test_a_big_lone_record_is_fetched_as_page_ranges_at_once(box, monkeypatch):
     """The ranges join in the service's order: the same table as one pull, whole or from a
-    window (the size that makes a record big is lowered to this one's). The parent warms up
-    first, as a fresh process does (`worker`: no state left from another test)."""
+    window (the size that makes a record big is lowered to this one's)."""
     monkeypatch.setattr(tx, "SPLIT_ROWS", 20)
     rid = create(box, accounts=2, months=1, volume=3, seed=73)
     with client(box, page_size=9) as c:
@@ -329,16 +270,21 @@ def test_a_big_lone_record_is_fetched_as_page_ranges_in_worker_processes(box, mo
         assert tx.fetch_split(c, rid, start).equals(window)
 
 
-def test_many_records_land_in_worker_processes_chunk_by_chunk(box, tmp_path, monkeypatch,
-                                                             worker):
+def test_many_records_land_chunk_by_chunk(box, tmp_path, monkeypatch):
+    """Each chunk is committed before it is handed back: its records are in the lake while
+    the next chunk lands."""
     monkeypatch.setattr(tx, "CHUNK", 2)  # five records: three chunks
     ids = [create(box, accounts=1, months=1, volume=2, seed=80 + i) for i in range(5)]
     lake = Lake(root=str(tmp_path))
     with client(box) as c:
         tx.land_records(c, lake, [ids[1], ids[3]])
         start = tx.pull_from(lake.read("transactions", ids[1]))
-        chunks = list(tx.land_in_workers(c, lake, ids, full={ids[3]}))
+        chunks, in_lake = [], []
+        for chunk in tx.land_chunks(c, lake, ids, full={ids[3]}):
+            chunks.append(chunk)
+            in_lake.append(sorted(set(lake.partitions("transactions")) & set(ids)))
     assert [[x.record_id for x in chunk] for chunk in chunks] == [ids[:2], ids[2:4], ids[4:]]
+    assert in_lake == [sorted(ids[:2] + [ids[3]]), sorted(ids[:4]), sorted(ids)]
     landings = [x for chunk in chunks for x in chunk]
     assert [(x.record_id, x.published) for x in landings] == [(r, True) for r in ids]
     assert [x.metadata["pull"] for x in landings] == [

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,14 +26,9 @@ def processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_demo_end_to_end(tmp_path):
-    home = tmp_path / "demo-home"
-    env = {**os.environ, "LEDGERLAKE_HOME": str(home)}
-    for var in ("LEDGERLAKE_SECRET_KEY", "DAGSTER_HOME", "LEDGERLAKE_INBOX", "LEDGERLAKE_LAKE",
-                "LEDGERLAKE_WAREHOUSE", "LEDGERLAKE_API_URL"):
-        env.pop(var, None)
-    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "demo", "--customers", "4"],
-                         env=env, capture_output=True, text=True, timeout=600)
+def test_demo_end_to_end(demo, tmp_path):
+    """The session's demo run (tests/e2e/conftest.py: 4 customers), then a second run."""
+    home, env, out = demo.home, demo.env, demo.out
     assert out.returncode == 0, out.stdout + out.stderr
     assert re.search(r"sensor requested \d+ runs; 0 failed", out.stdout), out.stdout
     table = [ln for ln in out.stdout.splitlines() if re.match(r"│ [0-9a-f]{24} ", ln)]
@@ -50,9 +45,13 @@ def test_demo_end_to_end(tmp_path):
                             env=env, capture_output=True, text=True, check=True)
     assert "│       4 │" in answer.stdout, answer.stdout
 
-    # a second run starts fresh in the same folder
+    # a second run starts fresh in a folder an earlier run filled (a copy of the session's,
+    # which the browser tests read)
+    again_home = tmp_path / "demo-home"
+    shutil.copytree(home, again_home)
+    again_env = {**env, "LEDGERLAKE_HOME": str(again_home)}
     again = subprocess.run([sys.executable, "-m", "pipeline.cli", "demo", "--customers", "2"],
-                           env=env, capture_output=True, text=True, timeout=600)
+                           env=again_env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     assert re.search(r"sensor requested \d+ runs; 0 failed", again.stdout), again.stdout
     assert len([ln for ln in again.stdout.splitlines()

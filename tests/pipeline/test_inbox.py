@@ -10,6 +10,7 @@ import psycopg2
 import pytest
 
 from pipeline.inbox import Inbox, InvalidEvent, describe, open_inbox
+from tests.pipeline.inbox_batches import random_batches
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -306,3 +307,26 @@ def test_received_at_is_read_back_as_stored(inbox, make, monkeypatch):
     state = inbox.records()["rec-1"]
     assert (state.first_seen, state.last_seen) == (1_767_225_600.25, 1_767_225_601.5)
     assert state.products["AUTH"].received_at == 1_767_225_600.25
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_batch_stores_what_its_events_one_by_one_store(tmp_path, make, monkeypatch, seed):
+    """The receiver's batches go in as a few statements over many rows; the same events
+    stored one at a time (each its own statements, in its own transaction) leave the same
+    events, ids, statuses and products, and the same answers."""
+    monkeypatch.setattr("pipeline.inbox.time.time", lambda: 1_767_225_600.25)
+    batches = random_batches(make, seed)
+    with Inbox(tmp_path / "batched.sqlite3", create=True) as batched, \
+            Inbox(tmp_path / "one.sqlite3", create=True) as one:
+        answers = [batched.add_described(batch) for batch in batches]
+        singles = []
+        for batch in batches:
+            for info, raw in batch:
+                one._begin_write()
+                singles.append(one._insert(info, raw, 1_767_225_600.25))
+                one._db.execute("commit")
+        assert [a for answer in answers for a in answer] == singles
+        assert batched.after(0, 10_000) == one.after(0, 10_000)
+        assert batched.records() == one.records()
+        assert {s.status for s in one.records().values()} >= {"connected", "disconnected"}
+        assert sum(new for _, new in singles) < len(singles)  # repeats were in the batches

@@ -12,7 +12,8 @@ import time
 import orjson
 import pytest
 
-from pipeline.inbox import Inbox, InboxMissing, InboxResource, InvalidEvent, describe, open_inbox
+from pipeline.inbox import Inbox, InboxMissing, InvalidEvent, describe, open_inbox
+from pipeline.inbox_resource import InboxResource
 
 NAME = "is missing or not of the form ^[A-Za-z0-9_.-]{1,64}$"
 ID = "is not of the form ^[A-Za-z0-9_-]{1,64}$"

@@ -8,24 +8,23 @@ test_inbox_events.py."""
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 
-import orjson
 import psycopg2
 import pytest
 
 from pipeline.config import Settings
 from pipeline.inbox import (
     InboxMissing,
-    InboxResource,
     InboxUnavailable,
     InvalidEvent,
     describe,
     open_inbox,
 )
 from pipeline.inbox_postgres import WRITE_LOCK, PostgresInbox, redact
+from pipeline.inbox_resource import InboxResource
+from tests.pipeline.inbox_batches import random_batches
 from tests.postgres import PostgresServer, find_bin, free_port
 
 
@@ -282,38 +281,8 @@ def test_batches_store_in_postgres_what_they_store_in_sqlite(postgres_url, tmp_p
     by event as SQLite does: the same batches (repeats inside one and across them, products
     out of order, logins that do and do not reconnect, disconnects between callbacks) leave
     the same events, ids, statuses and products in both."""
-    rng = random.Random(seed)
     monkeypatch.setattr("pipeline.inbox.time.time", lambda: 1_767_225_600.25)
-    records = [f"rec-{i}" for i in range(6)]
-    at = [f"2026-01-0{d}T00:00:00.000Z" for d in range(1, 8)]
-
-    def body() -> dict:
-        rec, when = rng.choice(records), rng.choice(at)
-        customer, account = f"c{records.index(rec) % 2}", f"acc-{rec}"
-        kind = rng.random()
-        if kind < 0.15:
-            return make.disconnect(customer, when, accounts=rng.choice([[], [account]]))
-        if kind < 0.2:
-            return make.reauth(customer, when)
-        if kind < 0.45:
-            return make.callback(rec, "AUTH", "AUTH_SUCCESS", customer=customer,
-                                 account=account, ended_at=when,
-                                 status=rng.choice(["is_success", "is_failed"]))
-        if kind < 0.5:  # a callback that names no record
-            return {k: v for k, v in make.callback("x", "BALANCE", "BALANCE_SUCCESS",
-                                                   ended_at=when).items()
-                    if k not in ("record", "recordId")}
-        method = rng.choice(["ACCOUNTS", "TRANSACTIONS", "INCOME"])
-        return make.callback(rec, method, rng.choice([f"{method}_SUCCESS", "PRODUCT_IS_READY"]),
-                             customer=customer, account=account, ended_at=when)
-
-    bodies = [body() for _ in range(150)]
-    batches, i = [], 0
-    while i < len(bodies):
-        n = rng.choice([1, 2, 5, 17, 40])
-        batch = bodies[i:i + n] + rng.sample(bodies[:i + n], k=min(3, i + n))  # repeats
-        batches.append([(describe(b), orjson.dumps(b)) for b in batch])
-        i += n
+    batches = random_batches(make, seed)
     answers, events, states = [], [], []
     for where in (tmp_path / "inbox.sqlite3", postgres_url):
         with open_inbox(where, create=True) as inbox:

@@ -335,3 +335,23 @@ def test_the_sandbox_redelivers_to_a_receiver_killed_and_restarted(sandbox, tmp_
             time.sleep(2.0)
             got = methods()
     assert got == {a: expected, b: expected}  # nothing lost, nothing doubled
+
+
+def test_concurrent_callbacks_share_commits_and_each_is_stored_once(receiver, make, tmp_path):
+    """Callbacks arriving while the writer commits go in its next batch: 300 senders at once,
+    every one answered 200 with its own event, stored once, in fewer commits than callbacks
+    (the receiver logs one line a batch)."""
+    bodies = [make.callback(f"rec-c{i:03d}") for i in range(300)]
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(lambda b: post(receiver, b), bodies))
+    assert [a.status_code for a in answers] == [200] * 300
+    events = [a.json()["event"] for a in answers]
+    assert len(set(events)) == 300
+    with Inbox(receiver.inbox) as inbox:
+        stored = inbox.after(0, 1000)
+    assert sorted(e.id for e in stored) == sorted(events)
+    assert sorted(e.record for e in stored) == [f"rec-c{i:03d}" for i in range(300)]
+    batches = [int(line.split()[line.split().index("stored") + 1])
+               for line in (tmp_path / "receiver.log").read_text().splitlines()
+               if " stored " in line and "callbacks" in line]
+    assert sum(batches) == 300 and len(batches) < 300

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from pipeline.inbox import Inbox, InboxResource
+from pipeline.inbox import Inbox
+from pipeline.inbox_resource import InboxResource
 from pipeline.replay import TRIGGER_LIMIT, overdue, replay
 
 HOUR = 3600.0

@@ -8,7 +8,8 @@ import dagster as dg
 import pytest
 
 from assets.partitions import batches
-from pipeline.inbox import Inbox, InboxResource
+from pipeline.inbox import Inbox
+from pipeline.inbox_resource import InboxResource
 from pipeline.schedules import daily_refresh
 
 

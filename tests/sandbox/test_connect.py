@@ -228,6 +228,25 @@ def test_an_account_number_link_awaits_its_micro_deposits(box, page):
                            amounts=[0.01, 0.02]) == {"verified": True}
 
 
+def test_a_link_locked_by_its_micro_deposits_sends_the_user_to_another_bank(box, page):
+    creds = {"account_number": "0987654321"}
+    done = page.link("wema-bank", login_type="account_number", credentials=creds)
+    for _ in range(3):
+        with box.api() as api:
+            service_error(api.post("sandbox/records/verify", json={
+                "record": done["record"], "amounts": [0.1, 0.2]}), "INCORRECT_DEPOSIT_AMOUNTS")
+    with box.api() as api:  # the fourth attempt finds it locked, right amounts or not
+        service_error(api.post("sandbox/records/verify", json={
+            "record": done["record"], "amounts": [0.01, 0.02]}), "TOO_MANY_VERIFICATION_ATTEMPTS")
+    before = count(box, "records"), count(box, "accounts")
+    body = service_error(page.login(page.session(), "wema-bank", "account_number", creds),
+                         "TOO_MANY_VERIFICATION_ATTEMPTS")
+    assert "another bank" in body["error_message"]
+    assert (count(box, "records"), count(box, "accounts")) == before
+    other = page.link("uba", login_type="account_number", credentials=creds)
+    assert other["customer"] == done["customer"] and other["record"] != done["record"]
+
+
 def test_business_accounts_where_the_bank_offers_them(page):
     done = page.link("stanbic-ibtc", account_type="business", accounts=(0, 1))
     assert done["account_type"] == "business" and len(done["accounts"]) == 2

@@ -1,31 +1,38 @@
 """The connect page in a real browser: headless Chromium (Debian's /usr/bin/chromium, driven by
 Playwright, no browser download) opens the demo host page, which embeds the page with
 connect.js, and a user clicks (or types) through it. What the host's callbacks receive is
-read back from the host page. A screenshot of each step lands in the test's tmp_path."""
+read back from the host page. A screenshot of each step lands in the test's tmp_path. Each
+login method is followed on into the lake: the real receiver, the sensor and the assets land
+the record, and `ledgerlake sql` counts its rows."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import secrets
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
 import pytest
 
-from pipeline.demo import wait_for_events
-from pipeline.local import tick
+from pipeline.inbox import Inbox
+from pipeline.local import QUIET, Server, drain
+from tests.conftest import Sandbox, start_sandbox
 
 CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
 if not CHROMIUM:
     pytest.skip("SKIPPED: no chromium to drive (apt-get install -y chromium, or `make test`, "
                 "which installs it)", allow_module_level=True)
 
-from playwright.sync_api import Page, sync_playwright  # noqa: E402
+from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a browser and a sandbox: tens of seconds for the module
 _users = itertools.count()
@@ -169,35 +176,6 @@ def test_a_user_links_two_accounts_through_the_security_question(page, box, tmp_
     assert len(list((tmp_path / "screens").glob("*.png"))) >= 5
 
 
-@pytest.mark.parametrize(("search", "login_type", "fields"), [
-    ("access", "bank", {"password": "pass_good"}),
-    ("kuda", "mobile", {"pin": "1234"}),
-    ("united", "bvn", {"bvn": "22012345678"}),
-    ("wema", "account_number", {"account_number": "0123456789"}),
-])
-def test_each_login_method(page, box, tmp_path, search, login_type, fields):
-    flow = Flow(page, box, tmp_path / "screens")
-    flow.bank(search)
-    if "password" in fields or "pin" in fields:
-        fields = {"username": someone(), **fields}
-    flow.login(login_type, **fields)
-    flow.accounts()
-    done = flow.success()
-    assert done["login_type"] == login_type
-    assert done["verified"] is (login_type != "account_number")
-    if done["verified"]:
-        assert transactions_ready(box, done["record"])
-
-
-def test_business_accounts(page, box, tmp_path):
-    flow = Flow(page, box, tmp_path / "screens")
-    flow.bank("stanbic")
-    flow.login("bank", account_type="business", username=someone(), password="pass_good")
-    flow.accounts(picks=(0, 1))
-    done = flow.success()
-    assert done["account_type"] == "business" and len(done["accounts"]) == 2
-
-
 def test_a_returning_user_goes_straight_to_the_accounts(page, box, tmp_path):
     made = box.customer(name="<script>alert('x')</script> Ade", accounts=2)
     flow = Flow(page, box, tmp_path / "screens", customer=made["customer"], returning=1)
@@ -230,6 +208,52 @@ def test_the_popup_mode(page, box, tmp_path):
     page.wait_for_function("() => window.connectLog.some(x => x.kind === 'success')")
     done = page.evaluate("() => window.connectLog.find(x => x.kind === 'success').value")
     assert done["bank"]["slug"] == "access-bank"
+
+
+def sandbox_rows(box, table: str) -> int:
+    """Rows of one of the sandbox's tables, read from its file."""
+    db = sqlite3.connect(f"file:{box.data_dir / 'sandbox.sqlite3'}?mode=ro", uri=True)
+    try:
+        return db.execute(f"select count(*) from {table}").fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_bad_input_gets_a_clear_message_and_creates_nothing(page, box, tmp_path):
+    """What a user can type (a script tag as a name, a 10 kB password) and what a tester can
+    send from the page's own origin (an unknown bank id, a forged record in a callback query):
+    each answered with a message naming what is wrong, nothing created, nothing run."""
+    before = {t: sandbox_rows(box, t) for t in ("records", "customers", "accounts")}
+    conf = settings(box)
+    page.goto(conf["connect_url"])  # the page alone, as a tester opens it
+    page.locator("#bank-search").fill("access")
+    page.locator("button.bank:visible").first.click()
+    message = page.locator("#login-message")
+    for username, password, words in (
+            ("<script>alert('x')</script>", "pass_good", "credentials.username"),
+            (someone(), "p" * 10_240, "credentials.password must be a string of 1 to 200")):
+        page.locator("#bank-username").fill(username)
+        page.locator("#bank-password").fill(password)
+        page.locator("#login-submit").click()
+        expect(message).to_contain_text(words)
+        assert page.locator("#step-login").is_visible()  # still here, free to correct it
+    page.screenshot(path=str(tmp_path / "bad-input.png"))
+    answers = page.evaluate("""async ([key, secret]) => {
+        const post = (step, body) => fetch("connect/api/" + step, {method: "POST",
+            headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
+        const sess = (await (await post("session", {key})).json()).data.session;
+        const bank = await post("login", {session: sess, bank: "0".repeat(24),
+            login_type: "bank", credentials: {username: "ada", password: "pass_good"}});
+        const forged = await fetch("callback?record=" + "f".repeat(24) + "&method=AUTH",
+            {headers: {Authorization: "Bearer " + secret}});
+        return [[bank.status, await bank.json()], [forged.status, await forged.json()]];
+    }""", [conf["public_key"], box.sandbox_key])
+    for (status, body), code, words in zip(answers, ("INVALID_BANK", "INVALID_FIELD"),
+                                           ("bank does not exist", "record"), strict=True):
+        assert (status, body["error_code"]) == (400, code)
+        assert words in body["error_message"]
+    assert page.dialogs == []  # the script tag was never run
+    assert {t: sandbox_rows(box, t) for t in before} == before
 
 
 def test_a_bank_that_is_down_cannot_be_chosen(page, box, tmp_path):
@@ -276,44 +300,281 @@ def test_keyboard_only(page, box, tmp_path):
     assert page.locator("#ledgerlake-connect-frame").count() == 0
 
 
-def test_a_bank_linked_in_the_browser_lands_in_the_lake(page, sandbox, receiver, tmp_path,
-                                                         monkeypatch):
-    """From the user's first click to rows in the warehouse, as a data engineer would see it:
-    the page, the callbacks, the receiver, the sensor, the assets, `ledgerlake sql`."""
-    home = tmp_path / "home"
-    for name, value in (("LEDGERLAKE_HOME", str(home)), ("LEDGERLAKE_INBOX", str(receiver.inbox)),
-                        ("LEDGERLAKE_API_URL", sandbox.url), ("LEDGERLAKE_ENVIRONMENT", "sandbox"),
-                        ("LEDGERLAKE_SECRET_KEY", sandbox.sandbox_key)):
-        monkeypatch.setenv(name, value)
-    with sandbox.api() as api:
-        api.post("settings/webhook", json={"url": receiver.callback_url,
-                                           "token": receiver.token}).raise_for_status()
-    flow = Flow(page, sandbox, tmp_path / "screens", products="accounts,balance,transactions")
-    flow.bank("access")
-    flow.login(username=someone(), password="pass_good")
-    flow.accounts(picks=(0, 1))
+# -- from the user's first click to rows in the warehouse -------------------------------------
+# One sandbox, the real receiver, the Definitions and one Dagster instance serve every test
+# below: each links in the browser, waits for its record's callbacks in the receiver's inbox,
+# lets the sensor run what they ask for (pipeline.local.drain, the daemon's work in process),
+# rebuilds the warehouse and asks `ledgerlake sql`. The sandbox's clock is frozen, so a
+# record's lines are the same when the pipeline pulls them and when the test counts them.
+
+LAKE_PRODUCTS = "accounts,balance,transactions"
+
+
+@dataclass
+class Pipeline:
+    box: Sandbox
+    inbox: Path
+    defs: object
+    instance: object  # a DagsterInstance
+
+    def callbacks(self, record: str, n: int) -> list[str]:
+        """The methods of the record's callbacks in the inbox, once `n` have come."""
+        methods: list[str] = []
+        for _ in range(300):
+            with Inbox(self.inbox, create=True) as inbox:
+                methods = sorted(e.method for e in inbox.after(0, 100_000)
+                                 if e.record == record)
+            if len(methods) >= n:
+                return methods
+            time.sleep(0.1)
+        return methods
+
+    def land(self) -> list[str]:
+        """What the sensor asks for, run to the end, then the warehouse; the runs' ids."""
+        runs = drain(self.defs, self.instance)
+        failed = [r for r in runs if not self.instance.get_run_by_id(r).is_success]
+        assert not failed, f"runs failed: {failed}"
+        assert self.defs.resolve_job_def("warehouse_job").execute_in_process(
+            instance=self.instance, run_config=QUIET).success
+        return runs
+
+    def partitions(self) -> list[str]:
+        return self.instance.get_dynamic_partitions("records")
+
+    def sql(self, query: str) -> list[dict]:
+        """`ledgerlake sql QUERY --format json`, as an analyst runs it."""
+        out = subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", query,
+                              "--format", "json"], capture_output=True, text=True,
+                             env={**os.environ}, check=False)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout, parse_float=Decimal)
+
+    def source(self, record: str) -> dict:
+        """What the service holds for the record: its accounts and its lines' count."""
+        with self.box.api() as api:
+            accounts = api.post("accounts/get", json={"record": record, "limit": 100})
+            lines = api.post("transactions/get", json={"record": record, "limit": 1})
+        assert accounts.status_code == 200 and lines.status_code == 200, lines.text
+        return {"accounts": {a["_id"]: (a["name"], a["type"], a["nuban"])
+                             for a in accounts.json()["data"]["accounts"]},
+                "lines": lines.json()["data"]["pagination"]["totalDocs"]}
+
+    def landed(self, record: str) -> dict:
+        """What the warehouse holds for the record, in the same shape."""
+        accounts = self.sql("select account_id, name, type, nuban, customer_id from accounts "
+                            f"where record_id = '{record}'")
+        lines = self.sql("select count(*) as n, count(distinct transaction_id) as ids, "
+                         "count(distinct account_id) as accounts from transactions "
+                         f"where record_id = '{record}'")[0]
+        assert lines["n"] == lines["ids"]  # no line twice
+        return {"accounts": {a["account_id"]: (a["name"], a["type"], a["nuban"])
+                             for a in accounts},
+                "lines": lines["n"], "customers": {a["customer_id"] for a in accounts},
+                "rows": len(accounts), "line_accounts": lines["accounts"]}
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    root = tmp_path_factory.mktemp("connect-lake")
+    box = start_sandbox(root / "sandbox", "--freeze-clock")
+    token = secrets.token_hex(16)
+    receiver = Server("receiver", "--inbox", str(root / "inbox.sqlite3"),
+                      env={"LEDGERLAKE_RECEIVER_TOKEN": token}, log_path=root / "receiver.log")
+    try:
+        receiver.start()
+        with box.api() as api:
+            api.post("settings/webhook", json={"url": f"{receiver.url}/callbacks/",
+                                               "token": token}).raise_for_status()
+        with pytest.MonkeyPatch.context() as env:
+            for name, value in (("LEDGERLAKE_HOME", str(root / "home")),
+                                ("LEDGERLAKE_INBOX", str(root / "inbox.sqlite3")),
+                                ("LEDGERLAKE_API_URL", box.url),
+                                ("LEDGERLAKE_ENVIRONMENT", "sandbox"),
+                                ("LEDGERLAKE_SECRET_KEY", box.sandbox_key)):
+                env.setenv(name, value)
+            for name in [m for m in sys.modules if m.startswith("pipeline.definitions")]:
+                del sys.modules[name]  # definitions read their settings at import: these
+            from dagster import DagsterInstance
+
+            from pipeline.definitions import defs
+            with DagsterInstance.ephemeral() as instance:
+                yield Pipeline(box, root / "inbox.sqlite3", defs, instance)
+    finally:
+        receiver.stop()
+        box.server.stop()
+
+
+def expected_callbacks(accounts: int) -> list[str]:
+    return sorted(["AUTH", "ACCOUNTS", "TRANSACTIONS"] + ["BALANCE"] * accounts)
+
+
+METHODS = [  # bank searched, login method, account type, what the user types, accounts ticked
+    ("access", "bank", "business", {"password": "pass_good"}, (0, 2)),
+    ("kuda", "mobile", None, {"pin": "1234"}, (1,)),  # personal only, so no choice shown
+    ("united", "bvn", "personal", {"bvn": "22012345678"}, (0, 1)),
+    ("wema", "account_number", "business", {"account_number": "0123456789"}, (2,)),
+]
+
+
+@pytest.mark.parametrize(("search", "login_type", "account_type", "fields", "picks"), METHODS,
+                         ids=[m[1] for m in METHODS])
+def test_each_login_method_lands_in_the_lake(page, pipeline, tmp_path, search, login_type,
+                                             account_type, fields, picks):
+    """Each method, personal and business, one account or several: the record's accounts and
+    every one of its lines reach the warehouse, as the service holds them."""
+    flow = Flow(page, pipeline.box, tmp_path / "screens", products=LAKE_PRODUCTS)
+    flow.bank(search)
+    if login_type in ("bank", "mobile"):
+        fields = {"username": someone(), **fields}
+    flow.login(login_type, account_type=account_type, **fields)
+    flow.accounts(picks=picks)
     done = flow.success()
-    # AUTH, ACCOUNTS, a BALANCE per account, TRANSACTIONS
-    assert wait_for_events(receiver.inbox, 5, timeout_s=60) == 5
+    record, kind = done["record"], account_type or "personal"
+    assert (done["login_type"], done["account_type"]) == (login_type, kind)
+    assert len(done["accounts"]) == len(picks)
+    if login_type == "account_number":  # nothing flows before the micro-deposits check out
+        assert done["verified"] is False
+        assert "two small deposits" in flow.frame.locator("#success-pending").inner_text()
+        with pipeline.box.api() as api:
+            item = api.post("item/get", json={"record": record}).json()["data"]["item"]
+            assert item["last_webhook"] is None
+        assert pipeline.box.control("records/verify", record=record,
+                                    amounts=[0.02, 0.01]) == {"verified": True}
+    assert pipeline.callbacks(record, len(picks) + 3) == expected_callbacks(len(picks))
+    runs = pipeline.land()
+    assert runs and record in pipeline.partitions()
+    source, landed = pipeline.source(record), pipeline.landed(record)
+    assert landed["accounts"] == source["accounts"]
+    assert set(landed["accounts"]) == {a["_id"] for a in done["accounts"]}
+    assert landed["customers"] == {done["customer"]["_id"]}
+    assert all(name.endswith("ENTERPRISES") == (kind == "business")
+               for name, _, _ in landed["accounts"].values())
+    assert landed["lines"] == source["lines"] > 0
+    assert landed["line_accounts"] == len(picks)
 
-    for name in [m for m in sys.modules if m.startswith("pipeline.definitions")]:
-        del sys.modules[name]  # definitions read their settings at import: this test's
-    from dagster import DagsterInstance
 
-    from pipeline.definitions import defs
-    with DagsterInstance.ephemeral() as instance:
-        runs = tick(defs, instance)
-        assert runs and all(instance.get_run_by_id(r).is_success for r in runs)
-        assert instance.get_dynamic_partitions("records") == [done["record"]]
-        assert defs.resolve_job_def("warehouse_job").execute_in_process(
-            instance=instance).success
-    query = ("select count(*) as lines, count(distinct account_id) as accounts "
-             f"from transactions where record_id = '{done['record']}'")
-    answer = subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", query,
-                             "--format", "json"], capture_output=True, text=True, check=True,
-                            env={**os.environ})
-    row = json.loads(answer.stdout)[0]
-    assert row["lines"] > 0 and row["accounts"] == 2
+def test_a_returning_user_lands_no_duplicate(page, browser, pipeline, tmp_path):
+    """The same login again, and the same customer by id with the returning option, give back
+    the record the lake already holds: no new callback, run, partition or row. Another bank
+    under the same customer is a new record whose data collate under that customer."""
+    user = someone()
+    flow = Flow(page, pipeline.box, tmp_path / "first", products=LAKE_PRODUCTS)
+    flow.bank("united")
+    flow.login(username=user, password="pass_good")
+    flow.accounts(picks=(0, 1))
+    first = flow.success()
+    record, customer = first["record"], first["customer"]["_id"]
+    assert pipeline.callbacks(record, 5) == expected_callbacks(2)
+    pipeline.land()
+    before = pipeline.landed(record), len(pipeline.partitions())
+    with Inbox(pipeline.inbox) as inbox:
+        events = inbox.count()
+
+    again = [("same-login", {}), ("returning", {"customer": customer, "returning": 1})]
+    for name, query in again:
+        ctx = browser.new_context(viewport={"width": 900, "height": 760})
+        try:
+            flow = Flow(ctx.new_page(), pipeline.box, tmp_path / name, products=LAKE_PRODUCTS,
+                        **query)
+            if not query:
+                flow.bank("united")
+                flow.login(username=user, password="pass_good")
+            flow.accounts(picks=(0, 1))
+            done = flow.success()
+        finally:
+            ctx.close()
+        assert (done["record"], done["returning"]) == (record, True)
+        assert {a["_id"] for a in done["accounts"]} == {a["_id"] for a in first["accounts"]}
+    with Inbox(pipeline.inbox) as inbox:
+        assert inbox.count() == events
+    assert pipeline.land() == []  # nothing new to run
+    assert (pipeline.landed(record), len(pipeline.partitions())) == before
+
+    ctx = browser.new_context(viewport={"width": 900, "height": 760})
+    try:  # another bank, linked to the customer the application already knows
+        flow = Flow(ctx.new_page(), pipeline.box, tmp_path / "other-bank",
+                    products=LAKE_PRODUCTS, customer=customer)
+        flow.bank("stanbic")
+        flow.login(username=someone(), password="pass_good")
+        flow.accounts(picks=(0,))
+        other = flow.success()
+    finally:
+        ctx.close()
+    assert other["record"] != record and other["customer"]["_id"] == customer
+    assert pipeline.callbacks(other["record"], 4) == expected_callbacks(1)
+    pipeline.land()
+    rows = pipeline.sql("select record_id, count(*) as accounts, "
+                        "count(distinct account_id) as ids from accounts "
+                        f"where customer_id = '{customer}' group by record_id order by 1")
+    assert {r["record_id"]: r["accounts"] for r in rows} == {record: 2, other["record"]: 1}
+    assert all(r["accounts"] == r["ids"] for r in rows)
+    assert pipeline.landed(record) == before[0]
+
+
+def _account_number_link(page, pipeline, tmp_path, nuban: str) -> dict:
+    flow = Flow(page, pipeline.box, tmp_path / "screens", products=LAKE_PRODUCTS)
+    flow.bank("wema")
+    flow.login("account_number", account_number=nuban)
+    flow.accounts()
+    done = flow.success()
+    assert (done["verified"], done["returning"]) == (False, False)
+    return done
+
+
+def test_the_fourth_micro_deposit_attempt_locks_the_link(page, pipeline, tmp_path):
+    """Three wrong pairs are refused one by one; the fourth attempt, even a right one, finds
+    the record locked for good: it never sends a callback, the lake never sees it, and the
+    page sends the user to another bank."""
+    nuban = f"1{next(_users) % 10**9:09d}"
+    done = _account_number_link(page, pipeline, tmp_path, nuban)
+    record = done["record"]
+    with pipeline.box.api() as api:
+        for attempt in (1, 2, 3):
+            resp = api.post("sandbox/records/verify", json={"record": record,
+                                                            "amounts": [0.03, 0.04]})
+            assert resp.json()["error_code"] == "INCORRECT_DEPOSIT_AMOUNTS"
+            assert f"{attempt} of 3" in resp.json()["error_message"]
+        resp = api.post("sandbox/records/verify", json={"record": record,
+                                                        "amounts": [0.01, 0.02]})
+        assert resp.json()["error_code"] == "TOO_MANY_VERIFICATION_ATTEMPTS"
+        data = api.post("transactions/get", json={"record": record})
+        assert data.json()["error_code"] == "TOO_MANY_VERIFICATION_ATTEMPTS"
+        item = api.post("item/get", json={"record": record}).json()["data"]["item"]
+        assert item["last_webhook"] is None and item["verified"] is False
+    pipeline.land()
+    assert record not in pipeline.partitions()
+    assert pipeline.sql(f"select count(*) as n from accounts where record_id = '{record}'") \
+        == [{"n": 0}]
+    # the same account at the same bank: refused on the page, with the spec's advice
+    flow = Flow(page, pipeline.box, tmp_path / "again", products=LAKE_PRODUCTS)
+    flow.bank("wema")
+    flow.login("account_number", account_number=nuban)
+    expect(flow.frame.locator("#login-message")).to_contain_text("another bank")
+    flow.shot("locked")
+
+
+def test_an_unverified_link_expires_after_seven_days(page, pipeline, tmp_path):
+    """Left unverified for 7 days of the sandbox clock, the link's AUTH callback says
+    VERIFICATION_EXPIRED; the pipeline records the failure and fetches nothing."""
+    done = _account_number_link(page, pipeline, tmp_path, f"1{next(_users) % 10**9:09d}")
+    record = done["record"]
+    pipeline.box.control("clock/advance", seconds=7 * 86400 + 1)
+    assert pipeline.callbacks(record, 1) == ["AUTH"]
+    with Inbox(pipeline.inbox) as inbox:
+        (auth,) = [e for e in inbox.after(0, 100_000) if e.record == record]
+    assert (auth.code, auth.status) == ("VERIFICATION_EXPIRED", "is_failed")
+    assert auth.body["error"]["error_code"] == "VERIFICATION_EXPIRED"
+    runs = pipeline.land()  # the other records' periodic callbacks of those 7 days run too
+    assert record in pipeline.partitions()
+    assert not [r for r in runs
+                if pipeline.instance.get_run_by_id(r).tags.get("dagster/partition") == record]
+    status = pipeline.sql(f"select auth_code, accounts_code from records "
+                          f"where record_id = '{record}'")
+    assert status == [{"auth_code": "VERIFICATION_EXPIRED", "accounts_code": None}]
+    with pipeline.box.api() as api:
+        resp = api.post("sandbox/records/verify", json={"record": record,
+                                                        "amounts": [0.01, 0.02]})
+    assert resp.json()["error_code"] == "VERIFICATION_EXPIRED"
 
 
 # -- the 14 widget errors reach onError -------------------------------------------------------

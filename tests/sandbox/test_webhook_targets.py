@@ -101,6 +101,10 @@ def test_redeliveries_go_to_the_survivor_when_one_receiver_dies(sandbox: Sandbox
         for record in made[:4]:
             fire(api, record)
         wait_for(lambda: len(arrived(a)) == 2 and len(arrived(b)) == 2, "two callbacks each")
+        # stored is not yet acknowledged: killed in between, the service would redeliver
+        for record in made[:4]:
+            wait_for(lambda r=record: [t for t in attempts(api, r) if t.get("status") == 200],
+                     f"{record} acknowledged")
         b.server.proc.kill()  # SIGKILL mid-stream
         b.server.proc.wait()
         for record in made[4:]:

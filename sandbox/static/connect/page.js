@@ -192,6 +192,7 @@
       $("success-bank").textContent = done.bank.name;
       const ul = $("success-accounts"); ul.textContent = "";
       done.accounts.forEach((a) => { const li = document.createElement("li"); li.textContent = `${a.type} ${a.nuban}: ${a.name}`; ul.append(li); });
+      $("success-pending").hidden = done.verified;  // account number: micro-deposits first
       event("ACCOUNT_LINKED", { record: done.record });
       send("success", done);
       show("success");

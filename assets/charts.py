@@ -1,0 +1,226 @@
+"""A record's daily balance, drawn: in the Dagster UI and in `ledgerlake report`.
+
+The days are the `daily_balances` view's (assets/sql/daily_balances.sql), computed by its own
+SQL in an in-memory DuckDB over the record's rows, so the chart and the view never disagree:
+the end-of-day running balance of posted lines, the service's periodic history on days
+without, carried forward over gaps, in the customer's time zone.
+
+matplotlib draws them, imported on first use (~1.1 s, once per run process, and never in a
+run that draws nothing). A chart costs ~0.15 s a record (the lake's rows, the SQL, the
+drawing), so a run draws one per record only when it lands at most CHART_RECORDS
+(LEDGERLAKE_CHART_RECORDS, 5; 0: never): the sensor's runs of one record do, a backfill's
+runs of a hundred do not (docs/operations.md, "Charts and freshness").
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+from dagster import MetadataValue
+
+if TYPE_CHECKING:
+    from .publish import Landing
+
+
+def _chart_records() -> int:
+    raw = os.environ.get("LEDGERLAKE_CHART_RECORDS", "5")
+    if not raw.isdigit() or int(raw) > 100:
+        raise ValueError(f"LEDGERLAKE_CHART_RECORDS must be 0 (no charts) to 100, not {raw!r}")
+    return int(raw)
+
+
+# read at load, like the retry delay: a bad value stops the code location, not a run
+CHART_RECORDS = _chart_records()
+# the lake's columns the daily_balances SQL reads, each table with the record's id
+_READS = {"transactions": ["account_id", "cleared_date", "transaction_id", "balance"],
+          "balance_periodic": ["account_id", "date", "available_balance", "ledger_balance"]}
+
+
+def timezone() -> str:
+    """The customers' zone (LEDGERLAKE_TIMEZONE, checked when the code location loads)."""
+    from .warehouse import DEFAULT_TIMEZONE
+
+    return os.environ.get("LEDGERLAKE_TIMEZONE") or DEFAULT_TIMEZONE
+
+
+def daily_balances(tables: Mapping[str, Mapping[str, pa.Table]], zone: str | None = None
+                   ) -> dict[str, pa.Table]:
+    """Per record, its `daily_balances` rows (account_id, date, balance, ...) sorted by
+    account and day, from `tables`: lake table -> record -> that record's rows."""
+    from .warehouse import load_views, render
+
+    view = next(v for v in load_views() if v.name == "daily_balances")
+    with duckdb.connect() as con:
+        sources = {}
+        for table, columns in _READS.items():
+            parts = [rows.select(columns).append_column(
+                "record_id", pa.array([record] * rows.num_rows, pa.string()))
+                for record, rows in tables.get(table, {}).items() if rows.num_rows]
+            if parts:
+                con.register(f"lake_{table}", pa.concat_tables(parts))
+                sources[table] = f"lake_{table}"
+        con.execute(render(view, sources, zone or timezone()))
+        daily = con.sql("select * from daily_balances order by record_id, account_id, "
+                        "date").to_arrow_table()
+    out = {}
+    for record in sorted(set(daily["record_id"].to_pylist())):
+        out[record] = daily.filter(pc.equal(daily["record_id"], record))
+    return out
+
+
+def account_label(account: Mapping) -> str:
+    """`Savings ••6789`: the kind of account and its number's last digits, no more."""
+    kind = account.get("type") or account.get("name") or "account"
+    nuban = account.get("nuban") or ""
+    return f"{kind} ••{nuban[-4:]}" if nuban else f"{kind} {account.get('account_id', '')}"
+
+
+def _naira(value: float, _pos=None) -> str:
+    sign, value = "-" if value < 0 else "", abs(value)
+    if value >= 1e6:
+        return f"{sign}₦{value / 1e6:,.3g}m"
+    return f"{sign}₦{value:,.0f}"
+
+
+def _figure(size: tuple[float, float]):
+    """A matplotlib figure and its axes, without pyplot's global state."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+
+    fig = Figure(figsize=size, dpi=80)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.yaxis.set_major_formatter(FuncFormatter(_naira))
+    ax.spines[["top", "right"]].set_visible(False)
+    return fig, ax
+
+
+def _save(fig, fmt: str) -> bytes:
+    """SVG with its text as text, or PNG in a palette (a fifth of the bytes of full colour:
+    every materialization event stores it)."""
+    import matplotlib
+    from PIL import Image  # matplotlib's own dependency
+
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ledgerlake"}):
+        fig.tight_layout()
+        buf = io.BytesIO()
+        if fmt == "svg":
+            fig.savefig(buf, format="svg", metadata={"Date": None})
+            return buf.getvalue()
+        fig.savefig(buf, format="png", metadata={"Software": None})
+    image = Image.open(io.BytesIO(buf.getvalue())).convert("RGB").quantize(64)
+    out = io.BytesIO()
+    image.save(out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
+def draw(series: Sequence[tuple[str, list, list]], title: str | None, fmt: str = "png",
+         size: tuple[float, float] = (8.0, 2.6)) -> bytes:
+    """A line per (label, days, balances), as PNG or SVG."""
+    import matplotlib
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+
+    with matplotlib.rc_context({"font.size": 9}):
+        fig, ax = _figure(size)
+        for label, days, values in series:
+            ax.plot(days, [float(v) if v is not None else None for v in values],
+                    drawstyle="steps-post", linewidth=1.4, label=label)
+        if title:
+            ax.set_title(title, loc="left", fontsize=10)
+        locator = AutoDateLocator(minticks=3, maxticks=8)
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+        ax.grid(alpha=0.3)
+        if len(series) > 1:
+            ax.legend(fontsize=8, frameon=False, loc="upper left")
+        return _save(fig, fmt)
+
+
+def draw_cashflow(months: list, inflow: list, outflow: list, net: list) -> bytes:
+    """Monthly inflow up, outflow down, net as a line: an SVG for the report."""
+    import matplotlib
+
+    with matplotlib.rc_context({"font.size": 9}):
+        fig, ax = _figure((9.0, 2.6))
+        x = list(range(len(months)))
+        ax.bar(x, [float(v) for v in inflow], color="#2e7d32", label="inflow")
+        ax.bar(x, [-float(v) for v in outflow], color="#c62828", label="outflow")
+        ax.plot(x, [float(v) for v in net], color="#1d2330", marker="o", linewidth=1.4,
+                label="net")
+        ax.axhline(0, color="#667", linewidth=0.8)
+        ax.set_xticks(x, [m.strftime("%b %Y") for m in months])
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8, frameon=False, loc="lower left", bbox_to_anchor=(0, 1),
+                  ncols=3)
+        return _save(fig, "svg")
+
+
+def series_of(daily: pa.Table, labels: Mapping[str, str] | None = None
+              ) -> list[tuple[str, list, list]]:
+    """A record's daily rows as one (label, days, balances) per account."""
+    rows = daily.select(["account_id", "date", "balance"]).to_pylist()
+    by_account: dict[str, tuple[list, list]] = {}
+    for r in rows:
+        days, values = by_account.setdefault(r["account_id"], ([], []))
+        days.append(r["date"])
+        values.append(r["balance"])
+    return [((labels or {}).get(a, a), d, v) for a, (d, v) in by_account.items()]
+
+
+def markdown_image(png: bytes, alt: str) -> str:
+    """An image the Dagster UI's Markdown shows inline: a data URI, nothing to fetch."""
+    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
+
+
+def record_charts(lake, record_ids: Sequence[str],
+                  given: Mapping[str, Mapping[str, pa.Table]] | None = None) -> dict[str, str]:
+    """Per record with any balance history, its daily balance chart as Markdown; the rows
+    not `given` (lake table -> record -> rows) are read from the lake. Empty for a run of
+    more than CHART_RECORDS records: there the charts would cost more than the landing."""
+    if not record_ids or len(record_ids) > CHART_RECORDS:
+        return {}
+    from .accounts import SCHEMA as ACCOUNTS
+    from .balances import PERIODIC
+    from .transactions import SCHEMA as TRANSACTIONS
+
+    # only the columns the chart reads: a record's topics or narrations are not worth a read
+    full = {"transactions": TRANSACTIONS, "balance_periodic": PERIODIC}
+    schemas = {t: pa.schema([full[t].field(c) for c in cols]) for t, cols in _READS.items()}
+    tables = {t: dict((given or {}).get(t) or lake.read_many(t, record_ids, schemas[t]))
+              for t in schemas}
+    accounts = lake.read_many("accounts", record_ids, pa.schema(
+        [ACCOUNTS.field(c) for c in ("account_id", "nuban", "type", "name")]))
+    out = {}
+    for record, daily in daily_balances(tables).items():
+        labels = {a["account_id"]: account_label(a)
+                  for a in (accounts[record].to_pylist() if record in accounts else [])}
+        png = draw(series_of(daily, labels), f"Daily balance of record {record}")
+        out[record] = markdown_image(png, f"daily balance of record {record}")
+    return out
+
+
+def add_charts(context, lake, landings: Sequence[Landing], table: str) -> None:
+    """Put each published record's chart in its materialization's metadata (`daily_balance`),
+    in a run of at most CHART_RECORDS records; `table`: the lake table the landings' rows
+    hold (the rest is read from the lake). A chart that fails is logged, never the run's
+    failure: the rows are landed already."""
+    published = [x for x in landings if x.published]
+    if not published or len(landings) > CHART_RECORDS:
+        return
+    given = {table: {x.record_id: x.rows[table] for x in published if table in x.rows}}
+    try:
+        charts = record_charts(lake, [x.record_id for x in published], given)
+    except Exception as exc:  # a chart is a view of landed rows, not part of landing them
+        context.log.warning("no balance chart this run: %s: %s", type(exc).__name__, exc)
+        return
+    for x in published:
+        if x.record_id in charts:
+            x.metadata["daily_balance"] = MetadataValue.md(charts[x.record_id])

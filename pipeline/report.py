@@ -1,0 +1,291 @@
+"""`ledgerlake report RECORD`: one record on one page, a single self-contained HTML file.
+
+Its daily balance per account (a chart each, drawn by assets/charts.py from the
+`daily_balances` view), the monthly inflow, outflow and net, the income streams, and the
+latest verdict of each check on the record with when its products last landed (from the
+Dagster instance, when there is one). Everything is inline: styles in the page, charts as
+SVG elements, so it opens anywhere with no network, and can be mailed or archived. The data
+is the warehouse's (the views analysts query); the file is written aside and renamed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+
+from resources.lake import RECORD_ID
+
+PRODUCTS = ("accounts", "balances", "transactions", "income", "identity", "payments")
+
+
+class ReportError(Exception):
+    """Nothing to report: the message says why, and no file was written."""
+
+
+@dataclass
+class CheckResult:
+    asset: str
+    check: str
+    passed: bool | None  # None: never evaluated for this record
+    at: float | None = None
+    detail: str = ""
+
+
+@dataclass
+class Landed:
+    asset: str
+    at: float | None  # last materialization of the record's partition
+
+
+@dataclass
+class Report:
+    record: str
+    accounts: list[dict]
+    daily: dict[str, list[dict]]  # account_id -> its days
+    monthly: list[dict]
+    income: dict | None
+    streams: list[dict]
+    status: dict | None
+    checks: list[CheckResult] | None = None  # None: no Dagster instance to ask
+    landed: list[Landed] = field(default_factory=list)
+    timezone: str = "Africa/Lagos"
+
+
+def check_record(record: str) -> str:
+    if not isinstance(record, str) or not RECORD_ID.fullmatch(record):
+        raise ReportError(f"a record id matches ^[A-Za-z0-9_-]{{1,64}}$, not {record!r:.70}")
+    return record
+
+
+def _rows(con: duckdb.DuckDBPyConnection, query: str, *args) -> list[dict]:
+    cur = con.execute(query, list(args))
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def gather(con: duckdb.DuckDBPyConnection, record: str) -> Report:
+    """The record's rows from the warehouse's views; ReportError if it has none."""
+    accounts = _rows(con, "select a.account_id, a.nuban, a.type, a.name, a.currency, "
+                          "b.ledger_balance, b.available_balance, b.fetched_at "
+                          "from accounts a left join balances b using (record_id, account_id) "
+                          "where a.record_id = ? order by a.account_id", record)
+    status = next(iter(_rows(con, "select status, status_at, last_callback_at from records "
+                                  "where record_id = ?", record)), None)
+    if not accounts and status is None:
+        raise ReportError(f"record {record} is not in the warehouse (no accounts, no status): "
+                          "see `ledgerlake status`")
+    daily: dict[str, list[dict]] = {}
+    for row in _rows(con, "select account_id, date, balance from daily_balances "
+                          "where record_id = ? order by account_id, date", record):
+        daily.setdefault(row["account_id"], []).append(row)
+    monthly = _rows(con, "select month, sum(inflow) as inflow, sum(outflow) as outflow, "
+                         "sum(net) as net, sum(transactions) as transactions "
+                         "from monthly_cashflow where record_id = ? group by month "
+                         "order by month", record)
+    income = next(iter(_rows(con, "select average_monthly_income, confidence, "
+                                  "number_of_streams from income_summary where record_id = ?",
+                             record)), None)
+    streams = _rows(con, "select type, source_name, monthly_amount, number_of_transactions, "
+                         "first_date, last_date, primary_stream from income_streams "
+                         "where record_id = ? order by primary_stream desc nulls last, "
+                         "monthly_amount desc", record)
+    return Report(record, accounts, daily, monthly, income, streams, status)
+
+
+def add_dagster(report: Report, instance) -> None:
+    """The latest verdict of every check on the record, and when each product landed."""
+    import dagster as dg
+
+    from .definitions import defs
+    from .freshness import CHECK_NAME, MAX_AGE
+
+    graph = defs.resolve_asset_graph()
+    keys = sorted((k for k in graph.asset_check_keys
+                   if graph.get_check_spec(k).partitions_def is not None),
+                  key=lambda k: (k.asset_key.to_user_string(), k.name))
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        keys, partition_filter=_partition(report.record)) if keys else {}
+    report.checks = []
+    for key in keys:
+        got = latest.get(key)
+        evaluation = got.evaluation if got is not None else None
+        detail = ""
+        if evaluation is not None and not evaluation.passed:
+            count = evaluation.metadata.get("problem_count")
+            detail = (evaluation.description or "failed") + (
+                f" ({count.value} problems)" if count is not None else "")
+        report.checks.append(CheckResult(
+            key.asset_key.to_user_string(), key.name,
+            None if evaluation is None else evaluation.passed,
+            None if got is None else got.create_timestamp, detail))
+    now = dt.datetime.now(dt.UTC).timestamp()
+    connected = (report.status or {}).get("status") in (None, "connected")
+    for asset in PRODUCTS:
+        found = instance.fetch_materializations(dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey(asset), asset_partitions=[report.record]), limit=1).records
+        at = found[0].timestamp if found else None
+        report.landed.append(Landed(asset, at))
+        if asset in ("balances", "transactions") and at is not None:
+            fresh = not connected or now - at < MAX_AGE.total_seconds()
+            report.checks.append(CheckResult(
+                asset, CHECK_NAME, fresh, now,
+                "" if fresh else f"last landed more than {MAX_AGE} ago"))
+
+
+def _partition(record: str):
+    from dagster._core.event_api import PartitionKeyFilter
+
+    return PartitionKeyFilter(key=record)
+
+
+# -- the page ---------------------------------------------------------------------------------
+
+STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;
+max-width:960px;padding:0 1rem;color:#1d2330}
+h1{font-size:1.5rem;margin-bottom:.2rem}h2{margin-top:2rem;border-bottom:1px solid #dde;
+padding-bottom:.2rem;font-size:1.15rem}.muted{color:#667}table{border-collapse:collapse;
+width:100%;margin:.5rem 0}th,td{padding:.3rem .5rem;border-bottom:1px solid #eef;
+text-align:left}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+.pass{color:#176b2c;font-weight:600}.fail{color:#a3121f;font-weight:600}
+.none{color:#667}figure{margin:1rem 0}figcaption{font-weight:600;margin-bottom:.2rem}
+figure svg{max-width:100%;height:auto}
+"""
+
+
+NUMERIC = ' class="n"'
+
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def money(value) -> str:
+    if value is None:
+        return ""
+    q = Decimal(value).quantize(Decimal("0.01"))
+    return f"{'-' if q < 0 else ''}₦{abs(q):,.2f}"
+
+
+def _when(ts: float | dt.datetime | None) -> str:
+    if ts is None:
+        return ""
+    when = ts if isinstance(ts, dt.datetime) else dt.datetime.fromtimestamp(ts, dt.UTC)
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int] = frozenset()
+           ) -> str:
+    def cells(tag, values):
+        return "".join(f"<{tag}{NUMERIC if i in numeric else ''}>{v}</{tag}>"
+                       for i, v in enumerate(values))
+    body = "".join(f"<tr>{cells('td', r)}</tr>" for r in rows)
+    return f"<table><thead><tr>{cells('th', head)}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _svg(raw: bytes) -> str:
+    """matplotlib's SVG as an inline element (its XML prologue and doctype dropped)."""
+    text = raw.decode()
+    return text[text.index("<svg"):]
+
+
+def render(report: Report) -> str:
+    from assets.charts import account_label, draw, draw_cashflow
+
+    labels = {a["account_id"]: account_label(a) for a in report.accounts}
+    parts = [f"<h1>Record {_e(report.record)}</h1>"]
+    status = report.status or {}
+    since = f" since {_when(status['status_at'])}" if status.get("status_at") else ""
+    parts.append(f"<p class=\"muted\">Connection: <b>{_e(status.get('status') or 'unknown')}"
+                 f"</b>{since}; last callback "
+                 f"{_when(status.get('last_callback_at')) or 'unknown'}. "
+                 f"Report made {_when(dt.datetime.now(dt.UTC))}; days and months are "
+                 f"{_e(report.timezone)}'s.</p>")
+
+    parts.append("<h2>Accounts</h2>")
+    parts.append(_table(["account", "currency", "ledger balance", "available", "as of"], [
+        [_e(labels[a["account_id"]]), _e(a["currency"]), money(a["ledger_balance"]),
+         money(a["available_balance"]), _when(a["fetched_at"])] for a in report.accounts],
+        {2, 3}))
+
+    parts.append("<h2>Daily balance</h2>")
+    if not report.daily:
+        parts.append("<p class=\"muted\">No balance history landed yet.</p>")
+    for account, days in report.daily.items():
+        label = labels.get(account, account)
+        svg = draw([(label, [d["date"] for d in days], [d["balance"] for d in days])],
+                   None, fmt="svg", size=(9.0, 2.6))
+        parts.append(f"<figure class=\"chart\" data-account=\"{_e(account)}\">"
+                     f"<figcaption>{_e(label)}: end-of-day balance</figcaption>{_svg(svg)}</figure>")
+
+    parts.append("<h2>Monthly cash flow</h2>")
+    if report.monthly:
+        svg = draw_cashflow([m["month"] for m in report.monthly],
+                            [m["inflow"] for m in report.monthly],
+                            [m["outflow"] for m in report.monthly],
+                            [m["net"] for m in report.monthly])
+        parts.append(f"<figure class=\"cashflow\"><figcaption>Inflow, outflow and net, "
+                     f"all accounts</figcaption>{_svg(svg)}</figure>")
+        parts.append(_table(["month", "inflow", "outflow", "net", "transactions"], [
+            [m["month"].strftime("%Y-%m"), money(m["inflow"]), money(m["outflow"]),
+             money(m["net"]), _e(m["transactions"])] for m in report.monthly], {1, 2, 3, 4}))
+    else:
+        parts.append("<p class=\"muted\">No posted transactions yet.</p>")
+
+    parts.append("<h2>Income</h2>")
+    if report.income:
+        i = report.income
+        n = i["number_of_streams"]
+        parts.append(f"<p>Average monthly income <b>{money(i['average_monthly_income'])}</b>"
+                     f" from {_e(n)} stream{'' if n == 1 else 's'} (confidence "
+                     f"{_e(i['confidence'])}%).</p>")
+    if report.streams:
+        parts.append(_table(["stream", "source", "monthly", "transactions", "first", "last"], [
+            [_e(s["type"]) + (" (primary)" if s["primary_stream"] else ""),
+             _e(s["source_name"]), money(s["monthly_amount"]), _e(s["number_of_transactions"]),
+             _e(s["first_date"]), _e(s["last_date"])] for s in report.streams], {2, 3}))
+    elif not report.income:
+        parts.append("<p class=\"muted\">No income landed yet.</p>")
+
+    parts.append("<h2>Checks</h2>")
+    if report.checks is None:
+        parts.append("<p class=\"muted\">Unknown: no Dagster instance to ask (set DAGSTER_HOME)."
+                     "</p>")
+    else:
+        def verdict(c: CheckResult) -> str:
+            if c.passed is None:
+                return "<span class=\"none\">not evaluated</span>"
+            return "<span class=\"pass\">passed</span>" if c.passed else \
+                "<span class=\"fail\">failed</span>"
+        parts.append(_table(["asset", "check", "result", "when", "detail"], [
+            [_e(c.asset), _e(c.check), verdict(c), _when(c.at), _e(c.detail)]
+            for c in report.checks]))
+        parts.append(_table(["product", "last landed"], [
+            [_e(x.asset), _when(x.at) or "<span class=\"none\">never</span>"]
+            for x in report.landed]))
+    body = "\n".join(parts)
+    return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>ledgerlake: record {_e(report.record)}</title>"
+            f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
+
+
+def write(text: str, output: Path) -> Path:
+    """Written aside and renamed: the file is whole or absent."""
+    output = output.resolve()
+    if not output.parent.is_dir():
+        raise ReportError(f"no folder {output.parent} to write {output.name} in")
+    tmp = output.with_name(f".{output.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, output)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return output

@@ -1,0 +1,82 @@
+"""Every column described once (assets/schemas.py) and shown everywhere: the Dagster asset
+column tables, DuckDB's catalog of the warehouse file, docs/columns.md."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from assets import catalog
+from assets.schemas import LAKE_MODELS, VIEW_MODELS, descriptions
+from assets.warehouse import LAKE_TABLES, build, lake_columns, load_views
+
+
+@pytest.fixture(scope="module")
+def empty_warehouse(tmp_path_factory):
+    """The warehouse over an empty lake: every view, typed as over any lake."""
+    folder = tmp_path_factory.mktemp("catalog")
+    build(folder / "lake", folder / "w.duckdb")
+    return folder / "w.duckdb"
+
+
+@pytest.mark.parametrize("table", sorted(LAKE_TABLES))
+def test_every_lake_column_is_described_and_nothing_else(table):
+    told = catalog.lake_descriptions(table)
+    columns = list(lake_columns(table))
+    assert [c for c in columns if not told.get(c)] == []
+    assert sorted(set(told) - set(columns)) == []  # no description of a column that is gone
+    assert set(LAKE_MODELS) == set(LAKE_TABLES)
+
+
+def test_what_the_views_add_is_theirs(empty_warehouse):
+    with duckdb.connect(str(empty_warehouse), read_only=True) as con:
+        for view, model in VIEW_MODELS.items():
+            have = {r[0] for r in con.execute("select column_name from duckdb_columns() "
+                                              "where table_name = ?", [view]).fetchall()}
+            assert set(descriptions(model)) <= have, view
+
+
+def test_duckdb_shows_every_view_and_column_description(empty_warehouse):
+    views = {v.name: v for v in load_views()}
+    with duckdb.connect(str(empty_warehouse), read_only=True) as con:
+        comments = dict(con.execute("select view_name, comment from duckdb_views() "
+                                    "where not internal").fetchall())
+        assert comments == {name: v.comment for name, v in views.items()}
+        assert all(len(c) > 20 for c in comments.values())
+        missing = con.execute("select c.table_name, c.column_name from duckdb_columns() c "
+                              "join duckdb_views() v on v.view_name = c.table_name "
+                              "where not v.internal and coalesce(c.comment, '') = ''"
+                              ).fetchall()
+        assert missing == []
+        told = dict(con.execute("select column_name, comment from duckdb_columns() "
+                                "where table_name = 'daily_balances'").fetchall())
+    assert told["balance"] == descriptions(VIEW_MODELS["daily_balances"])["balance"]
+    assert told["record_id"] == catalog.RECORD_ID
+    # a view reading a lake table through another view takes the lake's descriptions
+    assert catalog.view_descriptions("balances", {v.name: (set(v.tables | v.optional),
+                                                           v.needs) for v in views.values()}
+                                     )["ledger_balance"] == \
+        descriptions(LAKE_MODELS["balance_history"])["ledger_balance"]
+
+
+def test_docs_columns_md_is_what_the_models_say():
+    assert catalog.DOC.read_text() == catalog.markdown(), \
+        "docs/columns.md is stale: run `.venv/bin/python -m assets.catalog`"
+
+
+def test_the_dagster_column_tables_carry_the_descriptions():
+    from pipeline.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    shown = {}
+    for node in graph.asset_nodes:
+        schema = node.metadata.get("dagster/column_schema")
+        if schema is not None:
+            shown[node.key.to_user_string()] = {c.name: c.description
+                                                for c in getattr(schema, "value", schema).columns}
+    products = {"accounts", "balances", "transactions", "income", "identity", "payments"}
+    assert products | {"record_status"} <= set(shown)
+    for asset, columns in shown.items():
+        assert [c for c, d in columns.items() if not d] == [], asset
+    assert shown["transactions"]["amount"] == descriptions(LAKE_MODELS["transactions"])["amount"]
+    assert "record_id" in shown["balances"] and "fetched_at" in shown["balances"]

@@ -1,0 +1,93 @@
+"""The daily balance charts: the days are the daily_balances view's, a run draws them only
+when it is small, and a chart that fails never fails a landing."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from assets import charts
+from assets.balances import PERIODIC
+from assets.publish import Landing
+from assets.warehouse import build
+from resources.lake import Lake
+from tests.pipeline.test_sql_cli import lines
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory) -> Lake:
+    lake = Lake(root=str(tmp_path_factory.mktemp("charts") / "lake"))
+    for record, accounts in (("r1", ("a1", "a2")), ("r2", ("b1",))):
+        lake.write("transactions", record, pa.concat_tables(
+            [lines(a, 10 + 5 * i, 100.0 * (i + 1)) for i, a in enumerate(accounts)]))
+    lake.write("balance_periodic", "r1", pa.Table.from_pylist([
+        {"account_id": "a1", "date": dt.date(2025, 1, 25), "ledger_balance": Decimal("90"),
+         "available_balance": Decimal("80")}], schema=PERIODIC), schema=PERIODIC)
+    return lake
+
+
+def test_the_days_are_the_views(lake, tmp_path):
+    target = tmp_path / "w.duckdb"
+    build(lake.root, target)
+    with duckdb.connect(str(target), read_only=True) as con:
+        view = con.execute("select record_id, account_id, date, balance, source, "
+                           "carried_forward from daily_balances order by all").fetchall()
+    ids = ["r1", "r2"]
+    tables = {"transactions": lake.read_many("transactions", ids, lines("x", 1, 0).schema),
+              "balance_periodic": lake.read_many("balance_periodic", ids, PERIODIC)}
+    drawn = charts.daily_balances(tables)
+    mine = sorted((r, row["account_id"], row["date"], row["balance"], row["source"],
+                   row["carried_forward"]) for r, t in drawn.items() for row in t.to_pylist())
+    assert mine == view and len(view) > 30
+
+
+class Log:
+    def __init__(self):
+        self.warnings = []
+
+    def warning(self, msg, *args):
+        self.warnings.append(msg % args)
+
+
+class Context:
+    def __init__(self):
+        self.log = Log()
+
+
+def published(*records: str) -> list[Landing]:
+    return [Landing(r, published=True) for r in records]
+
+
+def test_a_small_run_gets_a_chart_per_record_a_large_one_none(lake):
+    few = published("r1", "r2")
+    charts.add_charts(Context(), lake, few, "transactions")
+    assert all(x.metadata["daily_balance"].value.startswith("![daily balance of record "
+                                                           f"{x.record_id}](data:image/png;")
+               for x in few)
+    many = published("r1", "r2", *[f"n{i}" for i in range(charts.CHART_RECORDS)])
+    charts.add_charts(Context(), lake, many, "transactions")
+    assert all("daily_balance" not in x.metadata for x in many)
+
+
+def test_a_chart_that_fails_is_a_warning_not_a_failed_landing(lake):
+    class Broken(Lake):
+        def read_many(self, *a, **kw):
+            raise OSError("the store went away")
+
+    ctx, landings = Context(), published("r1")
+    charts.add_charts(ctx, Broken(root=lake.root), landings, "transactions")
+    assert landings[0].published and "daily_balance" not in landings[0].metadata
+    assert ctx.log.warnings == ["no balance chart this run: OSError: the store went away"]
+
+
+@pytest.mark.parametrize("value", ["-1", "101", "many"])
+def test_a_bad_chart_limit_is_refused(monkeypatch, value):
+    monkeypatch.setenv("LEDGERLAKE_CHART_RECORDS", value)
+    with pytest.raises(ValueError, match="LEDGERLAKE_CHART_RECORDS must be 0"):
+        charts._chart_records()
+    monkeypatch.setenv("LEDGERLAKE_CHART_RECORDS", "0")
+    assert charts._chart_records() == 0

@@ -1,0 +1,129 @@
+"""What analysts and data engineers see, in a real browser: headless Chromium (Debian's
+/usr/bin/chromium, driven by Playwright) over the session's webserver and demo ingest
+(tests/e2e/conftest.py). The asset catalog lists every asset with its description; the
+transactions page shows its columns' descriptions and passed checks; a balances
+materialization shows the record's daily balance chart; `ledgerlake report` opens as one
+page with a chart per account. Screenshots land in the session's temporary folder (the path
+is printed)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from assets.schemas import LAKE_MODELS, descriptions
+
+CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
+if not CHROMIUM:
+    pytest.skip("SKIPPED: no chromium to drive (apt-get install -y chromium, or `make test`, "
+                "which installs it)", allow_module_level=True)
+
+from playwright.sync_api import Page, sync_playwright  # noqa: E402
+
+pytestmark = pytest.mark.slow  # the demo and the webserver (shared), then a browser: ~30 s
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("ui-screenshots")
+    print(f"\nscreenshots: {folder}")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def page(webserver) -> Page:
+    """One browser page for the module; Dagster's first-visit dialog dismissed once."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        try:
+            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            page = ctx.new_page()
+            page.set_default_timeout(60_000)
+            page.goto(f"{webserver.url}/assets")
+            skip = page.get_by_role("button", name="Skip")
+            try:  # "Join the Dagster community": shown once per browser profile
+                skip.wait_for(state="visible", timeout=10_000)
+                skip.click()
+            except Exception:
+                pass
+            yield page
+        finally:
+            browser.close()
+
+
+def test_the_catalog_lists_every_asset_with_its_description(page, webserver, shots):
+    from pipeline.definitions import defs
+
+    page.goto(f"{webserver.url}/assets")
+    page.get_by_text("warehouse", exact=True).first.wait_for()
+    nodes = list(defs.resolve_asset_graph().asset_nodes)
+    for node in nodes:  # the description's first words: the list may clip a long one
+        page.get_by_text(node.description[:40]).first.wait_for()
+    text = page.inner_text("main") if page.locator("main").count() else page.inner_text("body")
+    missing = [n.key.to_user_string() for n in nodes
+               if n.key.to_user_string() not in text or n.description[:40] not in text]
+    page.screenshot(path=str(shots / "catalog.png"))
+    assert missing == [], missing
+    # filtered the way Dagster users do: the pii tag finds identity alone
+    page.goto(f"{webserver.url}/assets?asset-selection=tag%3Apii")
+    page.get_by_text("Who the record's customer is").first.wait_for()
+    assert page.get_by_text("Every transaction of the record").count() == 0
+
+
+def test_transactions_shows_column_descriptions_and_passed_checks(page, webserver, shots):
+    page.goto(f"{webserver.url}/assets/transactions")
+    told = descriptions(LAKE_MODELS["transactions"])
+    page.get_by_text(told["amount"]).first.wait_for()
+    text = page.inner_text("body")
+    assert [c for c, d in told.items() if d not in text] == []
+    page.screenshot(path=str(shots / "transactions.png"), full_page=True)
+    page.goto(f"{webserver.url}/assets/transactions?view=checks")
+    for check in ("running_balance_reconciles", "connected_records_fresh"):
+        page.get_by_text(check, exact=True).first.wait_for()
+    page.get_by_text("Passed", exact=True).first.wait_for()  # the selected check's result
+    listed = page.inner_text("body")
+    assert listed.count("Succeeded") >= 2 and "Failed" not in listed
+    page.screenshot(path=str(shots / "transactions-checks.png"))
+
+
+def test_a_balances_materialization_shows_the_chart(page, webserver, shots):
+    page.goto(f"{webserver.url}/assets/balances")
+    row = page.locator("tr", has_text="daily_balance")
+    row.get_by_text("Show Markdown").click()
+    image = page.locator("img[src^='data:image/png']").first
+    image.wait_for()
+    width, height, loaded = image.evaluate("i => [i.naturalWidth, i.naturalHeight, i.complete]")
+    assert loaded and (width, height) == (640, 208)
+    page.screenshot(path=str(shots / "balances-chart.png"))
+    page.keyboard.press("Escape")
+
+
+def test_the_report_opens_whole_with_a_chart_per_account(page, demo, shots):
+    with duckdb.connect(str(demo.home / "warehouse.duckdb"), read_only=True) as con:
+        record, accounts = con.execute(
+            "select record_id, count(*) from accounts group by 1 order by 2 desc, 1 limit 1"
+        ).fetchone()
+    out = shots / "report.html"
+    made = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", record,
+                           "--output", str(out)], env=demo.env, capture_output=True, text=True,
+                          timeout=300)
+    assert made.returncode == 0, made.stderr
+    asked = []  # anything the page would fetch: a self-contained page asks for nothing
+    page.route("**/*", lambda route: (asked.append(route.request.url), route.continue_()))
+    try:
+        page.goto(out.as_uri())
+        charts = page.locator("figure.chart svg")
+        assert charts.count() == accounts > 1
+        assert all(charts.nth(i).bounding_box()["height"] > 100 for i in range(accounts))
+        checks = page.locator("table", has_text="running_balance_reconciles").inner_text()
+        assert "passed" in checks and "failed" not in checks, checks
+        page.screenshot(path=str(shots / "report.png"), full_page=True)
+    finally:
+        page.unroute("**/*")
+    assert asked == [out.as_uri()], asked
