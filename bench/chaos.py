@@ -655,7 +655,7 @@ def refresh_here() -> int:
     from dagster.version import __version__
     from dagster_shared.cli import WorkspaceOpts
 
-    from pipeline.inbox import InboxResource
+    from pipeline.inbox_resource import InboxResource
     from pipeline.schedules import daily_refresh
 
     with DagsterInstance.get() as instance:
