@@ -361,7 +361,9 @@ class World:
         self.postgres = PostgresServer(folder).start()
         self.deployments: dict[str, Deployment] = {}
         try:
-            self.sandbox = start_sandbox(work / "sandbox", "--freeze-clock")
+            # the service's own state (its keys, its webhook tokens) beside the deployments'
+            # homes, not in the one named after its environment
+            self.sandbox = start_sandbox(work / "service", "--freeze-clock")
             self.api = {"sandbox": self.sandbox.api("sandbox"),
                         "production": self.sandbox.api("production")}
             common = {"LEDGERLAKE_API_URL": self.sandbox.url, "LEDGERLAKE_RETRY_DELAY_S": "0.5",
