@@ -11,7 +11,7 @@ export UV_PROJECT_ENVIRONMENT := $(CURDIR)/$(VENV)
 # it every process (each server a test starts, each launched run) compiles Dagster anew
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: all setup chromium test demo lint bench dev mutation clean
+.PHONY: all setup chromium test demo lint bench chaos dev mutation clean
 
 all: test
 
@@ -45,6 +45,13 @@ demo: setup
 # about 15 minutes; writes bench/results/latest.json and the table in bench/README.md
 bench: setup
 	$(VENV)/bin/python bench/run.py $(BENCH_ARGS)
+
+# exactly once under faults: 10 seeds of bench/chaos.py (both environments, a few hundred
+# records, processes SIGKILLed, the sandbox's faults), each checked against the sandbox's
+# ground truth; writes bench/results/chaos.json and the table in docs/operations.md. About
+# 10 minutes a seed on 2 cores. `make test` runs one short seed (tests/e2e/test_chaos.py).
+chaos: setup
+	$(VENV)/bin/python bench/chaos.py --seeds 10 --records 300 --window 240 --docs $(CHAOS_ARGS)
 
 # mutmut on pipeline/inbox.py, resources/client.py, assets/checks.py, assets/transactions.py,
 # each with its own tests (mutation/run.py); not part of `make test`. MODULES=... picks some.

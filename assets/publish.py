@@ -62,17 +62,6 @@ FETCH_RETRY = dg.RetryPolicy(max_retries=3, delay=_delay_s(), backoff=dg.Backoff
 SERVICE_POOL = "connection_service"
 
 
-# What keeps the warehouse (and the records table it serves) up to date without a click: built
-# again when any product has landed since its last build, or when it was never built, and
-# never while a build is running. Unlike `eager`, a record still missing a product, or a run
-# in flight, does not hold it back: under steady ingest something always is.
-LAKE_CHANGED = (
-    (dg.AutomationCondition.newly_missing() | dg.AutomationCondition.any_deps_updated())
-    .since_last_handled()
-    & ~dg.AutomationCondition.in_progress()
-).with_label("lake changed")
-
-
 @dataclass(frozen=True)
 class Check:
     name: str

@@ -13,7 +13,6 @@ from resources.lake import Lake
 
 from .catalog import OWNERS, column_schema
 from .metadata import describe
-from .publish import LAKE_CHANGED
 
 PRODUCT_ASSETS = ["accounts", "balances", "transactions", "income", "identity", "payments"]
 
@@ -48,7 +47,7 @@ def last_per_product(methods: dict[str, tuple[str, str]]) -> dict[str, str | Non
 # after products land (their callbacks moved the inbox), and on connection events (the inbox
 # sensor asks for a run), the statuses are rebuilt from the inbox
 @asset(group_name="warehouse", kinds={"parquet"}, deps=PRODUCT_ASSETS,
-       automation_condition=LAKE_CHANGED, owners=OWNERS,
+       owners=OWNERS,
        metadata={"dagster/column_schema": column_schema(SCHEMA, "records")})
 def record_status(context: AssetExecutionContext, callback_log: CallbackLog, lake: Lake):
     """Connected, disconnected or needing reauthentication, with the last callback seen."""

@@ -20,9 +20,11 @@ reads through the filesystem `resources.object_store.connect` registers on a con
 """
 
 # no `from __future__ import annotations`: Dagster reads the context's type hint at runtime
+import fcntl
 import glob
 import os
 import re
+import struct
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -56,7 +58,6 @@ from .catalog import OWNERS, view_descriptions
 from .identity import identity
 from .income import income
 from .payments import payments
-from .publish import LAKE_CHANGED
 from .record_status import record_status
 from .transactions import transactions
 
@@ -336,23 +337,46 @@ def warehouse_columns(target: Path | str) -> dict[str, list[tuple[str, str, str 
     return out
 
 
-def _remove_stale(target: Path, older_than_s: float = 3600.0) -> None:
-    """Temporary files of builds that died (killed mid-build) before they could clean up."""
-    cutoff = time.time() - older_than_s
+def _remove_stale(target: Path, quiet_s: float = 2.0, older_than_s: float = 3600.0) -> None:
+    """Temporary files of builds that died (killed mid-build) before they could clean up.
+
+    A build's DuckDB holds a lock on its file for as long as it is open, so a file that no
+    process locks and that nobody wrote for `quiet_s` (the instants between DuckDB creating
+    it and locking it, or closing it and renaming it) is a dead build's, whichever process
+    made it; a locked one is never touched. Where the lock cannot be asked about, files older
+    than `older_than_s` go.
+    """
+    now = time.time()
     for path in target.parent.glob(f".{glob.escape(target.name)}.*.tmp*"):
+        database = path.with_name(path.name.removesuffix(".wal"))  # a WAL goes with its file
         try:
-            if path.stat().st_mtime < cutoff:
+            age = now - path.stat().st_mtime
+            held = _locked(database) if database.exists() else False
+            if age > (older_than_s if held is None else quiet_s) and not held:
                 path.unlink()
         except FileNotFoundError:
             pass
+
+
+def _locked(path: Path) -> bool | None:
+    """Whether a process (this one too) holds a lock on the file, as DuckDB does on a database
+    it has open; None where the system cannot say (no open-file-description locks)."""
+    if not hasattr(fcntl, "F_OFD_GETLK"):
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        asked = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)  # struct flock
+        answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, asked)
+        return struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK
+    finally:
+        os.close(fd)
 
 
 # the views read what these write; the warehouse is rebuilt after them, never during
 # after maintenance too: compaction retires the files the views name, vacuum removes them
 @asset(deps=[accounts, balances, transactions, income, identity, payments, record_status,
              "lake_maintenance"],
-       pool="duckdb", group_name="warehouse", kinds={"duckdb"},
-       automation_condition=LAKE_CHANGED, owners=OWNERS)
+       pool="duckdb", group_name="warehouse", kinds={"duckdb"}, owners=OWNERS)
 def warehouse(context: AssetExecutionContext, lake: Lake,
               warehouse_db: Warehouse) -> MaterializeResult:
     """DuckDB views over the lake, for analysts (`ledgerlake sql`)."""

@@ -137,7 +137,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     from .config import Settings
     from .inbox import NAME, InboxMissing, InboxUnavailable, open_inbox
-    from .replay import replay
+    from .replay import replay, replay_named
 
     settings = Settings.from_env()
     where = args.inbox or settings.inbox
@@ -146,6 +146,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if bad or not expect:
         print(f"ledgerlake: --expect takes methods such as ACCOUNTS,TRANSACTIONS, not "
               f"{args.expect!r}", file=sys.stderr)
+        return 2
+    from resources.lake import RECORD_ID
+
+    named = [r.strip() for r in (args.records or "").split(",") if r.strip()]
+    if args.records is not None and not (named and all(map(RECORD_ID.fullmatch, named))):
+        print(f"ledgerlake: --records takes record ids separated by commas, not "
+              f"{args.records!r:.80}", file=sys.stderr)
         return 2
     try:
         inbox = open_inbox(where)
@@ -164,8 +171,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                   environment=settings.environment, secret_key=key)
     try:
         with inbox:
-            result = replay(inbox, client, after_s=args.after_minutes * 60, expect=expect,
-                            dry_run=args.dry_run, say=print)
+            if named:
+                result = replay_named(inbox, client, named, dry_run=args.dry_run, say=print)
+            else:
+                result = replay(inbox, client, after_s=args.after_minutes * 60, expect=expect,
+                                dry_run=args.dry_run, say=print)
     except ServiceError as exc:
         print(f"ledgerlake: the service refused the trigger: {exc}", file=sys.stderr)
         return 1
@@ -173,7 +183,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if client is not None:
             client.close()
     verb = "would trigger" if args.dry_run else "triggered"
-    print(f"{len(result.overdue)} records overdue; {verb} "
+    print(f"{len(result.overdue)} records {'named' if named else 'overdue'}; {verb} "
           f"{len(result.overdue) if args.dry_run else len(result.triggered)} "
           f"in {result.calls} calls")
     return 0
@@ -458,6 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a record may miss a product (default %(default)s)")
     p.add_argument("--expect", default="ACCOUNTS,TRANSACTIONS",
                    help="methods every record should call back with (default %(default)s)")
+    p.add_argument("--records", help="re-send these records' callbacks (ids separated by "
+                                     "commas), whatever the inbox knows of them")
     p.add_argument("--dry-run", action="store_true", help="list the records, call nothing")
     p.add_argument("--api-url", help="the service (default $LEDGERLAKE_API_URL)")
     p.set_defaults(func=cmd_replay)

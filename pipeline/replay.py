@@ -100,6 +100,32 @@ def replay(inbox: Inbox, client: ConnectionClient | None, *, after_s: float,
     return result
 
 
+def replay_named(inbox: Inbox, client: ConnectionClient | None, records: Sequence[str], *,
+                 dry_run: bool = False, now: float | None = None,
+                 say: Callable[[str], None] = log.info) -> Replay:
+    """Trigger the callbacks of the records named, whatever the inbox knows of them: a record
+    linked while every receiver was down for longer than the service redelivers left no trace
+    here, but its application has its id (the connect page's onSuccess)."""
+    result = Replay([Overdue(r, (), 0.0) for r in dict.fromkeys(records)])
+    known = inbox.records([o.record for o in result.overdue])
+    for o in result.overdue:
+        say(f"record {o.record}: " + (f"{known[o.record].status} in the inbox"
+                                      if o.record in known else "never heard of"))
+    if dry_run or not result.overdue:
+        return result
+    if client is None:
+        raise ValueError("replay needs an API client unless it is a dry run")
+    ids = [o.record for o in result.overdue]
+    for start in range(0, len(ids), TRIGGER_LIMIT):
+        chunk = ids[start:start + TRIGGER_LIMIT]
+        trigger(client, chunk)
+        inbox.mark_replayed([r for r in chunk if r in known], now)
+        result.triggered += chunk
+        result.calls += 1
+    say(f"triggered callbacks of {len(result.triggered)} records in {result.calls} calls")
+    return result
+
+
 class ReplayConfig(Config):
     after_minutes: float = DEFAULT_AFTER_MINUTES
     dry_run: bool = False

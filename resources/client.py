@@ -1,9 +1,9 @@
 """The connection service's API client: one keep-alive httpx client, pages as they arrive.
 
 Retries live here and only here: 429 waits for `Retry-After` (or backs off when it is missing
-or 0); 5xx, BANK_NOT_RESPONDING, timeouts and dropped connections back off with jitter; all
-of it within `retry_budget_s`, and all but 429s within `max_attempts`. Everything else raises
-at once.
+or 0); 5xx, BANK_NOT_RESPONDING, timeouts, dropped connections and 2xx bodies cut short (not
+JSON) back off with jitter; all of it within `retry_budget_s`, and all but 429s within
+`max_attempts`. Everything else raises at once.
 A page is yielded only after its answer is whole, so a retried page is never yielded twice.
 """
 
@@ -16,7 +16,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import httpx
@@ -27,7 +27,7 @@ from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
 from .columns import TRANSACTION_SCHEMA, read_transaction_pages, transactions_batch, wire_batch
-from .errors import MalformedResponse, ServiceError, TransportError, from_response
+from .errors import DamagedAnswer, MalformedResponse, ServiceError, TransportError, from_response
 
 log = logging.getLogger("ledgerlake.client")
 
@@ -125,10 +125,12 @@ class ConnectionClient(ConfigurableResource):
 
     def _request(self, method: str, path: str, *, content: bytes | None = None,
                  params: dict | None = None, idempotent: bool = True,
-                 envelope: bool = False, raw: bool = False) -> Any:
+                 envelope: bool = False, raw: bool = False, tried: int = 0) -> Any:
+        """The answer's `data` (`envelope`: the whole body; `raw`: the bytes, unparsed), retried
+        as the module says. `tried`: failed tries already spent on this call elsewhere."""
         http = self._client()
         deadline = time.monotonic() + self.retry_budget_s
-        attempt = failed = 0
+        attempt = failed = tried
         while True:
             attempt += 1
             resp, final = None, False
@@ -148,11 +150,17 @@ class ConnectionClient(ConfigurableResource):
                 if resp.status_code < 400 and raw:  # parsed by the caller (Arrow's reader)
                     return RawAnswer(resp.content, resp.status_code, request_id)
                 if resp.status_code < 400:
-                    whole = _envelope(resp.content, resp.status_code, request_id, method, path)
-                    return whole if envelope else whole["data"]
-                body = _json_or_none(resp.content)
-                err = from_response(resp.status_code, body, request_id, method=method,
-                                    path=path, retry_after=_retry_after(resp.headers))
+                    try:
+                        whole = _envelope(resp.content, resp.status_code, request_id, method,
+                                          path)
+                    except DamagedAnswer as damaged:  # cut short on the way: try again
+                        err = damaged
+                    else:
+                        return whole if envelope else whole["data"]
+                else:
+                    err = from_response(resp.status_code, _json_or_none(resp.content),
+                                        request_id, method=method, path=path,
+                                        retry_after=_retry_after(resp.headers))
             wait = self._wait(err, attempt, idempotent)
             # A 429 is the service pacing its callers, not a failure: it spends the time budget,
             # never an attempt, so runs that share a rate limit slow down together rather than
@@ -175,6 +183,9 @@ class ConnectionClient(ConfigurableResource):
                 return err.retry_after
         elif isinstance(err, TransportError):
             pass
+        elif isinstance(err, DamagedAnswer):
+            if not idempotent:  # a 2xx: the call was carried out, only its answer was lost
+                return None
         elif status is not None and status >= 500:
             # A 5xx of a call that changes state may have been half done; maintenance and 503
             # say it was not done at all.
@@ -287,7 +298,8 @@ class ConnectionClient(ConfigurableResource):
                     and len(group) < PARSE_PAGES):
                 page += 1  # pages run 1..totalPages: ask before parsing, checked below
                 continue
-            rows, pages = _read_pages(group, path)
+            rows, pages = _read_pages(group, path, lambda n, damaged: self._page_again(
+                path, {**body, "page": n, "limit": self.page_size}, damaged))
             kept = 0
             for number, pagination, count in pages:
                 kept += count
@@ -300,6 +312,13 @@ class ConnectionClient(ConfigurableResource):
                 return pa.Table.from_batches(batches, schema=TRANSACTION_SCHEMA)
             total = pagination.get("totalPages")
             pages_in_all = total if type(total) is int else None
+
+    def _page_again(self, path: str, body: dict, damaged: DamagedAnswer) -> dict:
+        """A page whose answer came cut short, asked for again (that answer spent a try)."""
+        if self.max_attempts <= 1:
+            raise damaged
+        log.warning("asking again for page %s of POST %s: %s", body["page"], path, damaged)
+        return self._request("POST", path, content=orjson.dumps(body), tried=1)
 
     def income(self, record: str | None = None, *, customer: str | None = None) -> dict:
         return self.post("income/get", _one_of(record=record, customer=customer))["income"]
@@ -394,13 +413,16 @@ def _following(pagination: dict, page: int, last: int | None, path: str) -> int 
     return following
 
 
-def _read_pages(group: list[tuple[int, RawAnswer]], path: str
+def _read_pages(group: list[tuple[int, RawAnswer]], path: str,
+                again: Callable[[int, DamagedAnswer], dict]
                 ) -> tuple[pa.RecordBatch, list[tuple[int, dict, int]]]:
     """The rows of a group of transaction pages, and each page's (number, pagination, rows).
 
     One Arrow JSON read for the group; a group Arrow cannot read as expected (bad JSON, a
     wrong type, a missing member) is read again page by page through orjson, which either
-    reads it after all or raises the error that names the page and what is wrong.
+    reads it after all or raises the error that names the page and what is wrong. A page whose
+    body is not JSON at all (cut short on the way) is asked for again: `again(page, error)` is
+    its `data`, retried as any request is.
     """
     parsed = read_transaction_pages([answer.content for _, answer in group])
     if parsed is not None:
@@ -412,7 +434,11 @@ def _read_pages(group: list[tuple[int, RawAnswer]], path: str
                 (n, pg, c) for (n, _), pg, c in zip(group, paginations, counts, strict=True)]
     batches, pages = [], []
     for number, answer in group:
-        data = _envelope(answer.content, answer.status, answer.request_id, "POST", path)["data"]
+        try:
+            data = _envelope(answer.content, answer.status, answer.request_id, "POST",
+                             path)["data"]
+        except DamagedAnswer as damaged:
+            data = again(number, damaged)
         items, pagination = _page_parts(data, "transaction", number, path)
         batches.append(transactions_batch(items))
         pages.append((number, pagination, len(items)))
@@ -437,7 +463,7 @@ def _envelope(raw: bytes, status: int, request_id: str | None, method: str, path
     if (not isinstance(body, dict) or body.get("status") != "success"
             or not isinstance(body.get("data"), dict)):
         got = "a body that is not JSON" if body is None else "JSON without status and data"
-        raise MalformedResponse(f"a {status} answer with {got} ({len(raw)} bytes)",
+        raise (DamagedAnswer if body is None else MalformedResponse)(f"a {status} answer with {got} ({len(raw)} bytes)",
                                 http_code=status, request_id=request_id, method=method,
                                 path=path)
     return body

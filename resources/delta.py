@@ -219,8 +219,9 @@ def compact(uri: str, *, target_size: int | None = None, order_by: str | None = 
 def vacuum(uri: str, retention_hours: int, *,
            storage_options: Mapping[str, str] | None = None) -> dict:
     """Delete the data files no version younger than `retention_hours` refers to, and files no
-    version ever did (left by commits that lost a race) once older than that; then log entries
-    past the table's log retention. Time travel further back than the retention stops working,
+    version ever did (left by commits that lost a race or were killed, under their own or
+    their staging names) once older than that; then log entries past the table's log
+    retention. Time travel further back than the retention stops working,
     and a write taking longer than it could lose its files: keep it hours, not minutes. Returns
     the versions, the live files and bytes (unchanged), and the files and bytes removed."""
     location, options = _where(uri, storage_options)
@@ -237,11 +238,36 @@ def vacuum(uri: str, retention_hours: int, *,
     present = [i for i in store.get_file_info(candidates) if i.type == pafs.FileType.File]
     if present:
         table.vacuum(dry_run=False, **settings)
+    staged = _staged_leftovers(store, base, retention_hours)
+    for info in staged:
+        store.delete_file(info.path)
+    present += staged
     table.cleanup_metadata()
     return {"version_before": version_before, "version_after": table.version(),
             "files_before": live[0], "files_after": live[0],
             "bytes_before": live[1], "bytes_after": live[1],
             "files_removed": len(present), "bytes_removed": sum(i.size for i in present)}
+
+
+STAGED = re.compile(r"#\d+$")  # object_store's name for a local file still being written
+
+
+def _staged_leftovers(store: pafs.FileSystem, base: str,
+                      retention_hours: int) -> list[pafs.FileInfo]:
+    """Files a writer killed mid-write left under their staging names (`part-...parquet#1`,
+    `_delta_log/N.json#1`: a local lake's object_store writes each file so, then renames it
+    when whole). No version names them and Delta's vacuum leaves them; older than the
+    retention, no live writer can still be writing them."""
+    cutoff = time.time() - retention_hours * 3600
+    out = []
+    for folder in (base, f"{base}/_delta_log"):
+        try:
+            listed = store.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        except OSError:
+            continue
+        out += [i for i in listed if i.type == pafs.FileType.File and STAGED.search(i.base_name)
+                and i.mtime is not None and i.mtime.timestamp() < cutoff]
+    return out
 
 
 def check_record_id(record_id: str) -> str:

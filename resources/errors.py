@@ -96,6 +96,12 @@ class MalformedResponse(ServiceError):
     """A 2xx answer whose body is not the success envelope the interface promises."""
 
 
+class DamagedAnswer(MalformedResponse):
+    """A 2xx answer whose body does not even parse as JSON: most likely cut short on the way
+    (a proxy, a stream dropped behind a matching Content-Length), so a call that is safe to
+    repeat is tried again, as after a dropped connection."""
+
+
 BY_TYPE: dict[str, type[ServiceError]] = {
     "INVALID_REQUEST": InvalidRequest,
     "INVALID_INPUT": InvalidInput,

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg2
 
@@ -112,3 +113,11 @@ class PostgresServer:
         finally:
             con.close()
         return self.url(name)
+
+
+def pg_env(url: str) -> dict[str, str]:
+    """deploy/dagster.yaml's variables for a postgresql:// URL."""
+    parts = urlsplit(url)
+    return {"DAGSTER_PG_HOST": parts.hostname, "DAGSTER_PG_PORT": str(parts.port),
+            "DAGSTER_PG_USER": parts.username, "DAGSTER_PG_PASSWORD": parts.password,
+            "DAGSTER_PG_DB": parts.path.lstrip("/")}

@@ -59,9 +59,8 @@ def tables(url: str) -> set[str]:
 def test_it_differs_from_the_embedded_default_only_in_storage_and_how_runs_start():
     default = yaml.safe_load((REPO / "dagster.yaml").read_text())
     production = yaml.safe_load(PRODUCTION.read_text())
-    assert set(production) - set(default) == {"storage", "run_coordinator", "run_launcher",
-                                              "run_monitoring"}
-    for key in default:  # telemetry, pools and run limits, python_logs, run_retries
+    assert set(production) - set(default) == {"storage", "run_coordinator", "run_launcher"}
+    for key in default:  # telemetry, pools and run limits, python_logs, monitoring, retries
         assert production[key] == default[key], key
     db = production["storage"]["postgres"]["postgres_db"]
     assert {k: v.get("env") for k, v in db.items() if isinstance(v, dict)} == {

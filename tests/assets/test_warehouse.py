@@ -516,14 +516,57 @@ def test_a_build_clears_what_a_killed_build_left(tmp_path):
     lake.write("accounts", "r1", accounts_table(["a"]))
     target = tmp_path / "w.duckdb"
     old = tmp_path / ".w.duckdb.0123abcd.tmp"
-    fresh = tmp_path / ".w.duckdb.4567cdef.tmp"  # perhaps a build running right now
-    for path in (old, fresh, old.with_name(old.name + ".wal")):
+    fresh = tmp_path / ".w.duckdb.4567cdef.tmp"  # a build running right now, in this process
+    for path in (old, old.with_name(old.name + ".wal")):
         path.write_bytes(b"half")
     hour_ago = time.time() - 7200
     os.utime(old, (hour_ago, hour_ago))
     os.utime(old.with_name(old.name + ".wal"), (hour_ago, hour_ago))
-    build(lake.root, target)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [fresh.name]
+    with duckdb.connect(str(fresh)):  # DuckDB holds its lock while the file is open
+        os.utime(fresh, (hour_ago, hour_ago))
+        build(lake.root, target)
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [
+            fresh.name]
+
+
+BUILDER = r"""
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])
+con.execute("create table t as select range as n from range(1000)")
+print("writing", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_build_killed_mid_publish_leaves_nothing_behind(tmp_path):
+    """Found by the chaos suite: a warehouse build SIGKILLed while it wrote its new file left
+    it behind for an hour. A file no process holds DuckDB's lock on, and nobody wrote for 2 s,
+    is a dead build's, and the next build removes it; a live build's file stays."""
+    lake = Lake(root=str(tmp_path / "lake"))
+    lake.write("accounts", "r1", accounts_table(["a"]))
+    target = tmp_path / "w.duckdb"
+    dead, live = tmp_path / ".w.duckdb.dead.tmp", tmp_path / ".w.duckdb.live.tmp"
+    builders = {p: subprocess.Popen([sys.executable, "-c", BUILDER, str(p)],
+                                    stdout=subprocess.PIPE, text=True) for p in (dead, live)}
+    try:
+        for proc in builders.values():
+            assert proc.stdout.readline().strip() == "writing"
+        builders[dead].kill()  # SIGKILL mid-build: no cleanup ran
+        builders[dead].wait()
+        left = sorted(tmp_path.glob(".w.duckdb.*"))
+        minute_ago = time.time() - 60
+        for path in left:
+            os.utime(path, (minute_ago, minute_ago))
+        build(lake.root, target)
+        kept = sorted(p.name for p in tmp_path.glob(".w.duckdb.*"))
+        assert dead.name in [p.name for p in left] and kept == [
+            p.name for p in left if p.name.startswith(live.name)]
+        assert duckdb.connect(str(target), read_only=True).execute(
+            "select count(*) from accounts").fetchone() == (1,)
+    finally:
+        for proc in builders.values():
+            proc.kill()
+            proc.wait()
 
 
 READER = r"""

@@ -35,6 +35,8 @@ from pipeline.inbox import open_inbox
 from pipeline.local import Server, stop_process
 from resources.lake import Lake
 from tests.conftest import start_sandbox
+from tests.ground_truth import history, signed, wait
+from tests.postgres import pg_env
 from tests.s3 import free_port, moto_s3
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,35 +53,6 @@ GRAPHQL = """
   }
 }
 """
-
-
-def wait(what: str, ready, timeout_s: float, *procs: subprocess.Popen | None,
-         every_s: float = 1.0):
-    """Poll `ready()` until it is truthy; fail naming `what` (or a process that died)."""
-    print(f"{time.strftime('%H:%M:%S')} waiting for {what}", flush=True)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = ready()
-        if value:
-            return value
-        for proc in procs:
-            assert proc is None or proc.poll() is None, f"a process died while waiting: {what}"
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s: {what}"
-        time.sleep(every_s)
-
-
-def history(api: httpx.Client, record: str) -> list[dict]:
-    """The sandbox's own transactions of a record, every page."""
-    lines, page = [], 1
-    while True:
-        resp = api.post("transactions/get", json={"record": record, "limit": 100,
-                                                  "page": page})
-        assert resp.status_code == 200, resp.text
-        data = resp.json()["data"]
-        lines += data["transaction"]
-        if page >= data["pagination"]["totalPages"]:
-            return lines
-        page += 1
 
 
 def answer(env: dict[str, str], home: Path) -> str | None:
@@ -102,14 +75,6 @@ def graphql(port: int) -> dict | None:
     if not runs or any(r["status"] not in ("SUCCESS", "FAILURE", "CANCELED") for r in runs):
         return None
     return data
-
-
-def pg_env(url: str) -> dict[str, str]:
-    """deploy/dagster.yaml's variables for a postgresql:// URL."""
-    parts = urlsplit(url)
-    return {"DAGSTER_PG_HOST": parts.hostname, "DAGSTER_PG_PORT": str(parts.port),
-            "DAGSTER_PG_USER": parts.username, "DAGSTER_PG_PASSWORD": parts.password,
-            "DAGSTER_PG_DB": parts.path.lstrip("/")}
 
 
 @pytest.mark.slow
@@ -219,8 +184,7 @@ def test_two_receivers_a_daemon_and_runs_on_postgres_and_s3(postgres_server, tmp
                     got = ids.get(record, [])
                     assert len(got) == len(set(got)), f"{record}: a line landed twice"
                     assert sorted(got) == sorted(t["_id"] for t in truth), record
-                    assert sums[record] == sum(Decimal(str(t["credit"] or 0))
-                                               - Decimal(str(t["debit"] or 0)) for t in truth)
+                    assert sums[record] == sum(signed(t) for t in truth)
 
             # the UI's API reads the runs and the records from Postgres
             body = wait("every run settled, in the webserver's GraphQL", lambda: graphql(port),

@@ -6,13 +6,14 @@ then, with no one clicking anything, the warehouse follows (its automation senso
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from pipeline import demo
 from pipeline.local import stop_process
@@ -77,10 +78,7 @@ def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
     try:
         with DagsterInstance.get() as instance:
             runs = instance.get_run_records(RunsFilter(job_name="ingest_job"))
-            warehouse_runs = [r for r in instance.get_run_records()
-                              if "warehouse" in (r.dagster_run.asset_selection and {
-                                  k.to_user_string() for k in r.dagster_run.asset_selection}
-                                  or set())]
+            builds = instance.fetch_materializations(AssetKey("warehouse"), limit=100).records
             assert sorted(set(instance.get_dynamic_partitions("records"))) == sorted(records)
     finally:
         del os.environ["DAGSTER_HOME"]
@@ -97,5 +95,93 @@ def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
     for r in records:
         table = Lake(root=str(home / "lake")).read("balance_history", r)
         assert set(table["source"].to_pylist()) == {"callback"}  # fetched on BALANCE
-    builds = [r for r in warehouse_runs if r.dagster_run.status == DagsterRunStatus.SUCCESS]
     assert 1 <= len(builds) <= 4  # a handful, not one per record or product
+
+
+@pytest.mark.slow
+def test_a_run_killed_holding_the_duckdb_slot_gives_it_back(tmp_path):
+    """Found by the chaos suite: a warehouse build SIGKILLed while its step held the one slot
+    of the "duckdb" pool kept that slot after its run was marked failed, so every later build
+    waited for it forever. The shipped run monitoring (dagster.yaml) gives a dead run's slots
+    back after free_slots_after_run_end_seconds, and the next build lands."""
+    from dagster import DagsterEventType
+
+    from pipeline.inbox import open_inbox
+
+    home = tmp_path / "home"
+    dagster_home = demo.dagster_home(home)  # the shipped dagster.yaml, pools and all
+    # its monitoring polled every 5 s instead of every minute, so that this takes seconds
+    shipped = (dagster_home / "dagster.yaml").read_text()
+    assert "poll_interval_seconds: 60" in shipped
+    (dagster_home / "dagster.yaml").write_text(
+        shipped.replace("poll_interval_seconds: 60", "poll_interval_seconds: 5"))
+    with open_inbox(home / "inbox.sqlite3", create=True):
+        pass  # empty: nothing to ingest, the warehouse sensor builds over an empty lake
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "LEDGERLAKE_HOME": str(home),
+           "LEDGERLAKE_INBOX": str(home / "inbox.sqlite3"), "LEDGERLAKE_ENVIRONMENT": "sandbox"}
+    log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115
+    daemon = subprocess.Popen(
+        [str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w",
+         str(REPO / "workspace.yaml")], cwd=home, env=env, stdout=log, stderr=log)
+
+    def pid_of(instance, run_id: str) -> int | None:
+        for entry in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT):
+            if (entry.message or "").startswith("Started process for run (pid: "):
+                return int(entry.message.split("pid: ")[1].rstrip(")."))
+        return None
+
+    def daemon_log() -> str:
+        return (tmp_path / "daemon.log").read_text(errors="replace")[-3000:]
+
+    def builds(instance) -> int:
+        return len(instance.fetch_materializations(AssetKey("warehouse"), limit=100).records)
+
+    def build(instance) -> None:
+        """A build launched by hand: the sensor asks for none once the lake is built."""
+        if not instance.get_run_records(RunsFilter(job_name="warehouse_job", statuses=[
+                DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED])):
+            subprocess.run([str(Path(sys.executable).with_name("dagster")), "job", "launch",
+                            "-j", "warehouse_job", "-w", str(REPO / "workspace.yaml")],
+                           cwd=home, env=env, check=True, capture_output=True)
+
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
+        storage = instance.event_log_storage
+        try:
+            # the sensor's first build ("never built"), frozen while its step holds the slot,
+            # then SIGKILLed; if a build slips through, another is launched by hand
+            killed, deadline = None, time.monotonic() + 150
+            while killed is None:
+                assert daemon.poll() is None and time.monotonic() < deadline, daemon_log()
+                holders = storage.get_concurrency_info("duckdb").active_run_ids
+                pid = pid_of(instance, next(iter(holders))) if holders else None
+                if pid is None:
+                    if builds(instance):
+                        build(instance)
+                    time.sleep(0.05)
+                    continue
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:  # its run just ended
+                    continue
+                if storage.get_concurrency_info("duckdb").active_run_ids == holders:
+                    os.kill(pid, signal.SIGKILL)
+                    killed = next(iter(holders))
+                else:
+                    os.kill(pid, signal.SIGCONT)
+            # the code server marks the run failed, monitoring frees its slot, and the next
+            # build (the sensor's while the warehouse was never built) gets it and lands
+            before = builds(instance)
+            if before:
+                build(instance)
+            deadline = time.monotonic() + 120
+            while builds(instance) == before:
+                assert daemon.poll() is None, daemon_log()
+                assert time.monotonic() < deadline, (
+                    f"no build after the killed one: the duckdb slot is held by "
+                    f"{storage.get_concurrency_info('duckdb').active_run_ids}\n{daemon_log()}")
+                time.sleep(1)
+        finally:
+            stop_process(daemon, timeout_s=30)
+            log.close()
+        assert instance.get_run_by_id(killed).status == DagsterRunStatus.FAILURE
+        assert storage.get_concurrency_info("duckdb").active_run_ids == set()

@@ -143,3 +143,42 @@ def test_replay_calls_at_most_100_records_and_the_dagster_job(sandbox, receiver,
     time.sleep(3.0)
     with Inbox(receiver.inbox) as ib:
         assert ib.count() == count
+
+
+@pytest.mark.slow
+def test_replay_by_name_brings_back_a_record_the_inbox_never_heard_of(sandbox, receiver):
+    """Every callback of a record linked while no receiver answered, for longer than the
+    service redelivers, is dropped: the inbox cannot know it is missing, the application
+    (which has its id from the connect page) names it."""
+    env = {"LEDGERLAKE_INBOX": str(receiver.inbox), "LEDGERLAKE_API_URL": sandbox.url,
+           "LEDGERLAKE_ENVIRONMENT": "sandbox", "LEDGERLAKE_SECRET_KEY": sandbox.sandbox_key}
+    with sandbox.api() as api:
+        api.post("settings/webhook", json={"url": "http://127.0.0.1:9/callbacks/",
+                                           "token": receiver.token}).raise_for_status()
+        made = api.post("sandbox/customers/create", json={"customers": [
+            {"accounts": 1, "months": 1, "products": ["accounts", "transactions"]}]})
+        assert made.status_code == 200, made.text
+        record = made.json()["data"]["customers"][0]["record"]
+        api.post("sandbox/clock/advance", json={"seconds": 73 * HOUR}).raise_for_status()
+        api.post("settings/webhook", json={"url": receiver.callback_url,
+                                           "token": receiver.token}).raise_for_status()
+
+    def methods():
+        with Inbox(receiver.inbox, create=True) as ib:
+            return sorted(e.method for e in ib.after(0) if e.record == record)
+
+    assert "0 records overdue" in cli("replay", "--after-minutes", "0", env=env).stdout
+    refused = cli("replay", "--records", f"{record},not a record", env=env)
+    assert refused.returncode == 2 and "--records takes record ids" in refused.stderr
+    dry = cli("replay", "--records", record, "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert f"record {record}: never heard of" in dry.stdout
+    assert "1 records named; would trigger 1 in 0 calls" in dry.stdout
+    time.sleep(1.0)
+    assert methods() == []  # dropped for good: nothing came back by itself
+
+    done = cli("replay", "--records", record, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "1 records named; triggered 1 in 1 calls" in done.stdout
+    # its latest callback of each kind (the periodic one of the days that passed too)
+    assert wait_for(lambda: {"ACCOUNTS", "TRANSACTIONS"} <= set(methods())), methods()

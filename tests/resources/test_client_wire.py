@@ -312,7 +312,7 @@ def test_a_page_without_its_number_is_taken_as_the_one_asked_for(faulty):
 ])
 def test_a_2xx_that_is_not_the_envelope_says_so(faulty, body, got):
     faulty.script = [answer(201, body, request_id="f" * 24)]
-    with faulty.client() as c, pytest.raises(MalformedResponse) as info:
+    with faulty.client(max_attempts=1) as c, pytest.raises(MalformedResponse) as info:
         c.banks()
     assert str(info.value) == (f"HTTP 201: a 201 answer with {got} ({len(body)} bytes) on GET "
                                f"banks/list (http 201, request {'f' * 24})")
@@ -376,8 +376,8 @@ def test_the_pages_after_the_first_are_asked_for_before_it_is_read(faulty):
     success({"pagination": [], "transaction": []}),  # pagination not an object
 ])
 def test_a_first_page_without_a_count_is_refused_not_crashed_on(faulty, first):
-    faulty.script = [first]
-    with faulty.client() as c, pytest.raises(MalformedResponse):
+    faulty.script = [first]  # one try: a body that is not JSON would be asked for again
+    with faulty.client(max_attempts=1) as c, pytest.raises(MalformedResponse):
         c.transactions(RECORD)
     assert asked(faulty) == [1]
 
@@ -411,10 +411,24 @@ def test_a_group_arrow_cannot_read_is_read_page_by_page_with_the_same_rows(fault
 
 def test_a_page_in_a_group_that_is_not_json_names_its_status_and_request(faulty):
     faulty.script = [tx_page(1, 2), answer(202, b"<html>", request_id="e" * 24)]
-    with faulty.client(page_size=2) as c, pytest.raises(MalformedResponse) as info:
+    with (faulty.client(page_size=2, max_attempts=1) as c,
+          pytest.raises(MalformedResponse) as info):
         c.transactions(RECORD)
     assert str(info.value) == ("HTTP 202: a 202 answer with a body that is not JSON (6 bytes) "
                                f"on POST transactions/get (http 202, request {'e' * 24})")
+
+
+def test_a_page_cut_short_in_a_group_is_asked_for_again_and_read_once(faulty):
+    whole = orjson.dumps({"status": "success", "data": {
+        "pagination": {"page": 2, "totalPages": 3, "hasNextPage": True, "nextPage": 3},
+        "transaction": [tx(2, 0), tx(2, 1)]}})
+    faulty.script = [tx_page(1, 3), answer(200, whole[:len(whole) // 2]), tx_page(3, 3),
+                     tx_page(2, 3)]
+    with faulty.client(page_size=2) as c:
+        table = c.transactions(RECORD)
+    assert asked(faulty) == [1, 2, 3, 2]  # page 2 again, once; page 3 not asked twice
+    assert table["transaction_id"].to_pylist() == [
+        tx(n, i)["_id"] for n in (1, 2, 3) for i in (0, 1)]
 
 
 def test_a_page_in_a_group_without_pagination_is_named(faulty):

@@ -279,3 +279,26 @@ def test_a_day_window_on_a_date_column(tmp_path):
     delta.replace(uri, schema, {"a": part})
     delta.replace(uri, schema, {"a": part.slice(2)}, window={"a": date(2025, 1, 2)})
     assert [r["trans_date"] for r in of(delta.read(uri), "a")] == [days[0], days[2]]
+
+
+def test_vacuum_removes_what_a_run_killed_mid_commit_left(tmp_path):
+    """Found by the chaos suite: a writer SIGKILLed while it wrote a data file or its commit
+    leaves them under object_store's staging names (`part-...parquet#1`, `_delta_log/
+    N.json#1`), which no version names and Delta's own vacuum never removed. Past the
+    retention the lake's vacuum does; younger ones (a writer may still be at work) stay."""
+    uri = str(tmp_path / "transactions")
+    delta.replace(uri, SCHEMA, {"r": rows(3)})
+    table = Path(uri)
+    old = [table / "part-00000-dead-c000.zstd.parquet#1",
+           table / "_delta_log" / "00000000000000000001.json#1"]
+    young = table / "part-00001-live-c000.zstd.parquet#1"
+    for path in [*old, young]:
+        path.write_bytes(b"half a file")
+    week_ago = time.time() - 8 * 24 * 3600
+    for path in old:
+        os.utime(path, (week_ago, week_ago))
+    swept = delta.vacuum(uri, retention_hours=168)
+    assert swept["files_removed"] == 2 and swept["bytes_removed"] == 2 * len(b"half a file")
+    assert [p.exists() for p in [*old, young]] == [False, False, True]
+    delta.replace(uri, SCHEMA, {"r": rows(4)})  # the log goes on past the leftover's number
+    assert delta.read(uri).num_rows == 4

@@ -13,6 +13,7 @@ from faults import answer, error, page, reset_mid_body, stall, success
 from resources.errors import (
     ApiError,
     BankError,
+    DamagedAnswer,
     InvalidRequest,
     MalformedResponse,
     RateLimitExceeded,
@@ -60,14 +61,38 @@ def test_resets_beyond_the_attempts_raise_a_transport_error(faulty):
     assert "after 3 attempts" in str(info.value) and "accounts/get" in str(info.value)
 
 
-def test_malformed_json_fails_at_once_with_status_and_request_id(faulty):
-    faulty.script = [answer(200, b'{"status": "success", "data": {', request_id="feed" * 6)]
+def test_a_2xx_cut_short_is_retried_and_the_answer_used_once(faulty):
+    """A 200 whose body stops half way (a proxy's truncation) is no answer: tried again."""
+    faulty.script = [answer(200, b'{"status": "success", "data": {'), accounts_page()]
+    with faulty.client() as client:
+        assert client.accounts(RECORD) == [ACCOUNT]
+    assert len(faulty.seen) == 2
+
+
+def test_bodies_cut_short_beyond_the_attempts_name_status_and_request_id(faulty):
+    faulty.script = [answer(200, b'{"status": "success", "data": {', request_id="feed" * 6)
+                     for _ in range(3)]
+    with faulty.client(max_attempts=3) as client, pytest.raises(DamagedAnswer) as info:
+        client.accounts(RECORD)
+    assert len(faulty.seen) == 3
+    err = info.value
+    assert isinstance(err, MalformedResponse)
+    assert (err.http_code, err.request_id, err.attempts) == (200, "feed" * 6, 3)
+    assert "not JSON" in str(err) and "feed" * 6 in str(err)
+
+
+def test_json_that_is_not_the_envelope_fails_at_once(faulty):
+    faulty.script = [answer(200, b'{"status": "failure"}')]
     with faulty.client() as client, pytest.raises(MalformedResponse) as info:
         client.accounts(RECORD)
-    assert len(faulty.seen) == 1
-    err = info.value
-    assert (err.http_code, err.request_id) == (200, "feed" * 6)
-    assert "not JSON" in str(err) and "feed" * 6 in str(err)
+    assert len(faulty.seen) == 1 and not isinstance(info.value, DamagedAnswer)
+
+
+def test_a_call_that_changes_state_is_not_retried_after_a_2xx_cut_short(faulty):
+    faulty.script = [answer(200, b'{"status": "succ')]
+    with faulty.client() as client, pytest.raises(DamagedAnswer):
+        client.remove_record(RECORD)
+    assert len(faulty.seen) == 1  # carried out: another try could remove it twice
 
 
 def test_503_without_body_is_retried_then_succeeds(faulty):

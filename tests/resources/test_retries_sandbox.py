@@ -101,3 +101,29 @@ def test_paging_through_429s_loses_and_doubles_nothing(tmp_path, caplog):
     assert any("TRANSACTIONS_LIMIT" in m for m in retries(caplog))  # pages were refused
     assert whole.num_rows > 100
     assert paged.equals(whole)  # same rows, same order: no page lost or yielded twice
+
+
+def test_truncated_page_is_retried(sandbox, caplog):
+    """Found by the chaos suite (issue 16): the sandbox's `truncate` fault, a 200 carrying half
+    its body, failed the run that got it. Each truncated answer is asked for again, and the
+    pull holds every row once, whether the cut page came to Arrow's reader (transactions) or
+    to orjson (the other reads)."""
+    caplog.set_level(logging.WARNING, "ledgerlake.client")
+    with client_for(sandbox) as control:
+        (one,) = make_customers(control, {"months": 2, "volume": 5})
+        record = one["record"]
+        with client_for(sandbox, page_size=20) as clean:
+            whole = clean.transactions(record)
+            accounts = clean.accounts(record)
+        assert whole.num_rows > 100  # several groups of pages
+        control.post("sandbox/faults", {"seed": 16, "rules": [
+            {"kind": "truncate", "paths": "transactions/get", "share": 0.3, "count": 4},
+            {"kind": "truncate", "paths": "accounts/get", "count": 1}]})
+        caplog.clear()
+        with client_for(sandbox, page_size=20) as faulted:
+            assert faulted.transactions(record).equals(whole)  # none lost, none doubled
+            assert faulted.accounts(record) == accounts
+        injected = control.get("sandbox/faults")["injected"]
+    assert injected["truncate"] == 5
+    said = retries(caplog)
+    assert sum("a body that is not JSON" in m for m in said) == 5

@@ -1,0 +1,446 @@
+"""The chaos suite's world (bench/chaos.py): every process it runs, and how it finds, kills and
+restarts them.
+
+One sandbox serves both of the service's environments. Each environment has its own
+deployment of the pipeline, as a customer would run one per secret key:
+
+- `production` (/v2/, the live key): the production profile. Dagster's instance on Postgres
+  (deploy/dagster.yaml: queued runs, each launched in its own process, run monitoring and run
+  retries), the inbox on Postgres behind two receivers that the sandbox's webhook goes round;
+- `sandbox` (/sandbox/v2/, the test key): the embedded default (the top-level dagster.yaml,
+  SQLite instance and inbox, one receiver), with its runs also launched in their own processes
+  by the daemon.
+
+Each has its own lake folder and warehouse file. Every process a deployment starts carries
+`LEDGERLAKE_CHAOS=<run>-<deployment>` in its environment, inherited by the daemon's code server
+and the runs it launches: that mark (read from /proc) is how runs are found to be killed, and
+how the world ends exactly the processes it started, never another user's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import secrets
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+MARK = "LEDGERLAKE_CHAOS"
+
+
+# -- processes, from /proc -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    cmd: str
+    kind: str  # daemon, code_server, run, worker, receiver, other
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:  # gone, or not ours
+        return b""
+
+
+def processes(mark: str) -> list[Proc]:
+    """The live processes whose environment carries `MARK=mark`, each with its kind: the
+    daemon, its code server, the runs the code server launched (spawned processes) and their
+    forked workers."""
+    needle = f"{MARK}={mark}".encode()
+    found: dict[int, tuple[int, str]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        if needle not in _read(f"/proc/{entry.name}/environ").split(b"\0"):
+            continue
+        stat = _read(f"/proc/{entry.name}/stat").decode(errors="replace")
+        if not stat or stat[stat.rfind(")") + 2:][:1] in ("Z", "X"):
+            continue  # a zombie is dead already
+        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+        cmd = _read(f"/proc/{entry.name}/cmdline").replace(b"\0", b" ").decode(errors="replace")
+        found[int(entry.name)] = (ppid, cmd)
+
+    def kind(pid: int) -> str:
+        ppid, cmd = found[pid]
+        if "dagster-daemon" in cmd:
+            return "daemon"
+        if " api grpc" in cmd or "code-server" in cmd:
+            return "code_server"
+        if "pipeline.cli receiver" in cmd:
+            return "receiver"
+        if "spawn_main" in cmd and "resource_tracker" not in cmd:
+            parent = found.get(ppid, (0, ""))[1]
+            return "run" if (" api grpc" in parent or "code-server" in parent) else "worker"
+        return "other"
+
+    return [Proc(pid, found[pid][0], found[pid][1], kind(pid)) for pid in found]
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    out = set()
+    try:
+        for fd in os.scandir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(fd.path)
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                out.add(link[8:-1])
+    except OSError:
+        pass
+    return out
+
+
+def talking_to(pids: list[int], port: int) -> list[int]:
+    """Those of `pids` with an established TCP connection to 127.0.0.1:`port`."""
+    inodes = set()
+    for line in _read("/proc/net/tcp").decode().splitlines()[1:]:
+        cols = line.split()
+        remote, state, inode = cols[2], cols[3], cols[9]
+        if state == "01" and int(remote.split(":")[1], 16) == port:
+            inodes.add(inode)
+    return [p for p in pids if _socket_inodes(p) & inodes]
+
+
+def holding(pids: list[int], path: Path) -> list[int]:
+    """Those of `pids` that have `path` open."""
+    target = str(path)
+    out = []
+    for pid in pids:
+        try:
+            fds = list(os.scandir(f"/proc/{pid}/fd"))
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(fd.path) == target:
+                    out.append(pid)
+                    break
+            except OSError:
+                continue
+    return out
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+# -- file creation, as it happens (inotify) ----------------------------------------------------
+
+IN_CREATE, IN_MOVED_TO = 0x100, 0x80
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+
+class Watch:
+    """inotify on some folders: the names created in them, as they are created. Polling would
+    miss a data file that lives for milliseconds before its commit."""
+
+    def __init__(self, folders: list[Path]) -> None:
+        self.fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+        self.folders: dict[int, Path] = {}
+        for folder in folders:
+            self.add(folder)
+
+    def add(self, folder: Path) -> None:
+        """Watch one more folder (again: no change)."""
+        if folder in self.folders.values():
+            return
+        wd = _libc.inotify_add_watch(self.fd, str(folder).encode(), IN_CREATE | IN_MOVED_TO)
+        if wd >= 0:
+            self.folders[wd] = folder
+
+    def created(self, timeout_s: float) -> list[Path]:
+        """Paths created since the last call, waiting at most `timeout_s` for the first."""
+        import select
+
+        ready, _, _ = select.select([self.fd], [], [], timeout_s)
+        if not ready:
+            return []
+        try:
+            data = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return []
+        out, at = [], 0
+        while at < len(data):
+            wd, _mask, _cookie, size = struct.unpack_from("iIII", data, at)
+            name = data[at + 16: at + 16 + size].rstrip(b"\0").decode()
+            at += 16 + size
+            if wd in self.folders and name:
+                out.append(self.folders[wd] / name)
+        return out
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+# -- a deployment of the pipeline --------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def chaos_instance_yaml(source: Path) -> str:
+    """The shipped instance file, with one change: two runs at a time per deployment (two
+    deployments share this machine's two cores; at four each, eight runs' processes thrash)."""
+    text = source.read_text()
+    assert "max_concurrent_runs: 4" in text
+    return text.replace("max_concurrent_runs: 4", "max_concurrent_runs: 2")
+
+
+@dataclass
+class Deployment:
+    """One environment's pipeline: receivers, daemon (with its code server and runs), inbox,
+    Dagster instance, lake and warehouse under `home`."""
+
+    name: str            # the service environment it reads: production or sandbox
+    profile: str         # postgres or embedded
+    home: Path
+    mark: str
+    settings: dict[str, str]   # LEDGERLAKE_* and DAGSTER_* of its processes
+    receiver_count: int
+    secrets: list[str] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+    receivers: list = field(default_factory=list)   # pipeline.local.Server or None when down
+    daemon: subprocess.Popen | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, **self.settings, MARK: self.mark}
+
+    @property
+    def lake(self) -> Path:
+        return Path(self.settings["LEDGERLAKE_LAKE"])
+
+    @property
+    def warehouse(self) -> Path:
+        return Path(self.settings["LEDGERLAKE_WAREHOUSE"])
+
+    @property
+    def inbox(self) -> str:
+        return self.settings["LEDGERLAKE_INBOX"]
+
+    @property
+    def dagster_home(self) -> Path:
+        return Path(self.settings["DAGSTER_HOME"])
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def callback_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{p}/callbacks/" for p in self.ports]
+
+    # -- receivers
+    def start_receiver(self, i: int) -> None:
+        from pipeline.local import Server
+
+        args = ["receiver"] + (["--port", str(self.ports[i])] if i < len(self.ports) else [])
+        server = Server(*args, env=self.env, log_path=self.logs / f"receiver-{i}.log").start()
+        if i >= len(self.ports):
+            self.ports.append(int(server.url.rsplit(":", 1)[1]))
+            self.receivers.append(server)
+        else:
+            self.receivers[i] = server
+
+    def kill_receiver(self, i: int) -> bool:
+        server = self.receivers[i]
+        if server is None or server.proc.poll() is not None:
+            return False
+        server.proc.send_signal(signal.SIGKILL)
+        server.proc.wait()
+        self.receivers[i] = None
+        return True
+
+    def receivers_up(self) -> bool:
+        for port in self.ports:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code != 200:
+                    return False
+            except httpx.HTTPError:
+                return False
+        return True
+
+    # -- the daemon (and with it its code server, which launches the runs)
+    def start_daemon(self) -> None:
+        log = open(self.logs / "daemon.log", "ab")  # noqa: SIM115
+        self.daemon = subprocess.Popen(
+            [str(BIN / "dagster-daemon"), "run", "-w", str(ROOT / "workspace.yaml")],
+            cwd=self.home, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL)
+        log.close()
+
+    def kill_daemon(self) -> bool:
+        if self.daemon is None or self.daemon.poll() is not None:
+            return False
+        self.daemon.send_signal(signal.SIGKILL)
+        self.daemon.wait()
+        self.daemon = None
+        return True
+
+    def processes(self, kind: str | None = None) -> list[Proc]:
+        return [p for p in processes(self.mark) if kind is None or p.kind == kind]
+
+    @contextmanager
+    def instance(self) -> Iterator:
+        """Its Dagster instance, read from this process."""
+        from dagster import DagsterInstance
+
+        saved = {k: os.environ.get(k) for k in self.settings if k.startswith("DAGSTER_PG")}
+        os.environ.update({k: v for k, v in self.settings.items() if k.startswith("DAGSTER_PG")})
+        try:
+            with DagsterInstance.from_config(str(self.dagster_home)) as instance:
+                yield instance
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    def cli(self, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
+        """A `ledgerlake` command with this deployment's settings."""
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=self.home,
+                              env=self.env, capture_output=True, text=True, timeout=timeout_s)
+
+    def stop(self) -> None:
+        from pipeline.local import stop_process
+
+        if self.daemon is not None:
+            stop_process(self.daemon, timeout_s=20)
+        for server in self.receivers:
+            if server is not None:
+                server.stop()
+        # the code servers and runs the daemon left: ours by their mark
+        deadline = time.monotonic() + 20
+        while (left := self.processes()) and time.monotonic() < deadline:
+            signal_all([p.pid for p in left], signal.SIGTERM)
+            time.sleep(1)
+        signal_all([p.pid for p in self.processes()], signal.SIGKILL)
+
+
+class World:
+    """Postgres, the sandbox (clock frozen: it moves only when the suite advances it) and the
+    two deployments, started; `close` ends every process it started."""
+
+    def __init__(self, work: Path, *, say=print) -> None:
+        from tests.conftest import start_sandbox
+        from tests.postgres import INSTALL, PostgresServer, find_bin, pg_env
+
+        self.work, self.say = work, say
+        self.mark = secrets.token_hex(6)
+        folder = find_bin()
+        if folder is None:
+            raise SystemExit(f"chaos: {INSTALL}")
+        self.postgres = PostgresServer(folder).start()
+        self.deployments: dict[str, Deployment] = {}
+        try:
+            # the service's own state (its keys, its webhook tokens) beside the deployments'
+            # homes, not in the one named after its environment
+            self.sandbox = start_sandbox(work / "service", "--freeze-clock")
+            self.api = {"sandbox": self.sandbox.api("sandbox"),
+                        "production": self.sandbox.api("production")}
+            common = {"LEDGERLAKE_API_URL": self.sandbox.url, "LEDGERLAKE_RETRY_DELAY_S": "0.5",
+                      "LEDGERLAKE_TIMEZONE": "Africa/Lagos", "PYTHONUNBUFFERED": "1"}
+            prod_inbox = self.postgres.create_database("inbox")
+            prod_dagster = self.postgres.create_database("dagster")
+            self._add("production", "postgres", 2, {
+                **common, **pg_env(prod_dagster), "LEDGERLAKE_INBOX": prod_inbox,
+                "LEDGERLAKE_SECRET_KEY": self.sandbox.production_key},
+                [self.postgres.password, self.sandbox.production_key])
+            self._add("sandbox", "embedded", 1, {
+                **common, "LEDGERLAKE_SECRET_KEY": self.sandbox.sandbox_key},
+                [self.sandbox.sandbox_key])
+        except BaseException:
+            self.close()
+            raise
+
+    def _add(self, name: str, profile: str, receivers: int, settings: dict[str, str],
+             shown: list[str]) -> None:
+        from pipeline.local import one_box_pools
+
+        home = self.work / name
+        token = secrets.token_hex(16)
+        settings = {"LEDGERLAKE_HOME": str(home), "LEDGERLAKE_LAKE": str(home / "lake"),
+                    "LEDGERLAKE_WAREHOUSE": str(home / "warehouse.duckdb"),
+                    "LEDGERLAKE_INBOX": str(home / "inbox.sqlite3"),
+                    "LEDGERLAKE_ENVIRONMENT": name, "LEDGERLAKE_RECEIVER_TOKEN": token,
+                    "DAGSTER_HOME": str(home / "dagster"), **settings}
+        dep = Deployment(name, profile, home, f"{self.mark}-{name}", settings, receivers,
+                         secrets=[token, *shown])
+        dep.logs.mkdir(parents=True)
+        dep.dagster_home.mkdir(parents=True)
+        source = ROOT / ("deploy/dagster.yaml" if profile == "postgres" else "dagster.yaml")
+        (dep.dagster_home / "dagster.yaml").write_text(chaos_instance_yaml(source))
+        self.deployments[name] = dep
+        with dep.instance() as instance:
+            one_box_pools(instance)  # the service's pool: a slot per run that may run at once
+        for i in range(receivers):
+            dep.start_receiver(i)
+        self.api[name].post("settings/webhook", json={
+            "url": dep.callback_urls if receivers > 1 else dep.callback_urls[0],
+            "token": token}).raise_for_status()
+        dep.start_daemon()
+
+    @property
+    def secrets(self) -> list[str]:
+        return [s for d in self.deployments.values() for s in d.secrets]
+
+    def close(self) -> None:
+        for dep in self.deployments.values():
+            try:
+                dep.stop()
+            except Exception as exc:  # keep closing the rest
+                self.say(f"stopping {dep.name}: {exc}")
+        for api in getattr(self, "api", {}).values():
+            api.close()
+        if getattr(self, "sandbox", None) is not None:
+            self.sandbox.server.stop()
+        self.postgres.remove()
+
+    def delivery_log(self) -> list[tuple]:
+        """The sandbox's webhook deliveries (its own queue, read-only): (env, record, method,
+        state, attempts made)."""
+        import sqlite3
+
+        import orjson
+
+        path = self.sandbox.data_dir / "webhooks.sqlite3"
+        con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            rows = con.execute("select env, record, method, state, attempts from deliveries"
+                               ).fetchall()
+        finally:
+            con.close()
+        return [(e, r, m, s, len(orjson.loads(a))) for e, r, m, s, a in rows]
+
+
+def tidy(work: Path) -> None:
+    """Remove a finished run's folder (the pytest run keeps its own tmp_path)."""
+    shutil.rmtree(work, ignore_errors=True)

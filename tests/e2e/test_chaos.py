@@ -1,0 +1,46 @@
+"""The chaos suite's short run (issue 16): one seed of bench/chaos.py, as `make chaos` runs ten.
+
+Both of the service's environments, each with its own deployment (receivers, the daemon, runs
+launched in their own processes), a schedule of SIGKILLs, sandbox faults, clock jumps,
+disconnects and reauthentications; then every connected record's tables must equal the
+sandbox's own data, nothing doubled or left behind, no secret in any log. The script is run as
+`make chaos` runs it, in its own process; its JSON is what is checked here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.postgres import INSTALL, find_bin
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_one_seed_of_chaos_ends_exactly_once(tmp_path):
+    if find_bin() is None:  # the production deployment's Dagster and inbox are on Postgres
+        pytest.skip(INSTALL)
+    out = tmp_path / "chaos.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench/chaos.py"), "--seed", "1", "--records", "18",
+         "--window", "60", "--out", str(out), "--work", str(tmp_path / "work")],
+        cwd=ROOT, capture_output=True, text=True, timeout=2300)
+    print(done.stdout[-20000:])
+    assert out.exists(), done.stderr[-5000:]
+    result = json.loads(out.read_text())
+    (run,) = result["runs"]
+    assert run.get("problems") == [], "\n".join(run.get("problems", []))[:5000]
+    assert done.returncode == 0 and result["passed"]
+    assert run["mismatches"] == 0 and run["records_checked"] >= 15
+    # the faults did happen: processes killed, the service misbehaving, events redelivered
+    assert {"receiver", "daemon"} <= set(run["faults"])
+    assert sum(run["faults"].get(k, 0) for k in ("429", "500", "503", "reset", "truncate",
+                                                  "stall", "double", "late", "shuffle")) > 0
+    assert run["events"]["received"] > 0 and run["events"]["redelivered"] > 0
+    assert run["restarts"] >= 3
