@@ -47,11 +47,28 @@ LOADED = """
 """
 
 
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmd:
+            found.append(cmd)
+    return found
+
+
 @dataclass
 class Demo:
     home: Path
     env: dict[str, str]  # what `ledgerlake sql`, `report` and the webserver run under
     out: subprocess.CompletedProcess
+    # processes naming its home once it returned (read then: the webserver fixture's own code
+    # server, which outlives the webserver by a heartbeat, names the home too)
+    left_running: list[str]
 
 
 def demo_env(home: Path) -> dict[str, str]:
@@ -70,7 +87,7 @@ def demo(tmp_path_factory) -> Demo:
     out = subprocess.run([sys.executable, "-m", "pipeline.cli", "demo", "--customers",
                           str(DEMO_CUSTOMERS)], env=env, capture_output=True, text=True,
                          timeout=600)
-    return Demo(home, env, out)
+    return Demo(home, env, out, processes_mentioning(str(home)))
 
 
 @dataclass
