@@ -8,7 +8,7 @@ deduplicates what was already stored, so asking too often costs nothing but call
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from dagster import Config, OpExecutionContext, op
@@ -87,17 +87,7 @@ def replay(inbox: Inbox, client: ConnectionClient | None, *, after_s: float,
         say(f"record {o.record}: no {', '.join(o.missing)} after {o.waiting_s / 60:.0f} min")
     if dry_run or not result.overdue:
         return result
-    if client is None:
-        raise ValueError("replay needs an API client unless it is a dry run")
-    ids = [o.record for o in result.overdue]
-    for start in range(0, len(ids), TRIGGER_LIMIT):
-        chunk = ids[start:start + TRIGGER_LIMIT]
-        trigger(client, chunk)
-        inbox.mark_replayed(chunk, now)
-        result.triggered += chunk
-        result.calls += 1
-    say(f"triggered callbacks of {len(result.triggered)} records in {result.calls} calls")
-    return result
+    return _trigger_all(inbox, client, result, now=now, say=say)
 
 
 def replay_named(inbox: Inbox, client: ConnectionClient | None, records: Sequence[str], *,
@@ -113,13 +103,21 @@ def replay_named(inbox: Inbox, client: ConnectionClient | None, records: Sequenc
                                       if o.record in known else "never heard of"))
     if dry_run or not result.overdue:
         return result
+    return _trigger_all(inbox, client, result, known=known, now=now, say=say)
+
+
+def _trigger_all(inbox: Inbox, client: ConnectionClient | None, result: Replay, *,
+                 known: Collection[str] | None = None, now: float | None,
+                 say: Callable[[str], None]) -> Replay:
+    """Trigger `result.overdue`'s callbacks 100 a call, each call's records marked replayed
+    once it succeeded (only those of `known`, when given: the inbox has no row for others)."""
     if client is None:
         raise ValueError("replay needs an API client unless it is a dry run")
     ids = [o.record for o in result.overdue]
     for start in range(0, len(ids), TRIGGER_LIMIT):
         chunk = ids[start:start + TRIGGER_LIMIT]
         trigger(client, chunk)
-        inbox.mark_replayed([r for r in chunk if r in known], now)
+        inbox.mark_replayed(chunk if known is None else [r for r in chunk if r in known], now)
         result.triggered += chunk
         result.calls += 1
     say(f"triggered callbacks of {len(result.triggered)} records in {result.calls} calls")
