@@ -462,10 +462,10 @@ def _envelope(raw: bytes, status: int, request_id: str | None, method: str, path
     body = _json_or_none(raw)
     if (not isinstance(body, dict) or body.get("status") != "success"
             or not isinstance(body.get("data"), dict)):
-        got = "a body that is not JSON" if body is None else "JSON without status and data"
-        raise (DamagedAnswer if body is None else MalformedResponse)(f"a {status} answer with {got} ({len(raw)} bytes)",
-                                http_code=status, request_id=request_id, method=method,
-                                path=path)
+        kind, got = ((DamagedAnswer, "a body that is not JSON") if body is None
+                     else (MalformedResponse, "JSON without status and data"))
+        raise kind(f"a {status} answer with {got} ({len(raw)} bytes)", http_code=status,
+                   request_id=request_id, method=method, path=path)
     return body
 
 
