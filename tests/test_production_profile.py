@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import dagster as dg
 import psycopg2
@@ -23,19 +22,11 @@ from assets.accounts import accounts
 from assets.publish import SERVICE_POOL
 from resources.client import ConnectionClient
 from resources.lake import Lake
-from tests.postgres import free_port
+from tests.postgres import free_port, pg_env
 from tests.resources.sandboxes import client_for, make_customers, sandbox_with
 
 REPO = Path(__file__).resolve().parents[1]
 PRODUCTION = REPO / "deploy" / "dagster.yaml"
-
-
-def pg_env(url: str) -> dict[str, str]:
-    """The DAGSTER_PG_* variables deploy/dagster.yaml reads, for the database at `url`."""
-    parts = urlsplit(url)
-    return {"DAGSTER_PG_HOST": parts.hostname, "DAGSTER_PG_PORT": str(parts.port),
-            "DAGSTER_PG_USER": parts.username, "DAGSTER_PG_PASSWORD": parts.password,
-            "DAGSTER_PG_DB": parts.path.lstrip("/")}
 
 
 @pytest.fixture
