@@ -25,7 +25,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -198,12 +197,6 @@ class Watch:
 
 
 # -- a deployment of the pipeline --------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def chaos_instance_yaml(source: Path) -> str:
     """The shipped instance file, with one change: two runs at a time per deployment (two
