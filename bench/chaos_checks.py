@@ -14,13 +14,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from assets.warehouse import LAKE_TABLES
-from pipeline.sensors import built_versions
+from pipeline.sensors import BUILDING, built_versions, lake_versions
 from resources.lake import Lake
 from tests.ground_truth import duplicates, lake_rows, pictures, truth
 
 FETCHED = ("accounts", "balances", "transactions", "income", "identity")
-IN_PROGRESS = ("QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING")
 
 
 # -- the lake's own log --------------------------------------------------------------------------
@@ -88,7 +86,7 @@ def quiet(dep) -> bool | str:
     """True once the deployment has nothing left to do: its processes up, its inbox read to
     the end, no run queued or in progress, the warehouse built over the lake's latest
     versions. Otherwise what it is still doing."""
-    from dagster import DagsterRunStatus, RunsFilter
+    from dagster import RunsFilter
 
     from pipeline.inbox import open_inbox
 
@@ -102,12 +100,11 @@ def quiet(dep) -> bool | str:
             unread = inbox.after(cursor, 1)
         if unread:
             return f"inbox events after the sensor's cursor {cursor}"
-        busy = instance.get_run_records(RunsFilter(
-            statuses=[DagsterRunStatus[s] for s in IN_PROGRESS]))
+        busy = instance.get_run_records(RunsFilter(statuses=BUILDING))
         if busy:
             return f"{len(busy)} run(s) queued or in progress"
         built = built_versions(instance)
-    now = {t: v for t in LAKE_TABLES if (v := Lake(root=str(dep.lake)).version(t)) is not None}
+    now = lake_versions(Lake(root=str(dep.lake)))
     if built != now:
         return f"the warehouse was built over {built}, the lake is at {now}"
     return True

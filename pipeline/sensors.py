@@ -247,6 +247,11 @@ BUILDING = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunSta
             DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 
 
+def lake_versions(lake: Lake) -> dict[str, int]:
+    """The current version of each lake table that exists (what a build would read)."""
+    return {t: v for t in LAKE_TABLES if (v := lake.version(t)) is not None}
+
+
 def built_versions(instance: DagsterInstance) -> dict[str, int] | None:
     """The lake table versions the last published warehouse read, None if it was never
     built (or its build named none)."""
@@ -268,7 +273,7 @@ def warehouse_follows_lake(context: SensorEvaluationContext, lake: Lake):
     if context.instance.get_run_records(RunsFilter(job_name=warehouse_job.name,
                                                    statuses=BUILDING), limit=1):
         return SkipReason("a build is queued or running; the next tick compares again")
-    now = {t: v for t in LAKE_TABLES if (v := lake.version(t)) is not None}
+    now = lake_versions(lake)
     built = built_versions(context.instance)
     moved = sorted(t for t in now if built is None or built.get(t) != now[t])
     if built is not None and not moved:
