@@ -21,6 +21,8 @@ from pathlib import Path
 import pyarrow as pa
 from dagster import TableColumn, TableSchema
 
+from resources.privacy import CLASS_ORDER, CLASSES, classify
+
 from .schemas import LAKE_MODELS, RECORD_ID, VIEW_MODELS, descriptions
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "columns.md"
@@ -55,13 +57,32 @@ def view_descriptions(name: str, reads: Mapping[str, tuple[set[str], tuple[str, 
 
 
 def column_schema(schema: pa.Schema, table: str, *, record_id: bool = False) -> TableSchema:
-    """A lake table's columns as Dagster shows them: name, Arrow type, description."""
+    """A lake table's columns as Dagster shows them: name, Arrow type, description, and the
+    column's class as a tag (`class: personal`; resources/privacy.py)."""
     told = lake_descriptions(table)
     names = [*schema.names, *(["record_id"] if record_id and "record_id" not in schema.names
                               else [])]
     types = {f.name: str(f.type) for f in schema} | {"record_id": "string"}
-    return TableSchema(columns=[TableColumn(name=n, type=types[n], description=told.get(n))
+    return TableSchema(columns=[TableColumn(name=n, type=types[n], description=told.get(n),
+                                            tags={"class": classify(table, n)})
                                 for n in names])
+
+
+def view_classes(name: str, reads: Mapping[str, tuple[set[str], tuple[str, ...]]]
+                 ) -> dict[str, str]:
+    """A view's columns -> the class of the lake column they show (the most guarded one where
+    lake tables share a name); what the view derives is public unless a lake column of its
+    name is not."""
+    order = CLASS_ORDER
+    out: dict[str, str] = {}
+    tables, needs = reads[name]
+    sources = [CLASSES[t] for t in sorted(tables)]
+    sources += [view_classes(v, reads) for v in needs]
+    for classes in sources:
+        for column, cls in classes.items():
+            if column not in out or order.index(cls) > order.index(out[column]):
+                out[column] = cls
+    return out
 
 
 def _cell(text: str | None) -> str:
@@ -74,6 +95,7 @@ def markdown() -> str:
     from .warehouse import build, load_views, warehouse_columns
 
     views = {v.name: v for v in load_views()}
+    reads = {v.name: (set(v.tables | v.optional), v.needs) for v in views.values()}
     with tempfile.TemporaryDirectory(prefix="ledgerlake-columns-") as scratch:
         target = Path(scratch) / "w.duckdb"
         build(Path(scratch) / "lake", target)
@@ -86,11 +108,15 @@ def markdown() -> str:
         "a test checks this file against them. The same text is on every view and column in",
         "DuckDB (`select * from duckdb_columns()`) and in the Dagster UI's column tables.",
         "Money is `decimal(18,2)` naira; times are UTC (`timestamp with time zone`).",
+        "A column's class (`public`, `personal`, `sensitive`) is that of the lake column it",
+        "shows (`resources/privacy.py`; docs/privacy.md): sensitive columns hold masked values.",
     ]
     for name in sorted(views):
         lines += ["", f"## `{name}`", "", views[name].comment, "",
-                  "| column | type | description |", "|---|---|---|"]
-        lines += [f"| `{c}` | {t.lower()} | {_cell(d)} |" for c, t, d in columns[name]]
+                  "| column | type | class | description |", "|---|---|---|---|"]
+        classes = view_classes(name, reads)
+        lines += [f"| `{c}` | {t.lower()} | {classes.get(c, 'public')} | {_cell(d)} |"
+                  for c, t, d in columns[name]]
     return "\n".join(lines) + "\n"
 
 

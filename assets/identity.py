@@ -1,4 +1,9 @@
-"""Identity of each record's customer (`/identity/get`): BVN, names, contacts, origin."""
+"""Identity of each record's customer (`/identity/get`): BVN, names, contacts, origin.
+
+The sensitive values (BVN, NIN, date of birth, phones, emails, addresses) never reach the lake
+in clear: it keeps them masked, the BVN and NIN also as keyed hashes, and the raw values sealed
+in `sealed` (resources/privacy.py). Validation runs on the raw rows, before they are protected.
+"""
 
 import pyarrow as pa
 from dagster import AssetExecutionContext
@@ -6,6 +11,7 @@ from dagster import AssetExecutionContext
 from resources.client import ConnectionClient
 from resources.columns import ref
 from resources.lake import Lake
+from resources.privacy import Keys, protect
 
 from .catalog import PII
 from .metadata import record_metadata
@@ -16,11 +22,19 @@ TEXT = ["bvn", "nin", "firstname", "middlename", "lastname", "fullname", "gender
         "marital_status", "nationality", "state_of_origin", "state_of_residence",
         "lga_of_origin", "lga_of_residence"]
 LISTS = {"phones": "phone", "emails": "email", "addresses": "address", "aliases": "aliases"}
-SCHEMA = pa.schema(
+# as the service sends it: what validation checks, and what is sealed
+RAW = pa.schema(
     [("customer_id", pa.string())] + [(c, pa.string()) for c in TEXT[:6]]
     + [("dob", pa.date32())] + [(c, pa.string()) for c in TEXT[6:]]
     + [(c, pa.list_(pa.string())) for c in LISTS])
-
+# as the lake keeps it: bvn, nin, phones, emails, addresses masked; dob as its year; the raw
+# values in `sealed`
+SCHEMA = pa.schema(
+    [("customer_id", pa.string()), ("bvn", pa.string()), ("bvn_hash", pa.string()),
+     ("nin", pa.string()), ("nin_hash", pa.string())]
+    + [(c, pa.string()) for c in TEXT[2:6]] + [("birth_year", pa.int32())]
+    + [(c, pa.string()) for c in TEXT[6:]]
+    + [(c, pa.list_(pa.string())) for c in LISTS] + [("sealed", pa.binary())])
 
 
 def to_table(items: list[dict]) -> pa.Table:
@@ -34,16 +48,19 @@ def to_table(items: list[dict]) -> pa.Table:
                            pa.string()).cast(pa.date32())
     cols |= {c: [[str(x) for x in (i.get(src) or [])] for i in items]
              for c, src in LISTS.items()}
-    return pa.table(cols).select(SCHEMA.names).cast(SCHEMA)
+    return pa.table(cols).select(RAW.names).cast(RAW)
 
 
 @product("identity", schema=SCHEMA, tags=PII,
          description="Who the record's customer is, as their bank knows them")
 def identity(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
+    keys = Keys.from_env(local_lake=lake.is_local)
+
     def land(record_id: str) -> Landing:
-        table = to_table(client.identity(record_id))
-        validate(Identity, table, f"identity of record {record_id}")
-        return Landing(record_id, published=True, metadata=record_metadata(table),
+        raw = to_table(client.identity(record_id))
+        validate(Identity, raw, f"identity of record {record_id}")
+        table = protect(raw, keys, SCHEMA)
+        return Landing(record_id, published=True, metadata=record_metadata(table.drop_columns(["sealed"])),
                        rows={"identity": table})
 
     land_each(context, "identity", land, lake, {"identity": SCHEMA})

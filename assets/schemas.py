@@ -214,16 +214,25 @@ class IncomeStreams(pa.DataFrameModel):
 
 
 class Identity(pa.DataFrameModel):
+    """Validated as the service sends it; the lake keeps the sensitive columns protected
+    (resources/privacy.py): what each column holds there is what is described."""
+
     customer_id: Text = _text("the service's id of the customer", unique=True)
-    bvn: Text = _text("Bank Verification Number, 11 digits (personal data)", nullable=True,
-                      str_matches=r"^\d{11}$")
-    nin: Text = _doc_text("National Identification Number (personal data)")
+    bvn: Text = _text("Bank Verification Number, masked to its last 4 digits (sensitive: the "
+                      "number is sealed)", nullable=True, str_matches=r"^\d{11}$")
+    bvn_hash: Text = _doc_text("keyed hash (HMAC-SHA256) of the BVN: equal for equal BVNs, "
+                               "to join on; the number cannot be read from it")
+    nin: Text = _doc_text("National Identification Number, masked to its last 4 digits "
+                          "(sensitive: the number is sealed)")
+    nin_hash: Text = _doc_text("keyed hash (HMAC-SHA256) of the NIN, to join on")
     firstname: Text = _doc_text("first name")
     middlename: Text = _doc_text("middle name")
     lastname: Text = _doc_text("last name")
     fullname: Text = _text("full name as the bank holds it", nullable=True)
     dob: Day = pa.Field(nullable=True, ge=pd.Timestamp("1900-01-01"),
-                        description="date of birth (personal data)")
+                        description="date of birth (sensitive: sealed; the lake keeps "
+                                    "birth_year)")
+    birth_year: Series[int] = _doc("year of birth (the date itself is sealed)")
     gender: Text = _doc_text("gender as the bank holds it")
     marital_status: Text = _doc_text("marital status as the bank holds it")
     nationality: Text = _doc_text("nationality")
@@ -231,10 +240,13 @@ class Identity(pa.DataFrameModel):
     state_of_residence: Text = _doc_text("Nigerian state of residence")
     lga_of_origin: Text = _doc_text("local government area of origin")
     lga_of_residence: Text = _doc_text("local government area of residence")
-    phones: Strings = _doc("phone numbers (personal data)")
-    emails: Strings = _doc("email addresses (personal data)")
-    addresses: Strings = _doc("postal addresses (personal data)")
+    phones: Strings = _doc("phone numbers, masked to their last 4 digits (sensitive: sealed)")
+    emails: Strings = _doc("email addresses, masked to a***@domain (sensitive: sealed)")
+    addresses: Strings = _doc("postal addresses, masked to their last part (sensitive: sealed)")
     aliases: Strings = _doc("other names the customer is known by")
+    sealed: Series[object] = _doc("the raw BVN, NIN, date of birth, phones, emails and "
+                                  "addresses, encrypted (AES-256-GCM); `ledgerlake reveal` "
+                                  "opens it with LEDGERLAKE_PII_KEY. Not in the warehouse")
 
     class Config:
         strict = False
@@ -289,6 +301,24 @@ class Records(pa.DataFrameModel):
     payment_at: Stamp = _doc_ts("when the last payment callback came (UTC)")
 
 
+class Erasures(pa.DataFrameModel):
+    """The `erasures` table, written by `ledgerlake forget` (not validated: ledgerlake's own)."""
+
+    erasure_id: Text = _doc_text("one pass of `ledgerlake forget`")
+    requested_at: Stamp = _doc_ts("when the pass started (UTC)")
+    finished_at: Stamp = _doc_ts("when the pass finished: every table erased, the warehouse "
+                                 "rebuilt (UTC)")
+    subject: Text = _doc_text("what was asked to be forgotten: customer or record")
+    subject_id: Text = _doc_text("the service's id of that customer or record")
+    record_id: Text = _doc_text("a record erased (null when the customer had none left)")
+    lake_table: Text = _doc_text("the lake table the counts are of")
+    rows_deleted: Series[int] = _doc("rows the pass deleted from the table (on the first "
+                                     "record's row of the pass; 0 on the others)")
+    files_purged: Series[int] = _doc("data files of older versions the pass removed because "
+                                     "they held the rows")
+    reason: Text = _doc_text("why: request, disconnect, or what the operator wrote")
+
+
 # -- what the views add to the lake's columns (assets/sql/*.sql) ------------------------------
 
 class TransactionsView(pa.DataFrameModel):
@@ -337,7 +367,7 @@ class MonthlyCashflow(pa.DataFrameModel):
 LAKE_MODELS: dict[str, type[pa.DataFrameModel]] = {
     "accounts": Accounts, "balance_history": BalanceHistory, "balance_periodic": BalancePeriodic,
     "transactions": Transactions, "income": Income, "income_streams": IncomeStreams,
-    "identity": Identity, "payments": Payments, "records": Records,
+    "identity": Identity, "payments": Payments, "records": Records, "erasures": Erasures,
 }
 # view -> the columns it adds or derives (the rest are the lake's, described there)
 VIEW_MODELS: dict[str, type[pa.DataFrameModel]] = {

@@ -44,6 +44,7 @@ from dagster import (
 
 from resources import object_store
 from resources.lake import Lake, fsync
+from resources.privacy import ERASURES
 
 from . import accounts as accounts_module
 from . import balances as balances_module
@@ -64,7 +65,7 @@ from .transactions import transactions
 SQL_DIR = Path(__file__).parent / "sql"
 
 # tables kept as one file, `<lake>/<table>/part-0.parquet`, not one per record (docs/lake.md)
-UNPARTITIONED = {"records"}
+UNPARTITIONED = {"records", "erasures"}
 
 # The lake's tables as their assets write them (docs/lake.md, "Tables"): a table not there yet
 # is stood in for by an empty relation of these columns and types, so every view exists over
@@ -80,6 +81,7 @@ LAKE_TABLES: dict[str, pa.Schema] = {
     "identity": identity_module.SCHEMA,
     "payments": payments_module.SCHEMA,
     "records": record_status_module.SCHEMA,
+    "erasures": ERASURES,
 }
 
 # Views need no newer storage: written as DuckDB 1.0 reads it, any DuckDB from 1.0 on (the
@@ -214,6 +216,7 @@ def duckdb_type(t: pa.DataType) -> str:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return duckdb_type(t.value_type) + "[]"
     simple = {pa.bool_(): "boolean", pa.int32(): "integer", pa.int64(): "bigint",
+              pa.binary(): "blob",
               pa.float64(): "double", pa.date32(): "date"}
     if t in simple:
         return simple[t]

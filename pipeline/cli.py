@@ -422,6 +422,89 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _lake(settings):
+    from resources.lake import Lake
+
+    from .config import check_lake, local_path
+
+    check_lake(settings.lake)
+    return Lake(root=str(local_path(settings.lake) or settings.lake))
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    from assets.warehouse import LAKE_TABLES, UNPARTITIONED, build
+
+    from .config import Settings
+    from .forget import forget, records_of
+    from .inbox import CONNECTED, InboxMissing, InboxUnavailable, open_inbox
+
+    settings = Settings.from_env()
+    lake = _lake(settings)
+    records = [args.record] if args.record else records_of(lake, args.customer)
+    try:
+        inbox = open_inbox(settings.inbox)
+    except InboxMissing:
+        inbox = None
+    except InboxUnavailable as exc:
+        print(f"ledgerlake: {exc}; cannot tell whether the records are still connected",
+              file=sys.stderr)
+        return 2
+    try:
+        connected = [r for r in records if inbox is not None and inbox.status(r) == CONNECTED]
+    finally:
+        if inbox is not None:
+            inbox.close()
+    if connected and not args.even_connected:
+        print(f"ledgerlake: {', '.join(connected)} still connected: the service's next "
+              "callback would land the data again. Remove the record at the service "
+              "(/record/remove) first, or pass --even-connected", file=sys.stderr)
+        return 2
+    who = f"record {args.record}" if args.record else f"customer {args.customer}"
+    if not records:
+        print(f"ledgerlake: no record of {who} in the lake; nothing to erase (recorded)",
+              file=sys.stderr)
+    tables = [t for t in LAKE_TABLES if t not in UNPARTITIONED]
+    done = forget(lake, tables, record=args.record, customer=args.customer,
+                  reason=args.reason,
+                  rebuild=lambda: build(lake.root, settings.warehouse_path, settings.timezone),
+                  progress=lambda line: print(f"  {line}", file=sys.stderr))
+    print(f"forgot {who}: {len(done.records)} record(s), {done.rows} rows deleted, "
+          f"{done.files} files purged; erasure {done.erasure_id} in the lake's erasures table")
+    return 0
+
+
+def cmd_reveal(args: argparse.Namespace) -> int:
+    import orjson
+    import pyarrow.compute as pc
+
+    from resources import delta
+    from resources.privacy import Keys, KeyUnusable, reveal
+
+    from .config import Settings
+
+    settings = Settings.from_env()
+    lake = _lake(settings)
+    rows = delta.read(lake.table_uri("identity"))
+    if rows is None:
+        print("ledgerlake: the lake has no identity table yet", file=sys.stderr)
+        return 1
+    column, value = ("record_id", args.record) if args.record else ("customer_id",
+                                                                   args.customer)
+    rows = rows.filter(pc.equal(rows[column], value))
+    if not rows.num_rows:
+        print(f"ledgerlake: no identity of {column.removesuffix('_id')} {value}",
+              file=sys.stderr)
+        return 1
+    try:
+        opened = reveal(rows, Keys.from_env(local_lake=lake.is_local))
+    except KeyUnusable as exc:
+        print(f"ledgerlake: {exc}", file=sys.stderr)
+        return 2
+    for item in opened:
+        sys.stdout.write(orjson.dumps(item).decode() + "\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ledgerlake",
@@ -534,6 +617,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full-history", action="store_true",
                    help="pull transactions whole, not from the last date seen")
     p.set_defaults(func=cmd_rerun)
+
+    p = sub.add_parser("forget", help="erase a customer's or a record's data from the lake",
+                       description="Delete the rows of a record (or of every record of a "
+                                   "customer) from every lake table, purge every file of any "
+                                   "version that held them, rebuild the warehouse, and record "
+                                   "the ids and counts in the lake's erasures table. Run it "
+                                   "again if it was stopped: it finishes.")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--customer", type=_record, help="the service's customer id")
+    who.add_argument("--record", type=_record, help="one record")
+    p.add_argument("--reason", default="request",
+                   help="why, as the audit table keeps it (default %(default)s)")
+    p.add_argument("--even-connected", action="store_true",
+                   help="erase records that are still connected (their next callback lands "
+                        "their data again)")
+    p.set_defaults(func=cmd_forget)
+
+    p = sub.add_parser("reveal", help="the raw BVN, NIN, birth date and contacts of a "
+                                      "customer (needs the personal-data key)",
+                       description="Open the sealed identity values (JSON lines on stdout) "
+                                   "with LEDGERLAKE_PII_KEY (or the local key file).")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--customer", type=_record, help="the service's customer id")
+    who.add_argument("--record", type=_record, help="one record")
+    p.set_defaults(func=cmd_reveal)
 
     p = sub.add_parser("demo", help="run the pipeline end to end on a fresh sandbox")
     p.add_argument("--customers", type=_number(int, 1, 100, "customers"), default=3)

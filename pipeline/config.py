@@ -191,6 +191,15 @@ def _zone(value: str) -> str:
     return value
 
 
+def _flag(var: str, value: str) -> bool:
+    """true/false (also 1/0, yes/no, on/off, any case)."""
+    words = {"true": True, "1": True, "yes": True, "on": True,
+             "false": False, "0": False, "no": False, "off": False}
+    if value.strip().lower() not in words:
+        raise ConfigError(f"{var}={value!r:.40} is not true or false")
+    return words[value.strip().lower()]
+
+
 def home_from_env(environ: os._Environ | dict | None = None) -> Path:
     """LEDGERLAKE_HOME (default `./data`), checked and absolute."""
     env = os.environ if environ is None else environ
@@ -206,6 +215,7 @@ class Settings:
     api_url: str
     environment: str
     timezone: str = "Africa/Lagos"  # the customers' days and months in the views
+    forget_on_disconnect: bool = False  # erase a record's data at USER_DISCONNECT
 
     @classmethod
     def from_env(cls, environ: os._Environ | dict | None = None) -> Settings:
@@ -227,6 +237,8 @@ class Settings:
             api_url=env.get("LEDGERLAKE_API_URL", "http://127.0.0.1:8765"),
             environment=environment,
             timezone=_zone(env.get("LEDGERLAKE_TIMEZONE", "Africa/Lagos")),
+            forget_on_disconnect=_flag("LEDGERLAKE_FORGET_ON_DISCONNECT",
+                                       env.get("LEDGERLAKE_FORGET_ON_DISCONNECT", "false")),
         )
 
     @property

@@ -24,7 +24,7 @@ from resources.lake import Lake
 from .config import Settings, check_lake, local_path
 from .freshness import freshness_checks, freshness_job, hourly_freshness
 from .inbox_resource import InboxResource
-from .jobs import ingest_job, refresh_job, replay_job, warehouse_job
+from .jobs import forget_job, ingest_job, refresh_job, replay_job, warehouse_job
 from .schedules import daily_refresh, hourly_replay
 from .sensors import inbox_sensor, warehouse_follows_lake
 
@@ -58,7 +58,7 @@ defs = dg.Definitions(
                             record_status, warehouse, lake_maintenance]),
     asset_checks=freshness_checks,
     jobs=[ingest_job, refresh_job, replay_job, warehouse_job, lake_maintenance_job,
-          freshness_job],
+          freshness_job, forget_job],
     sensors=[inbox_sensor, warehouse_follows_lake],
     schedules=[daily_refresh, hourly_replay, nightly_lake_maintenance, hourly_freshness],
     # steps fetch a record's product (I/O, a few MB): a process per step would cost seconds of

@@ -2,6 +2,7 @@
 
 from dagster import AssetSelection, define_asset_job, job
 
+from .forget import forget_disconnected
 from .replay import replay_missing_callbacks
 
 # the inbox sensor's runs: the product assets of one record (or a batch), chosen per request
@@ -15,3 +16,9 @@ warehouse_job = define_asset_job("warehouse_job", selection=["record_status", "w
 @job(description="Ask the service to re-send callbacks that never arrived (pipeline/replay.py)")
 def replay_job():
     replay_missing_callbacks()
+
+
+@job(description="Erase disconnected records' data from the lake and the warehouse, when "
+                 "LEDGERLAKE_FORGET_ON_DISCONNECT is true (pipeline/forget.py)")
+def forget_job():
+    forget_disconnected()

@@ -40,9 +40,11 @@ from assets.partitions import RECORDS_PER_RUN, batches, records
 from assets.warehouse import LAKE_TABLES
 from resources.lake import Lake
 
+from .config import Settings
+from .forget import forget_disconnected
 from .inbox import CONNECTED, Event
 from .inbox_resource import InboxResource
-from .jobs import ingest_job, warehouse_job
+from .jobs import forget_job, ingest_job, warehouse_job
 
 BATCH = 500  # events per tick; a backlog drains over consecutive ticks
 # records per run for callbacks of new records: small enough that a burst of connections is
@@ -80,13 +82,15 @@ def is_failure(ev: Event) -> bool:
 
 
 def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
-         fetchable: set[str] | None = None, order: list[str] | None = None
+         fetchable: set[str] | None = None, order: list[str] | None = None,
+         forget: bool = False
          ) -> tuple[list[str], list[RunRequest], list[AssetObservation], list[str]]:
     """Partitions to add, runs to request, observations to report and lines to log.
 
     `existing` holds the asset names in the Definitions, `fetchable` those `ingest_job` can run
     (default: all of them); `status` each record's current status; `order` the records
     partition in its order (the partitions added here follow it), for batched ranges.
+    `forget`: a USER_DISCONNECT also asks for a run of `forget_job` for its records.
     Within a batch, every event of one record (a connection's AUTH, ACCOUNTS, one BALANCE per
     account, TRANSACTIONS, INCOME...) makes one run of all the assets they ask for, keyed by
     the newest of them: a new record costs one run, and its income is checked against the
@@ -100,6 +104,7 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
     observations: list[AssetObservation] = []
     notes: list[str] = []
     moved: list[Event] = []  # connection events: record_status must be rebuilt
+    requests_forget: list[RunRequest] = []
     for ev in events:
         if ev.kind == "connection":
             for record in ev.records:
@@ -107,6 +112,13 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
                                              status=status.get(record, "unknown")))
             notes.append(f"event {ev.id}: {ev.method} for {', '.join(ev.records) or 'no record'}")
             moved.append(ev)
+            if forget and ev.method == "USER_DISCONNECT" and ev.records:
+                requests_forget.append(RunRequest(
+                    run_key=f"forget-{ev.id}", job_name=forget_job.name,
+                    run_config={"ops": {forget_disconnected.name: {
+                        "config": {"records": list(ev.records)}}}},
+                    tags={"ledgerlake/inbox_event": str(ev.id),
+                          "ledgerlake/method": ev.method}))
             continue
         if ev.record is None:
             notes.append(f"event {ev.id}: {ev.method} {ev.code} names no record; ignored")
@@ -150,7 +162,7 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
             asset_selection=[AssetKey(STATUS_ASSET)],
             tags={"ledgerlake/inbox_event": str(moved[-1].id),
                   "ledgerlake/method": moved[-1].method or ""}))
-    return partitions, requests, observations, notes
+    return partitions, requests + requests_forget, observations, notes
 
 
 def _tags(evs: list[Event]) -> dict[str, str]:
@@ -216,7 +228,7 @@ def asset_names(context: SensorEvaluationContext) -> tuple[set[str], set[str]]:
             {key.to_user_string() for key in job.asset_layer.executable_asset_keys})
 
 
-@sensor(jobs=[ingest_job, warehouse_job], minimum_interval_seconds=MIN_INTERVAL_S,
+@sensor(jobs=[ingest_job, warehouse_job, forget_job], minimum_interval_seconds=MIN_INTERVAL_S,
         default_status=DefaultSensorStatus.RUNNING)
 def inbox_sensor(context: SensorEvaluationContext, inbox: InboxResource):
     """Turn ready-product callbacks from the inbox into runs of the matching assets."""
@@ -230,7 +242,9 @@ def inbox_sensor(context: SensorEvaluationContext, inbox: InboxResource):
     known, fetchable = asset_names(context)
     instance = context.instance
     order = instance.get_dynamic_partitions(records.name)
-    partitions, requests, observations, notes = plan(events, known, status, fetchable, order)
+    partitions, requests, observations, notes = plan(
+        events, known, status, fetchable, order,
+        forget=Settings.from_env().forget_on_disconnect)
     for line in notes:
         context.log.info(line)
     existing = set(order)

@@ -49,11 +49,13 @@ class CommitConflict(RuntimeError):
 def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
             partition_by: Sequence[str] = (),
             window: Mapping[str, date | datetime] | None = None,
+            stats: Sequence[str] | None = None,
             storage_options: Mapping[str, str] | None = None) -> int:
     """Replace the rows of each record in `parts` with its table, in one commit; returns the
     committed version. With `window[record]` only that record's rows with
     `trans_date >= window[record]` are replaced (a windowed pull: older rows stay), and its new
-    rows must all fall in the window. The table is created on first write."""
+    rows must all fall in the window. The table is created on first write. `stats`: the only
+    columns the log keeps statistics of (default: delta-rs's, the first 32)."""
     window = dict(window or {})
     ids = [check_record_id(r) for r in parts]
     if not ids:
@@ -67,7 +69,7 @@ def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
     location, options = _where(uri, storage_options)
 
     def write() -> int:
-        table = _open_or_create(location, schema, partition_by, options)
+        table = _open_or_create(location, schema, partition_by, options, stats)
         _money_stays_money(table, data)
         write_deltalake(table, data, mode="overwrite", predicate=predicate,
                         schema_mode="merge", writer_properties=ZSTD)
@@ -76,7 +78,7 @@ def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
     return _retrying(uri, write)
 
 
-def append(uri: str, schema: pa.Schema, data: pa.Table,
+def append(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] | None = None,
            storage_options: Mapping[str, str] | None = None) -> int:
     """Add rows (balance snapshots): concurrent appends all land. Returns the committed version."""
     data = _conform(data, schema)
@@ -85,7 +87,7 @@ def append(uri: str, schema: pa.Schema, data: pa.Table,
     location, options = _where(uri, storage_options)
 
     def write() -> int:
-        table = _open_or_create(location, schema, (), options)
+        table = _open_or_create(location, schema, (), options, stats)
         _money_stays_money(table, data)
         write_deltalake(table, data, mode="append", schema_mode="merge", writer_properties=ZSTD)
         return table.version()
@@ -93,14 +95,14 @@ def append(uri: str, schema: pa.Schema, data: pa.Table,
     return _retrying(uri, write)
 
 
-def overwrite(uri: str, schema: pa.Schema, data: pa.Table,
+def overwrite(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] | None = None,
               storage_options: Mapping[str, str] | None = None) -> int:
     """Replace the whole table (one not kept by record, e.g. `records`) in one commit."""
     data = _conform(data, schema)
     location, options = _where(uri, storage_options)
 
     def write() -> int:
-        table = _open_or_create(location, schema, (), options)
+        table = _open_or_create(location, schema, (), options, stats)
         _money_stays_money(table, data)
         write_deltalake(table, data, mode="overwrite", schema_mode="merge",
                         writer_properties=ZSTD)
@@ -249,6 +251,56 @@ def vacuum(uri: str, retention_hours: int, *,
             "files_removed": len(present), "bytes_removed": sum(i.size for i in present)}
 
 
+def erase(uri: str, record_ids: Sequence[str],
+          storage_options: Mapping[str, str] | None = None) -> dict:
+    """Delete every row of `record_ids` in one commit, then purge every data file of any
+    version that held one: no version the table keeps can show them again (time travel to a
+    version before the erasure stops working, as it must). Idempotent: run again, it finds
+    nothing more, or finishes a pass that was killed. Returns the rows deleted, the files
+    purged and the version after."""
+    ids = sorted({check_record_id(r) for r in record_ids})
+    table = _open(uri, None, storage_options)
+    if table is None or not ids:
+        return {"rows_deleted": 0, "files_purged": 0, "version": None}
+    location, options = _where(uri, storage_options)
+    predicate = f"record_id IN ({', '.join(_quote(r) for r in ids)})"
+
+    def delete() -> tuple[int, int]:
+        table = DeltaTable(location, storage_options=options)
+        metrics = table.delete(predicate, writer_properties=ZSTD)
+        return metrics.get("num_deleted_rows", 0), table.version()
+
+    deleted, version = _retrying(uri, delete)
+    table = DeltaTable(location, storage_options=options)
+    live = {unquote(p) for p in table.get_add_actions(flatten=True).column("path").to_pylist()}
+    store, base = _filesystem(uri, storage_options)
+    purged = 0
+    for info in store.get_file_info(pafs.FileSelector(base, recursive=True,
+                                                      allow_not_found=True)):
+        name = info.path.removeprefix(base).lstrip("/")
+        if (info.type != pafs.FileType.File or name.startswith("_delta_log/") or name in live
+                or not name.endswith(".parquet")):
+            continue
+        if _holds(store, info.path, ids):
+            store.delete_file(info.path)
+            purged += 1
+    return {"rows_deleted": int(deleted), "files_purged": purged, "version": version}
+
+
+def _holds(store: pafs.FileSystem, path: str, ids: list[str]) -> bool:
+    """Whether a Parquet file has a row of `ids` (one that does not parse, damaged, is taken
+    to: no version can read it anyway). Files still being written keep their staging names
+    (`STAGED`) and are not looked at: the lake's vacuum removes a dead writer's."""
+    import pyarrow.parquet as pq
+
+    try:
+        with store.open_input_file(path) as f:
+            column = pq.read_table(f, columns=["record_id"])["record_id"]
+    except (pa.ArrowInvalid, KeyError, OSError):
+        return True
+    return bool(pc.any(pc.is_in(column, pa.array(ids, pa.string()))).as_py())
+
+
 STAGED = re.compile(r"#\d+$")  # object_store's name for a local file still being written
 
 
@@ -290,15 +342,25 @@ def _retrying(uri: str, attempt: Callable):
     raise AssertionError("unreachable")
 
 
+STATS = "delta.dataSkippingStatsColumns"
+
+
 def _open_or_create(location: str, schema: pa.Schema, partition_by: Sequence[str],
-                    options: dict | None) -> DeltaTable:
+                    options: dict | None, stats: Sequence[str] | None = None) -> DeltaTable:
+    """The table, created on first write; with `stats`, its log keeps statistics of those
+    columns only (a table made before is told so, once, in a commit of its own)."""
+    wanted = None if stats is None else ",".join(c for c in stats if c in schema.names)
     try:
-        return DeltaTable(location, storage_options=options)
+        table = DeltaTable(location, storage_options=options)
     except TableNotFoundError:
         # two first writers race for version 0: the loser's CommitFailedError is retried
         return DeltaTable.create(location, schema, mode="ignore",
                                  partition_by=list(partition_by) or None,
+                                 configuration={STATS: wanted} if wanted else None,
                                  storage_options=options)
+    if wanted and table.metadata().configuration.get(STATS) != wanted:
+        table.alter.set_table_properties({STATS: wanted})
+    return table
 
 
 def _open(uri: str, version: int | datetime | None,

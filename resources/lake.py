@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from dagster import ConfigurableResource
 
 from . import delta
+from .privacy import stats_columns
 
 RECORD_ID = delta.RECORD_ID
 TABLE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -76,7 +77,8 @@ class Lake(ConfigurableResource):
         if schema is None and parts:
             schema = next(iter(parts.values())).schema
         self._refuse_old_layout(table)
-        return delta.replace(self.table_uri(table), schema, parts, window=window)
+        return delta.replace(self.table_uri(table), schema, parts, window=window,
+                             stats=stats_columns(table))
 
     def write(self, table: str, record_id: str | None, data: pa.Table,
               schema: pa.Schema | None = None) -> int:
@@ -84,7 +86,8 @@ class Lake(ConfigurableResource):
         commit: a reader sees old or new, never half. Returns the committed version."""
         if record_id is None:
             self._refuse_old_layout(table)
-            return delta.overwrite(self.table_uri(table), schema or data.schema, data)
+            return delta.overwrite(self.table_uri(table), schema or data.schema, data,
+                                   stats=stats_columns(table))
         return self.replace(table, {record_id: data}, schema)
 
     def append(self, table: str, parts: Mapping[str, pa.Table],
@@ -99,7 +102,12 @@ class Lake(ConfigurableResource):
             data.select(schema.names).append_column(
                 "record_id", pa.array([check_record_id(rid)] * data.num_rows, pa.string()))
             for rid, data in parts.items()])
-        return delta.append(self.table_uri(table), full, rows)
+        return delta.append(self.table_uri(table), full, rows, stats=stats_columns(table))
+
+    def erase(self, table: str, record_ids: Sequence[str]) -> dict:
+        """Delete the records' rows and purge every file of any version that held them
+        (`delta.erase`): rows deleted, files purged, the version after."""
+        return delta.erase(self.table_uri(table), record_ids)
 
     def read(self, table: str, record_id: str | None = None, schema: pa.Schema | None = None,
              version: int | datetime | None = None) -> pa.Table | None:

@@ -19,6 +19,9 @@ from tests.postgres import INSTALL, PostgresServer, find_bin
 # the engine's retries wait seconds, not the production default of minutes (assets/publish.py
 # reads this at import, and child processes inherit it)
 os.environ.setdefault("LEDGERLAKE_RETRY_DELAY_S", "0.5")
+# the personal-data key of this test session (resources/privacy.py): every process the tests
+# start seals with it, and the secret scans look for it
+os.environ.setdefault("LEDGERLAKE_PII_KEY", secrets.token_hex(32))
 # pytest-xdist's workers set COLUMNS=80, which the servers and commands the tests start would
 # inherit (tables then print narrower than in a plain pytest run): every run is the same
 os.environ.pop("COLUMNS", None)

@@ -19,8 +19,10 @@ from assets.balances import balances
 from assets.identity import identity
 from assets.income import income
 from assets.transactions import transactions
+from resources import delta
 from resources.client import ConnectionClient
 from resources.lake import Lake
+from resources.privacy import Keys, reveal
 from tests.bad_service import BadPages
 
 PRODUCTS = [accounts, balances, transactions, income, identity]
@@ -135,7 +137,14 @@ def test_income_and_identity(shared_sandbox, landed):
     assert sorted(streams["stream_id"].to_pylist()) == sorted(s["stream_id"]
                                                                for s in inc["streams"])
     people = read(lake, "identity", made["record"])
-    assert people["bvn"].to_pylist() == [i["bvn"] for i in ident["identity"]]
+    bvns = [i["bvn"] for i in ident["identity"]]
+    assert people["bvn"].to_pylist() == ["*******" + b[-4:] for b in bvns]
+    keys = Keys.from_env()
+    assert people["bvn_hash"].to_pylist() == [keys.hash(b) for b in bvns]
+    sealed = delta.read(lake.table_uri("identity"), made["record"])
+    opened = reveal(sealed, keys)
+    assert [o["bvn"] for o in opened] == bvns
+    assert [o["emails"] for o in opened] == [i["email"] for i in ident["identity"]]
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks == {"account_has_record": True, "running_balance_reconciles": True,
                       "income_matches_transactions": True}

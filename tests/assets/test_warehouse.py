@@ -233,9 +233,10 @@ def test_balances_are_the_latest_snapshot(sandbox_lake):
 
 def test_income_and_identity_views_hold_each_record(sandbox_lake):
     target, _, lake_root, _ = sandbox_lake
-    ident = query(target, "select record_id, customer_id, bvn from identity")
+    ident = query(target, "select record_id, customer_id, bvn, bvn_hash from identity")
     assert set(ident["record_id"]) == set(lake_frame(lake_root, "accounts")["record_id"])
-    assert ident["bvn"].str.fullmatch(r"\d{11}").all()
+    assert ident["bvn"].str.fullmatch(r"\*{7}\d{4}").all()  # masked: never the number
+    assert ident["bvn_hash"].str.fullmatch(r"[0-9a-f]{64}").all()
     streams = query(target, "select record_id, sum(monthly_amount) as m from income_streams "
                             "group by all").set_index("record_id")["m"]
     want = lake_frame(lake_root, "income_streams").groupby("record_id")["monthly_amount"].sum()
@@ -290,7 +291,7 @@ def test_views_built_and_in_order_as_the_lake_fills(tmp_path):
 
 T = {"": "VARCHAR", "ts": "TIMESTAMP WITH TIME ZONE", "money": "DECIMAL(18,2)", "date": "DATE",
      "int": "BIGINT", "float": "DOUBLE", "bool": "BOOLEAN", "list": "VARCHAR[]",
-     "sum": "DECIMAL(38,2)"}
+     "sum": "DECIMAL(38,2)", "int32": "INTEGER", "blob": "BLOB"}
 
 
 def columns(spec: str) -> list[tuple[str, str]]:
@@ -316,9 +317,10 @@ LAKE = {
     "income_streams": "stream_id account_ids:list type monthly_amount:money "
                       "number_of_transactions:int source_name source_type first_date:date "
                       "last_date:date total_count:int primary_stream:bool",
-    "identity": "customer_id bvn nin firstname middlename lastname fullname dob:date gender "
-                "marital_status nationality state_of_origin state_of_residence lga_of_origin "
-                "lga_of_residence phones:list emails:list addresses:list aliases:list",
+    "identity": "customer_id bvn bvn_hash nin nin_hash firstname middlename lastname fullname "
+                "birth_year:int32 gender marital_status nationality state_of_origin "
+                "state_of_residence lga_of_origin lga_of_residence phones:list emails:list "
+                "addresses:list aliases:list sealed:blob",
     "payments": "payment_id callback_type status amount:money fee:money currency ref "
                 "debit_account credit_account source interbank_response_code "
                 "bank_response_code bank_response_message schedule_interval created_at:ts "
@@ -327,6 +329,8 @@ LAKE = {
                + " ".join(f"{p}_code {p}_at:ts" for p in ("auth", "identity", "accounts",
                                                           "balance", "transactions", "income",
                                                           "payment")),
+    "erasures": "erasure_id requested_at:ts finished_at:ts subject subject_id record_id "
+                "lake_table rows_deleted:int files_purged:int reason",
 }
 
 # the views as the README's table documents them: the lake table's columns, then record_id
@@ -342,9 +346,10 @@ VIEWS = {
                                 "inflow:sum outflow:sum net:sum"),
     "income_summary": columns(LAKE["income"] + " record_id"),
     "income_streams": columns(LAKE["income_streams"] + " record_id"),
-    "identity": columns(LAKE["identity"] + " record_id"),
+    "identity": columns(LAKE["identity"].replace(" sealed:blob", "") + " record_id"),
     "payments": columns(LAKE["payments"] + " record_id amount_kobo:int"),
     "records": columns(LAKE["records"] + " is_connected:bool needs_reauth:bool"),
+    "erasures": columns(LAKE["erasures"]),
 }
 
 

@@ -1,0 +1,141 @@
+"""Forgetting a person: their records' rows out of every lake table, the warehouse rebuilt,
+and what was erased (ids and counts, nothing personal) kept in the lake's `erasures` table.
+
+`ledgerlake forget --record ID` erases one record (one user's connection to one bank);
+`--customer ID` every record whose rows name that customer. Each table's rows go in one
+commit, and every file of any version that held them is purged (`resources/delta.erase`), so
+time travel cannot bring them back. Each step is idempotent: a pass killed half-way is
+finished by running it again. With LEDGERLAKE_FORGET_ON_DISCONNECT=true a USER_DISCONNECT
+(the service sends one for `/record/remove` too) forgets the record by itself; the default
+keeps the data, as a bank must keep records for a period (docs/privacy.md).
+"""
+
+# no `from __future__ import annotations`: Dagster reads the op's type hints at runtime
+import datetime as dt
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from dagster import Config, OpExecutionContext, op
+
+from assets.warehouse import Warehouse
+from resources import delta
+from resources.lake import Lake, check_record_id
+from resources.privacy import ERASURES as AUDIT_SCHEMA
+from resources.privacy import stats_columns
+
+from .inbox import DISCONNECTED
+from .inbox_resource import InboxResource
+
+AUDIT = "erasures"
+# the tables that name a customer, where `--customer` looks for their records
+BY_CUSTOMER = ("identity", "accounts", "income", "transactions")
+SETTING = "LEDGERLAKE_FORGET_ON_DISCONNECT"
+
+
+@dataclass
+class Erasure:
+    """What one pass erased: per lake table, rows deleted and files purged."""
+    erasure_id: str
+    subject: str
+    subject_id: str
+    records: list[str]
+    tables: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return sum(t["rows_deleted"] for t in self.tables.values())
+
+    @property
+    def files(self) -> int:
+        return sum(t["files_purged"] for t in self.tables.values())
+
+
+def records_of(lake: Lake, customer: str) -> list[str]:
+    """Every record whose rows in a table that names customers name `customer`."""
+    check_record_id(customer)  # the service's customer ids have the same shape
+    found: set[str] = set()
+    for table in BY_CUSTOMER:
+        rows = delta.read(lake.table_uri(table), columns=["customer_id", "record_id"])
+        if rows is not None and rows.num_rows:
+            hit = rows.filter(pc.equal(rows["customer_id"], customer))
+            found |= set(hit["record_id"].to_pylist())
+    return sorted(found)
+
+
+def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
+           customer: str | None = None, reason: str = "request",
+           rebuild: Callable[[], object] | None = None,
+           progress: Callable[[str], None] = lambda _: None) -> Erasure:
+    """Erase a record's, or a customer's records', rows from `tables`, rebuild the warehouse
+    (`rebuild`), then append what was erased to the audit table."""
+    if (record is None) == (customer is None):
+        raise ValueError("forget takes a record or a customer, not both or neither")
+    requested = dt.datetime.now(dt.UTC)
+    if record is not None:
+        subject, subject_id, records = "record", check_record_id(record), [record]
+    else:
+        subject, subject_id = "customer", check_record_id(customer)
+        records = records_of(lake, customer)
+    done = Erasure(uuid.uuid4().hex, subject, subject_id, records)
+    for table in tables:
+        done.tables[table] = lake.erase(table, records) if records else \
+            {"rows_deleted": 0, "files_purged": 0, "version": None}
+        progress(f"{table}: {done.tables[table]['rows_deleted']} rows deleted, "
+                 f"{done.tables[table]['files_purged']} files purged")
+    if rebuild is not None:
+        rebuild()
+        progress("warehouse rebuilt")
+    _audit(lake, done, requested, reason)
+    return done
+
+
+def _audit(lake: Lake, done: Erasure, requested: dt.datetime, reason: str) -> None:
+    """One row per record and table (one row for a customer with no record left)."""
+    finished = dt.datetime.now(dt.UTC)
+    rows = [{"record_id": r, "lake_table": t,
+             "rows_deleted": None, "files_purged": None} for r in done.records
+            for t in done.tables] or [{"record_id": None, "lake_table": None,
+                                       "rows_deleted": 0, "files_purged": 0}]
+    for row in rows:  # the counts are per table: on the table's first record's row
+        if row["lake_table"] is not None:
+            first = row["record_id"] == done.records[0]
+            counts = done.tables[row["lake_table"]]
+            row["rows_deleted"] = counts["rows_deleted"] if first else 0
+            row["files_purged"] = counts["files_purged"] if first else 0
+    data = pa.Table.from_pylist([{"erasure_id": done.erasure_id, "requested_at": requested,
+                                  "finished_at": finished, "subject": done.subject,
+                                  "subject_id": done.subject_id, "reason": reason, **row}
+                                 for row in rows], schema=AUDIT_SCHEMA)
+    delta.append(lake.table_uri(AUDIT), AUDIT_SCHEMA, data, stats=stats_columns(AUDIT))
+
+
+def audit(lake: Lake) -> pa.Table | None:
+    """The audit table, None before the first erasure."""
+    return delta.read(lake.table_uri(AUDIT))
+
+
+class ForgetConfig(Config):
+    records: list[str]
+
+
+@op(description="Forget records the service disconnected (LEDGERLAKE_FORGET_ON_DISCONNECT)")
+def forget_disconnected(context: OpExecutionContext, config: ForgetConfig, lake: Lake,
+                        inbox: InboxResource, warehouse_db: Warehouse) -> None:
+    """Erase each record still disconnected when the run starts: one connected again since
+    the event (a newer login) keeps its data."""
+    from assets.warehouse import LAKE_TABLES, UNPARTITIONED, build
+
+    with inbox.open() as db:
+        gone = [r for r in config.records if db.status(r) == DISCONNECTED]
+    if kept := sorted(set(config.records) - set(gone)):
+        context.log.info(f"connected again since the disconnect, kept: {', '.join(kept)}")
+    tables = [t for t in LAKE_TABLES if t not in UNPARTITIONED]
+    for record in gone:
+        done = forget(lake, tables, record=record, reason="disconnect",
+                      rebuild=lambda: build(lake.root, warehouse_db.path, warehouse_db.timezone),
+                      progress=context.log.info)
+        context.log.info(f"forgot record {record}: {done.rows} rows deleted, {done.files} "
+                         f"files purged (erasure {done.erasure_id})")

@@ -1,0 +1,269 @@
+"""Personal data: the class of every lake column, and how the sensitive ones are kept.
+
+Classes (docs/privacy.md):
+
+- `public`: the service's ids, amounts, dates, codes;
+- `personal`: about a person, readable by analysts (names, account numbers, narrations);
+- `sensitive`: identifies a person on its own (BVN, NIN, date of birth, phones, emails,
+  addresses). Never written in clear: the lake holds a masked form analysts read
+  (`*******1234`, `a***@example.com`, the year of birth), a keyed hash of the BVN and NIN
+  (HMAC-SHA256) so joins on them still work, and the raw values sealed (AES-256-GCM) in one
+  column, `sealed`, which only `ledgerlake reveal` opens, with the key.
+
+The key: LEDGERLAKE_PII_KEY (64 hex digits), or for a local lake a key file,
+LEDGERLAKE_PII_KEY_FILE (default `$LEDGERLAKE_HOME/pii.key`, made on first use, mode 0600).
+The hashing and sealing keys are derived from it, so the hash is not the sealing key's.
+No column but `public` ones gets statistics in the Delta log (`stats_columns`), where a
+file's min and max would outlive the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+PUBLIC, PERSONAL, SENSITIVE = "public", "personal", "sensitive"
+CLASS_ORDER = (PUBLIC, PERSONAL, SENSITIVE)
+
+
+def _declare(**classes: str) -> dict[str, str]:
+    return {column: cls for cls, columns in classes.items() for column in columns.split()}
+
+
+# Every column of every lake table, once (a test holds this to the tables' schemas)
+CLASSES: dict[str, dict[str, str]] = {
+    "accounts": _declare(
+        public="account_id type currency bank_id customer_id balance_id env created_at "
+               "last_updated record_id",
+        personal="nuban name customer_name"),
+    "transactions": _declare(
+        public="transaction_id account_id customer_id bank_id trans_date cleared_date debit "
+               "credit amount balance currency topics ref branch code env created_at "
+               "last_updated record_id",
+        personal="narration"),  # a narration may name a person or hold a phone number
+    "balance_history": _declare(
+        public="account_id fetched_at available_balance ledger_balance currency source "
+               "service_updated_at record_id"),
+    "balance_periodic": _declare(
+        public="account_id date available_balance ledger_balance record_id"),
+    "income": _declare(
+        public="income_id customer_id confidence number_of_transactions average_monthly_income "
+               "last_year_income account_age_months number_of_streams past_three_months_total "
+               "past_six_months_total past_twelve_months_total past_twelve_months_average "
+               "created_at record_id"),
+    "income_streams": _declare(
+        public="stream_id account_ids type monthly_amount number_of_transactions source_type "
+               "first_date last_date total_count primary_stream record_id",
+        personal="source_name"),  # an employer, or a person paying
+    "identity": _declare(
+        public="customer_id record_id",
+        personal="bvn_hash nin_hash firstname middlename lastname fullname birth_year gender "
+                 "marital_status nationality state_of_origin state_of_residence lga_of_origin "
+                 "lga_of_residence aliases",
+        sensitive="bvn nin phones emails addresses sealed"),
+    "payments": _declare(
+        public="payment_id callback_type status amount fee currency ref source "
+               "interbank_response_code bank_response_code bank_response_message "
+               "schedule_interval created_at last_updated record_id",
+        personal="debit_account credit_account"),  # account numbers
+    "records": _declare(
+        public="record_id status status_at last_method last_code last_callback_at auth_code "
+               "auth_at identity_code identity_at accounts_code accounts_at balance_code "
+               "balance_at transactions_code transactions_at income_code income_at "
+               "payment_code payment_at"),
+    # ledgerlake's own record of what `forget` erased: ids and counts, nothing personal
+    "erasures": _declare(
+        public="erasure_id requested_at finished_at subject subject_id record_id lake_table "
+               "rows_deleted files_purged reason"),
+}
+
+# the lake's `erasures` table: what `ledgerlake forget` erased (pipeline/forget.py)
+ERASURES = pa.schema([
+    ("erasure_id", pa.string()), ("requested_at", pa.timestamp("us", tz="UTC")),
+    ("finished_at", pa.timestamp("us", tz="UTC")), ("subject", pa.string()),
+    ("subject_id", pa.string()), ("record_id", pa.string()), ("lake_table", pa.string()),
+    ("rows_deleted", pa.int64()), ("files_purged", pa.int64()), ("reason", pa.string())])
+
+# sensitive values as the lake keeps them: the masked column, and what is sealed
+SEALED = ("bvn", "nin", "dob", "phones", "emails", "addresses")
+HASHED = ("bvn", "nin")
+
+
+def classify(table: str, column: str) -> str:
+    """The column's class; a ValueError for a column nobody classified."""
+    try:
+        return CLASSES[table][column]
+    except KeyError:
+        raise ValueError(f"column {table}.{column} has no class: declare it in "
+                         f"resources/privacy.py CLASSES") from None
+
+
+def stats_columns(table: str) -> list[str] | None:
+    """The columns the Delta log may keep statistics of (min, max): the public ones. None for
+    a table not declared (no restriction)."""
+    if table not in CLASSES:
+        return None
+    return [c for c, cls in CLASSES[table].items() if cls == PUBLIC]
+
+
+# -- keys --------------------------------------------------------------------------------------
+
+KEY_VAR, KEY_FILE_VAR = "LEDGERLAKE_PII_KEY", "LEDGERLAKE_PII_KEY_FILE"
+_HEX_KEY = re.compile(r"^[0-9a-fA-F]{64}$")
+SEAL_VERSION = b"\x01"
+
+
+class KeyUnusable(ValueError):
+    """No usable key: the message says which setting, never the key."""
+
+
+class Keys:
+    """The hashing and sealing keys, derived from one secret; never shown."""
+
+    __slots__ = ("_hash", "_seal", "key_id")
+
+    def __init__(self, secret: bytes):
+        if len(secret) != 32:
+            raise KeyUnusable("the personal-data key must be 32 bytes (64 hex digits)")
+        self._hash = hmac.digest(secret, b"ledgerlake hash v1", "sha256")
+        self._seal = hmac.digest(secret, b"ledgerlake seal v1", "sha256")
+        # names the key in sealed values (to tell a wrong key from damage), reveals nothing
+        self.key_id = hashlib.sha256(b"ledgerlake key id" + secret).digest()[:4]
+
+    def __repr__(self) -> str:
+        return f"Keys(key_id={self.key_id.hex()})"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None,
+                 home: Path | None = None, local_lake: bool = True) -> Keys:
+        """LEDGERLAKE_PII_KEY, else the key file (made on first use, for a local lake only:
+        processes on several machines must share one key, which a file here cannot be)."""
+        env = os.environ if environ is None else environ
+        if value := env.get(KEY_VAR):
+            if not _HEX_KEY.fullmatch(value.strip()):
+                raise KeyUnusable(f"{KEY_VAR} must be 64 hex digits (32 bytes): make one with "
+                                "`python -c 'import secrets; print(secrets.token_hex(32))'`")
+            return cls(bytes.fromhex(value.strip()))
+        from pipeline.config import home_from_env
+
+        path = Path(env.get(KEY_FILE_VAR) or (home or home_from_env(env)) / "pii.key")
+        if not path.exists():
+            if not local_lake and KEY_FILE_VAR not in env:
+                raise KeyUnusable(f"{KEY_VAR} is not set: a lake in object storage is written "
+                                "from several machines, which must seal with one key; set it "
+                                "(64 hex digits) from your secret store")
+            _make_key_file(path)
+        text = path.read_text().strip()
+        if not _HEX_KEY.fullmatch(text):
+            raise KeyUnusable(f"{path} does not hold a key (64 hex digits)")
+        return cls(bytes.fromhex(text))
+
+    def hash(self, value: str | None) -> str | None:
+        """The keyed hash analysts join on: HMAC-SHA256 of the value, hex."""
+        if value is None:
+            return None
+        return hmac.new(self._hash, value.strip().encode(), "sha256").hexdigest()
+
+    def seal(self, values: dict, context: str) -> bytes:
+        """The values, encrypted and bound to `context` (the customer's id)."""
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        nonce = secrets.token_bytes(12)
+        body = AESGCM(self._seal).encrypt(nonce, orjson.dumps(values), context.encode())
+        return SEAL_VERSION + self.key_id + nonce + body
+
+    def open(self, sealed: bytes, context: str) -> dict:
+        """What `seal` sealed; a KeyUnusable for another key's or damaged values."""
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        if sealed[:1] != SEAL_VERSION:
+            raise KeyUnusable("sealed values of an unknown format")
+        if sealed[1:5] != self.key_id:
+            raise KeyUnusable(f"sealed with another key (id {sealed[1:5].hex()}, this key's "
+                            f"{self.key_id.hex()})")
+        try:
+            return orjson.loads(AESGCM(self._seal).decrypt(sealed[5:17], sealed[17:],
+                                                           context.encode()))
+        except InvalidTag:
+            raise KeyUnusable("sealed values are damaged or belong to another customer") \
+                from None
+
+
+def _make_key_file(path: Path) -> None:
+    """A new random key, written whole or not at all; a concurrent maker's key wins."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, (secrets.token_hex(32) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)  # fails if another process made it first: theirs is kept
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+
+
+# -- masks -------------------------------------------------------------------------------------
+
+def mask_digits(value: str | None) -> str | None:
+    """`*******1234`: the last four characters, the rest starred."""
+    if value is None:
+        return None
+    keep = value[-4:] if len(value) > 6 else ""
+    return "*" * (len(value) - len(keep)) + keep
+
+
+def mask_email(value: str) -> str:
+    """`a***@example.com`: the first letter and the domain."""
+    local, at, domain = value.partition("@")
+    return (local[:1] + "***" + at + domain) if at else "***"
+
+
+def mask_address(value: str) -> str:
+    """`***, Lagos`: the last part (the state or town) only."""
+    parts = [p.strip() for p in value.split(",")]
+    return "***" + (f", {parts[-1]}" if len(parts) > 1 and parts[-1] else "")
+
+
+def protect(raw: pa.Table, keys: Keys, schema: pa.Schema) -> pa.Table:
+    """Identity rows as the lake keeps them (`schema`): the sensitive columns masked, the BVN
+    and NIN hashed too, the raw values sealed per row, bound to its customer."""
+    rows = raw.select(["customer_id", *SEALED]).to_pylist()
+    cols: dict[str, list] = {c: raw[c] for c in raw.column_names if c not in SEALED}
+    for name in HASHED:
+        values = raw[name].to_pylist()
+        cols[name] = [mask_digits(v) for v in values]
+        cols[f"{name}_hash"] = [keys.hash(v) for v in values]
+    cols["birth_year"] = pc.year(raw["dob"]).cast(pa.int32())
+    cols["phones"] = [[mask_digits(p) for p in v or []] for v in raw["phones"].to_pylist()]
+    cols["emails"] = [[mask_email(e) for e in v or []] for v in raw["emails"].to_pylist()]
+    cols["addresses"] = [[mask_address(a) for a in v or []]
+                         for v in raw["addresses"].to_pylist()]
+    cols["sealed"] = [keys.seal({k: (v.isoformat() if k == "dob" and v is not None else v)
+                                 for k, v in row.items() if k != "customer_id"},
+                                row["customer_id"] or "")
+                      for row in rows]
+    return pa.table({n: cols[n] for n in schema.names}).cast(schema)
+
+
+def reveal(lake_rows: pa.Table, keys: Keys) -> list[dict]:
+    """The raw sensitive values of identity rows as the lake keeps them."""
+    out = []
+    for row in lake_rows.select(["customer_id", "record_id", "sealed"]).to_pylist():
+        opened = keys.open(row["sealed"], row["customer_id"] or "")
+        out.append({"customer_id": row["customer_id"], "record_id": row["record_id"], **opened})
+    return out
