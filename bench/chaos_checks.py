@@ -166,7 +166,7 @@ def run_all(chaos) -> dict:
         received += read
         dead += letters
         problems += [f"{env}: {p}" for p in said]
-    problems += secrets_shown(chaos)
+    problems += secrets_shown(chaos, personal_values(chaos))
     deliveries = chaos.world.delivery_log()
     report = chaos.api("sandbox").get("sandbox/faults").json()["data"]
     return {
@@ -333,19 +333,33 @@ def duplicates_refused(chaos) -> int:
     return n
 
 
-def secrets_shown(chaos) -> list[str]:
-    """Any secret (keys, webhook tokens, the database password) in a file the deployments
-    wrote (logs, Dagster's storage and compute logs, inboxes, lakes) or in the production
-    instance's event log in Postgres."""
+def personal_values(chaos) -> list[str]:
+    """Every record's BVN, NIN, phones and emails as the sandbox holds them (issue 20: none may
+    appear in clear in a log, the Dagster event log, the inbox or the lake)."""
+    out: set[str] = set()
+    for record, rec in chaos.records.items():
+        resp = chaos.api(rec.env).post("identity/get", json={"record": record})
+        if resp.status_code != 200:  # a removed record's identity is not served any more
+            continue
+        for person in resp.json()["data"]["identity"]:
+            out |= {person.get("bvn"), person.get("nin"), *(person.get("phone") or []),
+                    *(person.get("email") or [])}
+    return sorted(v for v in out if isinstance(v, str) and len(v) >= 6)
+
+
+def secrets_shown(chaos, personal: list[str] = ()) -> list[str]:
+    """Any secret (keys, webhook tokens, the database password) or personal value (`personal`)
+    in a file the deployments wrote (logs, Dagster's storage and compute logs, inboxes,
+    lakes) or in the production instance's event log in Postgres."""
     import psycopg2
 
-    shown = [s.encode() for s in chaos.world.secrets if s]
+    shown = [s.encode() for s in [*chaos.world.secrets, *personal] if s]
     out = []
     for dep in chaos.world.deployments.values():
         for path in dep.home.rglob("*"):
             if path.is_file():
                 data = path.read_bytes()
-                out += [f"a secret appears in {path.relative_to(chaos.work)}"
+                out += [f"a secret or personal value appears in {path.relative_to(chaos.work)}"
                         for s in shown if s in data][:1]
         if dep.profile == "postgres":
             s = dep.settings
@@ -358,7 +372,8 @@ def secrets_shown(chaos) -> list[str]:
                     cur.execute(f"select {column} from {table}")  # noqa: S608
                     for (text,) in cur:
                         if any(sec.decode() in (text or "") for sec in shown):
-                            out.append(f"a secret appears in the Dagster {table} table")
+                            out.append(f"a secret or personal value appears in the Dagster "
+                                       f"{table} table")
                             break
             finally:
                 con.close()

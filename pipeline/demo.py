@@ -29,6 +29,12 @@ from accounts a
 group by a.record_id
 order by a.record_id
 """
+# identity as analysts read it: the BVN, phones and emails masked (docs/privacy.md)
+IDENTITY = """
+select record_id, customer_id, fullname, bvn, phones, emails, birth_year
+from identity
+order by record_id
+"""
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -159,12 +165,26 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
     _say("the warehouse answers, per record:")
     subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", SUMMARY,
                     "--warehouse", str(home / "warehouse.duckdb")], check=True)
+    _say("identity as analysts see it: BVN, phones and emails masked, the raw values sealed:")
+    subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", IDENTITY,
+                    "--warehouse", str(home / "warehouse.duckdb")], check=True)
+    _say(f"forget a customer (erasure on request): .venv/bin/ledgerlake forget --customer "
+         f"{_a_customer(home / 'warehouse.duckdb')}  (docs/privacy.md)")
     _say(f"lake      {home / 'lake'}")
     _say(f"warehouse {home / 'warehouse.duckdb'}")
     _say('try: .venv/bin/ledgerlake sql "select * from monthly_cashflow order by month"')
     _say("link a bank by hand in the browser: `make dev` prints the connect page's URL, and "
          "the Dagster UI shows the record's partition appear")
     return 0
+
+
+def _a_customer(warehouse: Path) -> str:
+    """A customer id the demo landed, for the hint it prints."""
+    import duckdb
+
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        row = con.execute("select customer_id from identity order by record_id limit 1").fetchone()
+    return row[0] if row else "<customer id>"
 
 
 def run_dev(port: int = 3000, customers: int = 3) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -23,6 +24,22 @@ def test_demo_end_to_end(demo, tmp_path):
         assert int(cells[1]) >= 1 and int(cells[2]) > 0 and cells[3] != "NULL", line
     assert str(home / "warehouse.duckdb") in out.stdout
     assert not demo.left_running, "the demo left a server running"
+
+    # identity shown masked, and how to forget a customer; the raw values nowhere in clear in
+    # what ledgerlake wrote (the sandbox's own folder and log are the service's, not ours)
+    assert re.search(r"│ \*{7}\d{4} ", out.stdout), out.stdout
+    hint = re.search(r"ledgerlake forget --customer (\S+)", out.stdout)
+    assert hint, out.stdout
+    revealed = subprocess.run([sys.executable, "-m", "pipeline.cli", "reveal", "--customer",
+                               hint.group(1)], env=env, capture_output=True, text=True,
+                              check=True)
+    person = json.loads(revealed.stdout.splitlines()[0])
+    assert re.fullmatch(r"\d{11}", person["bvn"]) and person["emails"], person
+    needles = [v.encode() for v in (person["bvn"], *person["phones"], *person["emails"])]
+    ours = [p for p in home.rglob("*") if p.is_file()
+            and p.relative_to(home).parts[0] != "sandbox" and p.name != "sandbox.log"]
+    assert len(ours) > 20
+    assert [str(p) for p in ours if any(n in p.read_bytes() for n in needles)] == []
 
     # `ledgerlake sql` finds the demo's warehouse by default
     answer = subprocess.run([sys.executable, "-m", "pipeline.cli", "sql",
