@@ -86,8 +86,11 @@ def test_runs_are_only_requested_for_assets_in_the_definitions(inbox, instance, 
         return None
 
     only_accounts = dg.Definitions(assets=[accounts, stray], jobs=[ingest_job],
-                                   sensors=[inbox_sensor], resources={"client": None,
-                                                                      "lake": None})
+                                   sensors=[inbox_sensor],
+                                   # forget_job (a target of the sensor) reads the inbox and
+                                   # the warehouse too
+                                   resources={"client": None, "lake": None, "inbox": None,
+                                              "warehouse_db": None})
     inbox.add(make.callback("r1", "BALANCE", "BALANCE_SUCCESS", account="a1"))
     inbox.add(make.callback("r1", "INCOME", "PRODUCT_IS_READY"))
     acc = inbox.add(make.callback("r1", "ACCOUNTS", "ACCOUNTS_SUCCESS"))[0]
