@@ -307,11 +307,12 @@ class Erasures(pa.DataFrameModel):
     erasure_id: Text = _doc_text("one pass of `ledgerlake forget`")
     requested_at: Stamp = _doc_ts("when the pass started (UTC)")
     finished_at: Stamp = _doc_ts("when the pass finished: every table erased, the warehouse "
-                                 "rebuilt (UTC)")
+                                 "rebuilt (UTC); null on the rows written first, naming the "
+                                 "records it was about to erase")
     subject: Text = _doc_text("what was asked to be forgotten: customer or record")
     subject_id: Text = _doc_text("the service's id of that customer or record")
     record_id: Text = _doc_text("a record erased (null when the customer had none left)")
-    lake_table: Text = _doc_text("the lake table the counts are of")
+    lake_table: Text = _doc_text("the lake table the counts are of (null on the first rows)")
     rows_deleted: Series[int] = _doc("rows the pass deleted from the table (on the first "
                                      "record's row of the pass; 0 on the others)")
     files_purged: Series[int] = _doc("data files of older versions the pass removed because "

@@ -78,9 +78,17 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
         subject, subject_id, records = "record", check_record_id(record), [record]
     else:
         subject, subject_id = "customer", check_record_id(customer)
-        records = records_of(lake, customer)
+        # with those an unfinished pass named: killed after the last table that names
+        # customers, its records are found nowhere else
+        records = sorted(set(records_of(lake, customer)) | unfinished(lake, customer))
     done = Erasure(uuid.uuid4().hex, subject, subject_id, records)
-    for table in tables:
+    if records:  # what is about to go, first: a pass killed half-way still says so
+        _write_audit(lake, done, requested, None, reason,
+                     [{"record_id": r, "lake_table": None, "rows_deleted": None,
+                       "files_purged": None} for r in records])
+    # the tables naming customers last: a pass stopped half-way leaves the records findable
+    # (records_of) until every other table is erased, so running it again finishes it
+    for table in sorted(tables, key=lambda t: t in BY_CUSTOMER):
         done.tables[table] = lake.erase(table, records) if records else \
             {"rows_deleted": 0, "files_purged": 0, "version": None}
         progress(f"{table}: {done.tables[table]['rows_deleted']} rows deleted, "
@@ -92,9 +100,20 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
     return done
 
 
+def unfinished(lake: Lake, customer: str) -> set[str]:
+    """Records named by passes of `customer` that started and never finished."""
+    rows = audit(lake)
+    if rows is None:
+        return set()
+    rows = rows.filter(pc.and_(pc.equal(rows["subject"], "customer"),
+                               pc.equal(rows["subject_id"], customer))).to_pylist()
+    finished = {r["erasure_id"] for r in rows if r["finished_at"] is not None}
+    return {r["record_id"] for r in rows
+            if r["erasure_id"] not in finished and r["record_id"] is not None}
+
+
 def _audit(lake: Lake, done: Erasure, requested: dt.datetime, reason: str) -> None:
     """One row per record and table (one row for a customer with no record left)."""
-    finished = dt.datetime.now(dt.UTC)
     rows = [{"record_id": r, "lake_table": t,
              "rows_deleted": None, "files_purged": None} for r in done.records
             for t in done.tables] or [{"record_id": None, "lake_table": None,
@@ -105,6 +124,12 @@ def _audit(lake: Lake, done: Erasure, requested: dt.datetime, reason: str) -> No
             counts = done.tables[row["lake_table"]]
             row["rows_deleted"] = counts["rows_deleted"] if first else 0
             row["files_purged"] = counts["files_purged"] if first else 0
+    _write_audit(lake, done, requested, dt.datetime.now(dt.UTC), reason, rows)
+
+
+def _write_audit(lake: Lake, done: Erasure, requested: dt.datetime,
+                 finished: dt.datetime | None, reason: str, rows: list[dict]) -> None:
+    """Rows of the pass: with `finished` None, the records it is about to erase."""
     data = pa.Table.from_pylist([{"erasure_id": done.erasure_id, "requested_at": requested,
                                   "finished_at": finished, "subject": done.subject,
                                   "subject_id": done.subject_id, "reason": reason, **row}

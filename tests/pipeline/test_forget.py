@@ -1,0 +1,395 @@
+"""Forgetting a person (pipeline/forget.py, `ledgerlake forget`): every row of their records
+leaves every version of every lake table and the warehouse, another customer's stay, the
+audit keeps ids and counts only, a killed pass is finished by running it again, and a
+disconnect forgets by itself only when told to. A real lake, the real command as its own
+process, a real SQLite inbox; nothing mocked."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from assets import identity as identity_module
+from assets.warehouse import LAKE_TABLES, UNPARTITIONED, Warehouse, build
+from pipeline.config import ConfigError, Settings
+from pipeline.forget import BY_CUSTOMER, audit, forget, records_of
+from pipeline.inbox import open_inbox
+from pipeline.inbox_resource import InboxResource
+from pipeline.jobs import forget_job
+from pipeline.sensors import plan
+from resources import delta
+from resources.lake import Lake
+from resources.privacy import CLASSES, PUBLIC, Keys, protect
+from sandbox import datagen
+from tests.conftest import callback, disconnect
+from tests.resources.test_privacy import found
+
+REPO = Path(__file__).resolve().parents[2]
+ERASABLE = [t for t in LAKE_TABLES if t not in UNPARTITIONED]  # what `forget` erases
+MONEY = pa.decimal128(18, 2)
+T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+A, B = "cust_ada", "cust_bola"
+R1, R2, R3 = "rec_a1", "rec_a2", "rec_b1"  # A has R1 and R2 (two banks), B has R3
+OWNER = {R1: A, R2: A, R3: B}
+PEOPLE = {A: ("Zinnia", "Marigold", "Quarterbridge", "22730164958"),
+          B: ("Bolanle", "Temitope", "Ironwood", "22511907346")}
+NUBAN = {R1: "7301946285", R2: "7301946286", R3: "8402057396"}
+
+
+def keys() -> Keys:
+    return Keys.from_env()  # the session's LEDGERLAKE_PII_KEY (tests/conftest.py)
+
+
+def needles(customer: str) -> list[str]:
+    """Strings only this customer's rows hold: their BVN's hash, names, account numbers."""
+    first, middle, last, bvn = PEOPLE[customer]
+    return [keys().hash(bvn), first, middle, last, *(NUBAN[r] for r in NUBAN
+                                                     if OWNER[r] == customer)]
+
+
+def rows(table: str, items: list[dict]) -> pa.Table:
+    """Rows of a lake table, the columns not given null."""
+    schema = LAKE_TABLES[table]
+    return pa.Table.from_pylist([{n: i.get(n) for n in schema.names} for i in items],
+                                schema=schema)
+
+
+def record_rows(record: str, gen: int) -> dict[str, pa.Table]:
+    """A record's rows of every erasable table (`gen` tells the two writes apart)."""
+    customer = OWNER[record]
+    first, middle, last, bvn = PEOPLE[customer]
+    account, when = f"acct_{record}", T0 + timedelta(days=gen)
+    item = {**datagen.identity(3, customer, f"{first} {last}"), "customer": customer,
+            "bvn": bvn, "middlename": middle, "fullname": f"{first} {middle} {last}"}
+    money = {"available_balance": Decimal(f"{1000 + gen}.25"),
+             "ledger_balance": Decimal(f"{1000 + gen}.25")}
+    return {
+        "identity": protect(identity_module.to_table([item]), keys(), identity_module.SCHEMA),
+        "accounts": rows("accounts", [{
+            "account_id": account, "nuban": NUBAN[record], "name": f"{first} {last}".upper(),
+            "type": "SAVINGS", "currency": "NGN", "customer_id": customer,
+            "customer_name": f"{first} {last}", "created_at": T0, "last_updated": when}]),
+        "transactions": rows("transactions", [{
+            "transaction_id": f"tx_{record}_{n}", "account_id": account,
+            "customer_id": customer, "trans_date": T0 - timedelta(days=n),
+            "amount": Decimal(f"-{n + gen}.50"), "currency": "NGN",
+            "narration": f"TRF FROM {last.upper()} {first.upper()} {NUBAN[record]}"}
+            for n in range(3)]),
+        "balance_history": rows("balance_history", [{
+            "account_id": account, "fetched_at": when, "currency": "NGN", "source": "callback",
+            **money}]),
+        "balance_periodic": rows("balance_periodic", [{
+            "account_id": account, "date": (T0 + timedelta(days=d)).date(), **money}
+            for d in range(2)]),
+        "income": rows("income", [{
+            "income_id": f"inc_{record}", "customer_id": customer, "confidence": 0.9,
+            "average_monthly_income": Decimal("250000.00"), "created_at": when}]),
+        "income_streams": rows("income_streams", [{
+            "stream_id": f"st_{record}", "account_ids": [account], "type": "SALARY",
+            "monthly_amount": Decimal("250000.00"), "source_name": f"{last} Holdings Ltd"}]),
+        "payments": rows("payments", [{
+            "payment_id": f"pay_{record}", "status": "successful", "amount": Decimal("5000.00"),
+            "currency": "NGN", "debit_account": NUBAN[record], "created_at": when}]),
+    }
+
+
+def write_lake(root: Path) -> Lake:
+    """Every record's rows of every erasable table, written twice (replaced; balances
+    appended), so that files of older versions hold the rows too."""
+    lake = Lake(root=str(root))
+    for gen in range(2):
+        parts = {r: record_rows(r, gen) for r in OWNER}
+        for table in ERASABLE:
+            by_record = {r: parts[r][table] for r in OWNER}
+            if table == "balance_history":
+                lake.append(table, by_record, LAKE_TABLES[table])
+            else:
+                lake.replace(table, by_record, LAKE_TABLES[table])
+    return lake
+
+
+@pytest.fixture
+def home(tmp_path) -> dict:
+    """A lake of A's two records and B's one, its warehouse, and the command's environment
+    (no inbox file: `forget` reads a missing inbox as no record connected)."""
+    write_lake(tmp_path / "lake")
+    build(tmp_path / "lake", tmp_path / "warehouse.duckdb")
+    env = {**os.environ, "LEDGERLAKE_HOME": str(tmp_path / "home"),
+           "LEDGERLAKE_LAKE": str(tmp_path / "lake"),
+           "LEDGERLAKE_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
+           "LEDGERLAKE_INBOX": str(tmp_path / "inbox.sqlite3")}
+    env.pop("LEDGERLAKE_FORGET_ON_DISCONNECT", None)
+    return {"root": tmp_path, "lake": Lake(root=str(tmp_path / "lake")), "env": env,
+            "warehouse": tmp_path / "warehouse.duckdb"}
+
+
+def cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def counts(lake: Lake) -> dict[tuple[str, str], int]:
+    """Rows of each (table, record) in the tables' latest versions."""
+    out = {}
+    for table in ERASABLE:
+        ids = delta.read(lake.table_uri(table), columns=["record_id"])["record_id"]
+        for item in pc.value_counts(ids).to_pylist():
+            out[(table, item["values"])] = item["counts"]
+    return out
+
+
+def of(counted: dict, *records: str) -> dict:
+    return {k: n for k, n in counted.items() if k[1] in records}
+
+
+def in_views(warehouse: Path) -> dict[str, set[str]]:
+    """The records each view over a record's rows shows."""
+    views = ["accounts", "transactions", "balance_history", "identity", "income_summary",
+             "income_streams", "payments"]
+    with duckdb.connect(str(warehouse), read_only=True) as con:
+        return {v: {r for (r,) in con.execute(f"select distinct record_id from {v}").fetchall()}
+                for v in views}
+
+
+def state(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `root` (the lake, the warehouse) with its size and modification."""
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in root.rglob("*") if p.is_file()}
+
+
+def erasures_of(lake: Lake, subject_id: str) -> list[dict]:
+    table = audit(lake)
+    return [] if table is None else [r for r in table.to_pylist()
+                                     if r["subject_id"] == subject_id]
+
+
+def test_forget_a_customer_erases_every_version_and_keeps_the_others(home):
+    lake, root = home["lake"], home["root"]
+    before = counts(lake)
+    assert of(before, R1, R2) and of(before, R3)
+    # every table holds A's rows, in files of both versions: the scan sees them
+    seen = found(root / "lake", needles(A))
+    assert {n for hits in seen.values() for n in hits} == set(needles(A))
+    assert len([p for p in seen if p.startswith("accounts/") and p.endswith(".parquet")]) >= 2
+
+    out = cli(home["env"], "forget", "--customer", A)
+    assert out.returncode == 0, out.stderr
+    assert f"forgot customer {A}: 2 record(s)" in out.stdout
+    for table in ERASABLE:  # a progress line per table
+        assert f"  {table}: " in out.stderr
+
+    # nothing of A left in any file of any version, the log or the warehouse file
+    assert found(root / "lake", needles(A)) == {}
+    assert found(root, needles(A)) == {}
+    assert found(root / "lake", needles(B))  # B's still are
+    after = counts(lake)
+    assert of(after, R1, R2) == {} and after == of(before, R3)
+    views = in_views(home["warehouse"])
+    assert views == {v: {R3} for v in views}
+    assert records_of(lake, A) == [] and records_of(lake, B) == [R3]
+    # B's sealed values were rewritten with the files that held A's rows: they still open
+    revealed = cli(home["env"], "reveal", "--customer", B)
+    assert revealed.returncode == 0, revealed.stderr
+    assert f'"bvn":"{PEOPLE[B][3]}"' in revealed.stdout
+    gone = cli(home["env"], "reveal", "--customer", A)
+    assert gone.returncode == 1 and f"no identity of customer {A}" in gone.stderr
+
+    # the audit: A's records per table, the counts, nothing personal
+    (erasure,) = {r["erasure_id"] for r in erasures_of(lake, A)}
+    # first what the pass was about to erase (no table, not finished), then what it did
+    assert {(r["record_id"], r["lake_table"]) for r in erasures_of(lake, A)
+            if r["finished_at"] is None} == {(R1, None), (R2, None)}
+    rows_ = [r for r in erasures_of(lake, A) if r["finished_at"] is not None]
+    assert {(r["record_id"], r["lake_table"]) for r in rows_} == {
+        (r, t) for r in (R1, R2) for t in ERASABLE}
+    assert all(r["subject"] == "customer" and r["reason"] == "request" and r["finished_at"]
+               and r["requested_at"] <= r["finished_at"] for r in rows_)
+    deleted = {t: sum(r["rows_deleted"] for r in rows_ if r["lake_table"] == t)
+               for t in ERASABLE}
+    assert deleted == {t: before[(t, R1)] + before[(t, R2)] for t in ERASABLE}
+    assert all(sum(r["files_purged"] for r in rows_ if r["lake_table"] == t) >= 1
+               for t in ERASABLE)  # the older version's file, at least
+    assert erasure in out.stdout
+    assert all(cls == PUBLIC for cls in CLASSES["erasures"].values())
+    assert found(root / "lake" / "erasures", needles(A)) == {}
+
+    # again: nothing more to erase, and it says so
+    again = cli(home["env"], "forget", "--customer", A)
+    assert again.returncode == 0, again.stderr
+    assert f"forgot customer {A}: 0 record(s), 0 rows deleted, 0 files purged" in again.stdout
+    assert counts(lake) == after
+    assert len({r["erasure_id"] for r in erasures_of(lake, A)}) == 2
+
+
+def test_a_connected_record_is_kept_unless_told(home):
+    lake, env = home["lake"], home["env"]
+    with open_inbox(env["LEDGERLAKE_INBOX"], create=True) as inbox:
+        inbox.add(callback(R3, "AUTH", "AUTH_SUCCESS", customer=B))
+        assert inbox.status(R3) == "connected"
+    before, files = counts(lake), state(home["root"])
+    versions = {t: lake.version(t) for t in ERASABLE}
+
+    refused = cli(env, "forget", "--record", R3)
+    assert refused.returncode == 2
+    assert f"{R3} still connected" in refused.stderr and "--even-connected" in refused.stderr
+    assert {t: lake.version(t) for t in ERASABLE} == versions
+    assert state(home["root"]) == files and audit(lake) is None
+
+    done = cli(env, "forget", "--record", R3, "--even-connected", "--reason", "court-order")
+    assert done.returncode == 0, done.stderr
+    assert f"forgot record {R3}: 1 record(s)" in done.stdout
+    assert of(counts(lake), R3) == {}
+    assert of(counts(lake), R1, R2) == of(before, R1, R2)
+    assert found(home["root"], needles(B)) == {}
+    assert {r["reason"] for r in erasures_of(lake, R3)} == {"court-order"}
+    assert in_views(home["warehouse"])["accounts"] == {R1, R2}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--record", "rec_a1'"], "a record id matches ^[A-Za-z0-9_-]{1,64}$, not \"rec_a1'\""),
+    (["--record", "rec_a1' OR '1'='1"], "a record id matches"),
+    (["--record", "../rec_a1"], "not '../rec_a1'"),
+    (["--customer", "cust/ada"], "not 'cust/ada'"),
+    (["--customer", A, "--record", R1], "not allowed with argument"),
+    ([], "one of the arguments --customer --record is required"),
+])
+def test_bad_input_is_refused_and_changes_nothing(home, args, message):
+    files = state(home["root"])
+    out = cli(home["env"], "forget", *args)
+    assert out.returncode == 2
+    assert message in out.stderr and "usage: ledgerlake forget" in out.stderr
+    assert state(home["root"]) == files
+
+
+def test_a_bad_forget_on_disconnect_setting_names_the_variable(home, tmp_path):
+    assert Settings.from_env({"LEDGERLAKE_HOME": str(tmp_path)}).forget_on_disconnect is False
+    assert Settings.from_env({"LEDGERLAKE_HOME": str(tmp_path),
+                              "LEDGERLAKE_FORGET_ON_DISCONNECT": "Yes"}).forget_on_disconnect
+    with pytest.raises(ConfigError, match="LEDGERLAKE_FORGET_ON_DISCONNECT='sometimes' is not "
+                                          "true or false"):
+        Settings.from_env({"LEDGERLAKE_HOME": str(tmp_path),
+                           "LEDGERLAKE_FORGET_ON_DISCONNECT": "sometimes"})
+    # the command says it in one line, and touches nothing
+    files = state(home["root"])
+    out = cli({**home["env"], "LEDGERLAKE_FORGET_ON_DISCONNECT": "sometimes"},
+              "forget", "--customer", A)
+    assert out.returncode == 2 and "LEDGERLAKE_FORGET_ON_DISCONNECT" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert state(home["root"]) == files
+
+
+def test_a_killed_pass_is_finished_by_running_it_again(home):
+    lake, root = home["lake"], home["root"]
+    before = counts(lake)
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "forget", "--customer", A],
+                            cwd=REPO, env=home["env"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if "rows deleted" in line:
+                proc.send_signal(signal.SIGKILL)
+                break
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL  # killed before it was done
+    # no pass of it finished, and the one killed said first what it was about to erase
+    assert [r for r in erasures_of(lake, A) if r["finished_at"]] == []
+    assert {r["record_id"] for r in erasures_of(lake, A)} == {R1, R2}
+    half = counts(lake)
+    assert of(half, R1, R2) and of(half, R1, R2) != of(before, R1, R2)  # mid-way indeed
+
+    out = cli(home["env"], "forget", "--customer", A)
+    assert out.returncode == 0, out.stderr
+    assert f"forgot customer {A}: 2 record(s)" in out.stdout
+    assert found(root, needles(A)) == {}
+    assert of(counts(lake), R1, R2) == {} and counts(lake) == of(before, R3)
+    finished = [r for r in erasures_of(lake, A) if r["finished_at"]]
+    assert {r["record_id"] for r in finished} == {R1, R2}
+    views = in_views(home["warehouse"])
+    assert views == {v: {R3} for v in views}
+
+
+class Stop(Exception):
+    """Where a pass is stopped, as a kill between two tables would."""
+
+
+@pytest.mark.parametrize("stop_after", range(len(ERASABLE)))
+def test_a_pass_stopped_after_any_table_is_finished_by_running_it_again(tmp_path, stop_after):
+    """Wherever `forget --customer` stops, the next run still finds the customer's records,
+    so tables that do not name customers (payments, balances) are not left holding them."""
+    lake = write_lake(tmp_path / "lake")
+    lines: list[str] = []
+
+    def progress(line: str) -> None:
+        lines.append(line)
+        if len(lines) > stop_after:
+            raise Stop
+
+    with pytest.raises(Stop):
+        forget(lake, ERASABLE, customer=A, progress=progress)
+    done = forget(lake, ERASABLE, customer=A)
+    # even stopped after its last table, when no table names them any more, the records are
+    # known: the stopped pass wrote them into the audit before erasing anything
+    assert done.records == [R1, R2], lines
+    assert of(counts(lake), R1, R2) == {}, lines
+    assert found(tmp_path / "lake", needles(A)) == {}
+
+
+def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected(tmp_path):
+    lake = write_lake(tmp_path / "lake")
+    warehouse = tmp_path / "warehouse.duckdb"
+    build(lake.root, warehouse)
+    path = tmp_path / "inbox.sqlite3"
+    with open_inbox(path, create=True) as inbox:
+        for record in (R1, R2):
+            inbox.add(callback(record, "AUTH", "AUTH_SUCCESS", customer=A,
+                               ended_at="2026-01-01T00:00:00.000Z"))
+        gone, _ = inbox.add(disconnect(A, "2026-01-02T00:00:00.000Z"))
+        # R2 logs in again after the disconnect, before the forget run starts
+        inbox.add(callback(R2, "AUTH", "AUTH_SUCCESS", customer=A,
+                           ended_at="2026-01-03T00:00:00.000Z"))
+        events = [e for e in inbox.after(0) if e.id == gone]
+        assert events[0].records == (R1, R2)
+        assert (inbox.status(R1), inbox.status(R2)) == ("disconnected", "connected")
+
+    status = {R1: "disconnected", R2: "disconnected"}
+    _, told, _, _ = plan(events, {"record_status"}, status, forget=True)
+    _, untold, _, _ = plan(events, {"record_status"}, status, forget=False)
+    assert [r.job_name for r in untold] == ["warehouse_job"]  # statuses rebuilt, data kept
+    (request,) = [r for r in told if r.job_name == forget_job.name]
+    assert request.run_key == f"forget-{gone}"
+    assert request.run_config == {"ops": {"forget_disconnected": {
+        "config": {"records": [R1, R2]}}}}
+    assert [r.job_name for r in told if r is not request] == ["warehouse_job"]
+
+    before = counts(lake)
+    result = forget_job.execute_in_process(
+        run_config=request.run_config,
+        resources={"lake": lake, "inbox": InboxResource(path=str(path)),
+                   "warehouse_db": Warehouse(path=str(warehouse))})
+    assert result.success
+    after = counts(lake)
+    assert of(after, R1) == {}
+    assert of(after, R2, R3) == of(before, R2, R3)  # connected again: kept
+    assert found(tmp_path / "lake", [NUBAN[R1]]) == {}
+    assert found(tmp_path / "lake", [NUBAN[R2]])
+    assert in_views(warehouse)["accounts"] == {R2, R3}
+    (erased,) = {(r["subject"], r["reason"]) for r in erasures_of(lake, R1)}
+    assert erased == ("record", "disconnect")
+    assert erasures_of(lake, R2) == []
+    assert sorted(BY_CUSTOMER) == sorted(t for t in ERASABLE
+                                         if "customer_id" in LAKE_TABLES[t].names)
