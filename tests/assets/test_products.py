@@ -141,6 +141,13 @@ def test_income_and_identity(shared_sandbox, landed):
     keys = Keys.from_env()
     assert people["bvn_hash"].to_pylist() == [keys.hash(b) for b in bvns]
     opened = reveal(people, keys)
+    # the run's preview in the UI shows the masked forms, never the numbers or the contacts
+    (mat,) = [m for m in result.get_asset_materialization_events()
+              if m.asset_key == dg.AssetKey("identity")]
+    preview = mat.materialization.metadata["preview"].value
+    assert "*******" + bvns[0][-4:] in preview and "sealed" not in preview
+    raw = [v for i in ident["identity"] for v in (i["bvn"], *i["phone"], *i["email"])]
+    assert [v for v in raw if v in preview] == []
     assert [o["bvn"] for o in opened] == bvns
     assert [o["emails"] for o in opened] == [i["email"] for i in ident["identity"]]
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
