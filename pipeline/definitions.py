@@ -20,8 +20,9 @@ from assets.warehouse import Warehouse, warehouse
 from resources.callbacks import CallbackLog
 from resources.client import ConnectionClient
 from resources.lake import Lake
+from resources.privacy import KeyUnusable, check_key
 
-from .config import Settings, check_lake, local_path
+from .config import ConfigError, Settings, check_lake, local_path
 from .freshness import freshness_checks, freshness_job, hourly_freshness
 from .inbox_resource import InboxResource
 from .jobs import forget_job, ingest_job, refresh_job, replay_job, warehouse_job
@@ -32,6 +33,11 @@ settings = Settings.from_env()
 # an s3:// lake that refuses us fails the load, with the cause, so the daemon launches no run
 # against it and the UI shows why; each run's process loads this too, and checks again
 check_lake(settings.lake)
+# a personal-data key that cannot be used fails the load too, before a run lands identity
+try:
+    check_key(local_lake=local_path(settings.lake) is not None)
+except KeyUnusable as exc:
+    raise ConfigError(str(exc)) from None
 
 # code references are beta in Dagster 1.13; used on purpose: said here once, not per asset
 warnings.filterwarnings("ignore", category=dg.BetaWarning,

@@ -199,6 +199,18 @@ class Keys:
                 from None
 
 
+def check_key(environ: Mapping[str, str] | None = None, local_lake: bool = True) -> None:
+    """At load, without making anything: LEDGERLAKE_PII_KEY well formed if set, and set (or a
+    key file named) for a lake in object storage. A KeyUnusable otherwise."""
+    env = os.environ if environ is None else environ
+    if value := env.get(KEY_VAR):
+        Keys.from_env({KEY_VAR: value})  # refuses a malformed one, in its words
+    elif not local_lake and not env.get(KEY_FILE_VAR):
+        raise KeyUnusable(f"{KEY_VAR} is not set: a lake in object storage is written from "
+                          "several machines, which must seal identity with one key; set it "
+                          "(64 hex digits) from your secret store")
+
+
 def _make_key_file(path: Path) -> None:
     """A new random key, written whole or not at all; a concurrent maker's key wins."""
     path.parent.mkdir(parents=True, exist_ok=True)

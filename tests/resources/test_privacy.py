@@ -260,3 +260,25 @@ def test_the_identity_table_on_disk_holds_no_raw_value_and_no_private_statistics
     assert "customer_id" in logged and "record_id" in logged  # the log keeps statistics...
     assert logged <= set(stats_columns("identity"))  # ...of public columns only
     assert not logged & {"bvn_hash", "fullname", "bvn", "phones", "sealed"}
+
+
+@pytest.mark.parametrize(("env", "said"), [
+    ({"LEDGERLAKE_PII_KEY": "not-a-key-0123"}, "LEDGERLAKE_PII_KEY must be 64 hex digits"),
+    ({"LEDGERLAKE_PII_KEY": "", "LEDGERLAKE_LAKE": "s3://lake/prefix"},
+     "LEDGERLAKE_PII_KEY is not set: a lake in object storage"),
+])
+def test_a_key_that_cannot_be_used_stops_the_code_location_at_load(tmp_path, env, said):
+    """Before any run lands identity, in one line, without the value; nothing is made."""
+    full = {**os.environ, "LEDGERLAKE_HOME": str(tmp_path), **env}
+    full.pop("LEDGERLAKE_PII_KEY_FILE", None)
+    if "LEDGERLAKE_LAKE" in env:  # reached only once the lake answers: check_key alone
+        code = ("from resources.privacy import check_key, KeyUnusable\n"
+                "try:\n    check_key(local_lake=False)\n"
+                "except KeyUnusable as e:\n    raise SystemExit(str(e))")
+    else:
+        code = "import pipeline.definitions"
+    out = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert out.returncode != 0 and said in out.stderr, out.stderr
+    assert "not-a-key-0123" not in out.stderr
+    assert list(tmp_path.iterdir()) == []
