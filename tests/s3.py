@@ -35,9 +35,10 @@ class S3:
                 "&scheme=http&region=us-east-1")
 
     def env(self, **changes: str) -> dict[str, str]:
-        """The process environment of a reader of the lake: the AWS variables, changed."""
+        """The process environment of a reader of the lake: the AWS variables, changed, and
+        the session's personal-data key (an s3:// lake needs it from the environment)."""
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("AWS_", "LEDGERLAKE_"))}
+               if not k.startswith(("AWS_", "LEDGERLAKE_")) or k == "LEDGERLAKE_PII_KEY"}
         env.update(AWS_ACCESS_KEY_ID=self.key_id, AWS_SECRET_ACCESS_KEY=self.secret,
                    AWS_DEFAULT_REGION="us-east-1")
         env.update(changes)
