@@ -306,9 +306,9 @@ class Erasures(pa.DataFrameModel):
 
     erasure_id: Text = _doc_text("one pass of `ledgerlake forget`")
     requested_at: Stamp = _doc_ts("when the pass started (UTC)")
-    finished_at: Stamp = _doc_ts("when the pass finished: every table erased, the warehouse "
-                                 "rebuilt (UTC); null on the rows written first, naming the "
-                                 "records it was about to erase")
+    finished_at: Stamp = _doc_ts("when the pass had erased every table (UTC; the warehouse "
+                                 "is rebuilt next); null on the rows written first, naming "
+                                 "the records it was about to erase")
     subject: Text = _doc_text("what was asked to be forgotten: customer or record")
     subject_id: Text = _doc_text("the service's id of that customer or record")
     record_id: Text = _doc_text("a record erased (null when the customer had none left)")

@@ -69,8 +69,8 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
            customer: str | None = None, reason: str = "request",
            rebuild: Callable[[], object] | None = None,
            progress: Callable[[str], None] = lambda _: None) -> Erasure:
-    """Erase a record's, or a customer's records', rows from `tables`, rebuild the warehouse
-    (`rebuild`), then append what was erased to the audit table."""
+    """Erase a record's, or a customer's records', rows from `tables`, append what was erased
+    to the audit table, then rebuild the warehouse (`rebuild`)."""
     if (record is None) == (customer is None):
         raise ValueError("forget takes a record or a customer, not both or neither")
     requested = dt.datetime.now(dt.UTC)
@@ -93,10 +93,10 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
             {"rows_deleted": 0, "files_purged": 0, "version": None}
         progress(f"{table}: {done.tables[table]['rows_deleted']} rows deleted, "
                  f"{done.tables[table]['files_purged']} files purged")
-    if rebuild is not None:
+    _audit(lake, done, requested, reason)
+    if rebuild is not None:  # after the audit: the erasures view shows this pass
         rebuild()
         progress("warehouse rebuilt")
-    _audit(lake, done, requested, reason)
     return done
 
 

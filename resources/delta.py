@@ -395,8 +395,9 @@ def _money_stays_money(table: DeltaTable, data: pa.Table) -> None:
 def _refuse_float_money(schema: pa.Schema, data: pa.Table, where: str = "") -> None:
     """Refuse rows whose column is not decimal where `schema`'s is: delta-rs (and a cast)
     would turn a float into it quietly (0.105 landing as 0.11)."""
+    present = set(data.schema.names)  # data.column_names builds a new list at each call
     for field in schema:
-        if pa.types.is_decimal(field.type) and field.name in data.column_names:
+        if pa.types.is_decimal(field.type) and field.name in present:
             got = data.schema.field(field.name).type
             if not (pa.types.is_decimal(got) or pa.types.is_null(got)):
                 raise TypeError(f"column {field.name} is money ({field.type}){where} "
