@@ -8,6 +8,7 @@ is printed)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -90,6 +91,24 @@ def test_transactions_shows_column_descriptions_and_passed_checks(page, webserve
     listed = page.inner_text("body")
     assert listed.count("Succeeded") >= 2 and "Failed" not in listed
     page.screenshot(path=str(shots / "transactions-checks.png"))
+
+
+def test_identity_shows_each_column_class_and_a_masked_preview(page, webserver, shots):
+    """Issue 20: the classification in the column table, masked values in the preview."""
+    page.goto(f"{webserver.url}/assets/identity")
+    page.get_by_text(descriptions(LAKE_MODELS["identity"])["bvn_hash"]).first.wait_for()
+    text = page.inner_text("body")
+    page.screenshot(path=str(shots / "identity.png"), full_page=True)
+    for cls in ("public", "personal", "sensitive"):  # a tag on each column
+        assert f"class: {cls}" in text, cls
+    page.goto(f"{webserver.url}/assets/identity?view=events")
+    page.get_by_text("preview", exact=True).first.wait_for()
+    page.get_by_text("*******", exact=False).first.wait_for()
+    shown = page.inner_text("body")
+    page.screenshot(path=str(shots / "identity-preview.png"), full_page=True)
+    assert re.search(r"\*{7}\d{4}", shown)  # the masked BVN
+    assert not re.search(r"(?<!\d)22\d{9}(?!\d)", shown)  # never a sandbox BVN (22 + 9 digits)
+    assert "sealed" not in shown
 
 
 def test_a_balances_materialization_shows_the_chart(page, webserver, shots):
