@@ -249,6 +249,34 @@ def _naming_members(method: str, payload: dict) -> dict | None:
                            "or are nested too deeply") from None
 
 
+# Members of a callback that hold personal data: every callback carries the customer's emails
+# and BVN, IDENTITY's the whole identity (spec, "Callback fields"). The inbox keeps the body
+# without their values: nothing reads them from it (the identity asset fetches /identity/get
+# and seals what it keeps), and callbacks are kept for good (docs/privacy.md).
+PERSONAL_MEMBERS = ("customerEmail", "customerBvn", "identity")
+_EMAIL = re.compile(rb"[\w.+-]+@[\w-]+(\.[\w-]+)+")
+_DIGITS = re.compile(rb"\+?\d{10,}")  # BVN, NIN, phones, account numbers
+
+
+def kept_body(payload: dict, raw: bytes) -> bytes:
+    """The body as the inbox keeps it: `raw`, its personal members' values nulled."""
+    if not any(key in payload for key in PERSONAL_MEMBERS):
+        return raw
+    return orjson.dumps({k: None if k in PERSONAL_MEMBERS else v for k, v in payload.items()})
+
+
+def scrubbed(raw: bytes) -> bytes:
+    """A refused body as the dead letters keep it: its personal members nulled if it parses,
+    and anything shaped like an email or a long number masked in any case."""
+    try:
+        payload = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        payload = None
+    if isinstance(payload, dict):
+        raw = kept_body(payload, raw)
+    return _DIGITS.sub(b"***", _EMAIL.sub(b"***@***", raw))
+
+
 def describe(payload: object) -> dict:
     """The fields that name an event; raises InvalidEvent, naming the fault, for anything else."""
     if not isinstance(payload, dict):
@@ -414,7 +442,8 @@ class Inbox:
     def add(self, payload: dict, raw: bytes | None = None) -> tuple[int, bool]:
         """Store the event once; return (its id, whether it was new)."""
         info = describe(payload)
-        return self.add_described([(info, raw if raw is not None else orjson.dumps(payload))])[0]
+        raw = raw if raw is not None else orjson.dumps(payload)
+        return self.add_described([(info, kept_body(payload, raw))])[0]
 
     def add_described(self, items: Sequence[tuple[dict, bytes]]) -> list[tuple[int, bool]]:
         """Store described events in one transaction (one disk sync for all of them)."""

@@ -28,7 +28,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .inbox import Inbox, InboxUnavailable, InvalidEvent, describe, open_inbox
+from .inbox import (
+    Inbox,
+    InboxUnavailable,
+    InvalidEvent,
+    describe,
+    kept_body,
+    open_inbox,
+    scrubbed,
+)
 
 log = logging.getLogger("ledgerlake.receiver")
 
@@ -173,7 +181,8 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
         if raw is None:
             return refuse(413, f"body larger than {max_body} bytes")
         try:
-            info = describe(orjson.loads(raw))
+            payload = orjson.loads(raw)
+            info = describe(payload)
         except (orjson.JSONDecodeError, InvalidEvent) as exc:
             reason = (f"body is not JSON: {exc}" if isinstance(exc, orjson.JSONDecodeError)
                       else str(exc))
@@ -184,12 +193,12 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
             reason = None
         if reason is not None:
             try:
-                await anyio.to_thread.run_sync(inbox.dead_letter, reason, raw)
+                await anyio.to_thread.run_sync(inbox.dead_letter, reason, scrubbed(raw))
             except Exception as db_exc:  # the answer is still 400: the body is bad
                 log.error("dead letter not kept: %s", db_exc)
             return refuse(400, reason)
         try:
-            event_id, new = await writer.add(info, raw)
+            event_id, new = await writer.add(info, kept_body(payload, raw))
         except Exception as exc:  # the disk, not the sender: ask for a redelivery
             log.error("callback not stored: %s", exc)
             return JSONResponse({"status": "error", "error": "inbox unavailable"},

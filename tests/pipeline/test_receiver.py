@@ -355,3 +355,23 @@ def test_concurrent_callbacks_share_commits_and_each_is_stored_once(receiver, ma
                for line in (tmp_path / "receiver.log").read_text().splitlines()
                if " stored " in line and "callbacks" in line]
     assert sum(batches) == 300 and len(batches) < 300
+
+
+def test_personal_values_are_not_kept_in_the_inbox_or_its_dead_letters(receiver, make):
+    """Every callback carries the customer's emails and BVN, IDENTITY's the whole identity:
+    the inbox keeps the event without them (docs/privacy.md), and a refused body masked."""
+    bvn, email, phone = "22012345678", "ada.obi7@example.com", "+2348031234567"
+    body = {**make.callback("rec9", "IDENTITY", "PRODUCT_IS_READY"), "customerBvn": bvn,
+            "customerEmail": [email], "identity": {"bvn": bvn, "phone": [phone]}}
+    resp = post(receiver, body)
+    assert resp.status_code == 200, resp.text
+    again = post(receiver, {**body, "customerBvn": None})  # the same event, redelivered
+    assert again.json() == {**resp.json(), "duplicate": True}
+    refused = post(receiver, None, raw=f'{{"bvn": "{bvn}", "to": "{email}"}}'.encode())
+    assert refused.status_code == 400
+    with Inbox(receiver.inbox) as inbox:
+        (event,) = inbox.after(0)
+        kept = orjson.dumps(event.body) + b"".join(b for _, b in inbox.dead_letters())
+    assert (event.method, event.record) == ("IDENTITY", "rec9")
+    assert event.body["customerBvn"] is None and event.body["identity"] is None
+    assert [v for v in (bvn, email, phone) if v.encode() in kept] == []
