@@ -46,6 +46,11 @@ def test_demo_end_to_end(demo, tmp_path):
             and p.relative_to(home).parts[0] != "sandbox" and p.name != "sandbox.log"]
     assert len(ours) > 20
     assert [str(p) for p in ours if any(n in p.read_bytes() for n in needles)] == []
+    # and no query of the default views can return the number: `ledgerlake sql` on identity
+    views = subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", "--format", "csv",
+                            "select * from identity"], env=env, capture_output=True,
+                           text=True, check=True)
+    assert person["bvn"] not in views.stdout and "*******" + person["bvn"][-4:] in views.stdout
 
     # `ledgerlake sql` finds the demo's warehouse by default
     answer = subprocess.run([sys.executable, "-m", "pipeline.cli", "sql",
