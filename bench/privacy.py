@@ -59,7 +59,6 @@ import hashlib
 import importlib.metadata as md
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -76,6 +75,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 from deltalake import DeltaTable  # noqa: E402
+from run import machine  # noqa: E402  (bench/run.py: the same machine facts)
 
 import pipeline.forget as forget_module  # noqa: E402
 from assets import accounts as accounts_module  # noqa: E402
@@ -762,19 +762,6 @@ def forget_bench(args, rids, customers, triples, items, keys, work: Path) -> dic
 
 
 # ---------------------------------------------------------------- report
-
-def machine() -> dict:
-    cpu = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform()}
-
 
 def versions() -> dict:
     out = {}
