@@ -246,7 +246,10 @@ def lake_sources(lake: Lake, tables: Iterable[str] = LAKE_TABLES,
         raise ValueError(f"no lake table {', '.join(unknown)}; the tables: "
                          f"{', '.join(LAKE_TABLES)}")
     found = {t: snapshot_files(lake, t, as_of) for t in tables}
-    return {t: lake_source(files) for t, files in found.items() if files}
+    # with the stand-in's columns by name: a lake written before a column was added (identity
+    # before `sealed`) still binds every view, the column null on its older rows
+    return {t: f"(select * from {lake_source(files)} union all by name {stand_in(t)})"
+            for t, files in found.items() if files}
 
 
 def render(view: View, sources: dict[str, str], timezone: str = DEFAULT_TIMEZONE) -> str:

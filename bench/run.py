@@ -383,6 +383,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
     os.environ.update({"LEDGERLAKE_HOME": str(home), "LEDGERLAKE_INBOX":
                        str(home / "inbox.sqlite3"), "LEDGERLAKE_LAKE": str(home / "lake")})
     from assets.transactions import transactions
+    from assets.warehouse import Warehouse
     from pipeline.inbox_resource import InboxResource
     from pipeline.jobs import ingest_job
     from pipeline.sensors import inbox_sensor
@@ -402,7 +403,9 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
         defs = dg.Definitions(
             assets=[transactions], jobs=[ingest_job], sensors=[inbox_sensor],
             resources={"client": ConnectionClient(base_url=sandbox.url, secret_key=key),
-                       "lake": lake, "inbox": InboxResource()})
+                       "lake": lake, "inbox": InboxResource(),
+                       # forget_job's, a target of the sensor (it never runs here)
+                       "warehouse_db": Warehouse(path=str(home / "warehouse.duckdb"))})
         api = httpx.Client(base_url=sandbox.url + "/sandbox/v2/", timeout=30,
                            headers={"Authorization": f"Bearer {key}"})
         api.post("settings/webhook", json={"url": receiver.url + "/callbacks/",

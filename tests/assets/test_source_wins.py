@@ -80,7 +80,9 @@ def test_lines_gone_at_source_leave_the_lake_and_back_dated_ones_arrive(sandbox,
     """A pending line that posts under a new id or is reversed is gone from the lake after the
     next pull; a line posted back-dated, before the pull's window, reaches it (the chain
     breaks, the record is pulled whole); after both the lake equals the sandbox's truth."""
-    made = create(sandbox, accounts=3, months=2, volume=40, seed=7)
+    # enough accounts and lines that, whatever the day, some of the last two days' pending
+    # lines post and some were authorisations that are reversed
+    made = create(sandbox, accounts=5, months=2, volume=80, seed=7)
     record = made["record"]
     lake = Lake(root=str(tmp_path))
     with dg.DagsterInstance.ephemeral() as instance:

@@ -147,7 +147,9 @@ def test_the_definitions_hand_local_paths_to_the_lake_and_warehouse(s3_endpoint,
     pafs.S3FileSystem(endpoint_override=s3_endpoint, scheme="http", region="us-east-1",
                       allow_bucket_creation=True).create_dir("bucket")
     uri = f"s3://bucket/lake?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
-    got = resources_of({"LEDGERLAKE_HOME": str(tmp_path), "LEDGERLAKE_LAKE": uri}, tmp_path)
+    got = resources_of({"LEDGERLAKE_HOME": str(tmp_path), "LEDGERLAKE_LAKE": uri,
+                        # an s3:// lake takes its personal-data key from the environment
+                        "LEDGERLAKE_PII_KEY": os.environ["LEDGERLAKE_PII_KEY"]}, tmp_path)
     assert got["lake"] == uri
 
 

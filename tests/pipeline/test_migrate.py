@@ -18,14 +18,14 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from assets.warehouse import LAKE_TABLES, UNPARTITIONED
+from assets.warehouse import UNPARTITIONED
 from pipeline import migrate as migration
-from pipeline.migrate import MigrationError, main, migrate
+from pipeline.migrate import OLD_TABLES, MigrationError, main, migrate
 from resources import delta
 from resources.lake import Lake
 
 RECORDS = ["rec-a", "rec_B2", "1234567890", "007"]  # all digits, and a leading zero, stay text
-PARTITIONED = [t for t in LAKE_TABLES if t not in UNPARTITIONED]
+PARTITIONED = [t for t in OLD_TABLES if t not in UNPARTITIONED]
 
 
 def _column(field: pa.Field, n: int, seed: int) -> pa.Array:
@@ -53,7 +53,7 @@ def _column(field: pa.Field, n: int, seed: int) -> pa.Array:
 
 
 def _rows(table: str, n: int, seed: int) -> pa.Table:
-    schema = LAKE_TABLES[table]
+    schema = OLD_TABLES[table]
     return pa.Table.from_arrays([_column(f, n, seed) for f in schema], schema=schema)
 
 
@@ -99,7 +99,7 @@ def assert_converted(root: Path, want: dict[str, dict[str, pa.Table]]) -> None:
     """Every table is a Delta table holding each record's rows as the folder layout did, read
     by deltalake itself: same ids, counts, exact money sums and rows."""
     for table, records in want.items():
-        schema = LAKE_TABLES[table]
+        schema = OLD_TABLES[table]
         full = schema if "record_id" in schema.names else schema.append(
             pa.field("record_id", pa.string()))
         got = DeltaTable(str(root / table)).to_pyarrow_table()
@@ -163,7 +163,7 @@ def test_every_table_converted_in_batches_then_a_second_run_does_nothing(lake, m
     assert "transactions: 3 records written" in said
     assert any(s.startswith("balance_history: 4 records, 36 rows checked") for s in said)
     # the pipeline's own reader sees the rows too
-    rows = Lake(root=str(root)).read("transactions", "007", LAKE_TABLES["transactions"])
+    rows = Lake(root=str(root)).read("transactions", "007", OLD_TABLES["transactions"])
     assert rows.num_rows == want["transactions"]["007"].num_rows
 
     before = snapshot(root)
@@ -171,7 +171,7 @@ def test_every_table_converted_in_batches_then_a_second_run_does_nothing(lake, m
     again = migrate(root, say=said.append)
     assert snapshot(root) == before
     assert {line["action"] for line in again.values()} == {"already converted"}
-    assert said == [f"{t}: already converted" for t in LAKE_TABLES]
+    assert said == [f"{t}: already converted" for t in OLD_TABLES]
 
 
 def test_large_records_make_smaller_batches(lake, monkeypatch):
@@ -213,7 +213,7 @@ def test_a_record_with_no_rows_converts_to_none(tmp_path):
 @pytest.mark.parametrize("table", ["transactions", "records"])
 def test_a_table_the_new_pipeline_wrote_into_unmigrated_is_refused(lake, table):
     root, want = lake
-    schema = LAKE_TABLES[table]
+    schema = OLD_TABLES[table]
     newer = _rows(table, 2, seed=7)
     writes = (lambda: Lake(root=str(root)).write(table, None, newer, schema)) \
         if table in UNPARTITIONED else \
@@ -239,7 +239,7 @@ def _interrupted_in_build(root: Path, done: Path) -> None:
     # a batch or two landed in the staging table, with rows the old layout never had
     Lake(root=str(root / ".transactions.migrating")).replace(
         "transactions", {"rec-a": _rows("transactions", 9, seed=5)},
-        LAKE_TABLES["transactions"])
+        OLD_TABLES["transactions"])
 
 
 def _interrupted_before_first_commit(root: Path, done: Path) -> None:
@@ -300,7 +300,7 @@ def test_resume_keeps_the_old_layout_when_the_swapped_table_disagrees(lake, conv
     _interrupted_after_swap(root, converted)
     # a run landed after the swap: the Delta table no longer holds what the old layout did
     Lake(root=str(root)).replace("transactions", {"rec-a": _rows("transactions", 1, seed=8)},
-                                 LAKE_TABLES["transactions"])
+                                 OLD_TABLES["transactions"])
     before = snapshot(root)
     with pytest.raises(MigrationError, match=r"transactions: the Delta table at .* disagrees "
                                              r"with the folder layout for 1 records, e\.g\. "
@@ -332,7 +332,7 @@ def test_a_truncated_file_fails_the_migration_and_changes_nothing(lake):
         migrate(root, say=lambda _: None)
     # not even the tables before it: nothing is swapped until every table checks out
     assert snapshot(root) == before
-    assert sorted(p.name for p in root.iterdir()) == [".migrate.lock", *sorted(LAKE_TABLES)]
+    assert sorted(p.name for p in root.iterdir()) == [".migrate.lock", *sorted(OLD_TABLES)]
 
     bad.write_bytes(whole)  # restored from a backup: a plain run converts it
     migrate(root, say=lambda _: None)
