@@ -168,8 +168,9 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
     _say("identity as analysts see it: BVN, phones and emails masked, the raw values sealed:")
     subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", IDENTITY,
                     "--warehouse", str(home / "warehouse.duckdb")], check=True)
-    _say(f"forget a customer (erasure on request): .venv/bin/ledgerlake forget --customer "
-         f"{_a_customer(home / 'warehouse.duckdb')}  (docs/privacy.md)")
+    # the demo's records stay connected (its sandbox is gone): forgetting one says so
+    _say(f"forget a customer (erasure on request; docs/privacy.md): .venv/bin/ledgerlake "
+         f"forget --customer {_a_customer(home / 'warehouse.duckdb')} --even-connected")
     _say(f"lake      {home / 'lake'}")
     _say(f"warehouse {home / 'warehouse.duckdb'}")
     _say('try: .venv/bin/ledgerlake sql "select * from monthly_cashflow order by month"')
