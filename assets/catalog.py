@@ -73,14 +73,13 @@ def view_classes(name: str, reads: Mapping[str, tuple[set[str], tuple[str, ...]]
     """A view's columns -> the class of the lake column they show (the most guarded one where
     lake tables share a name); what the view derives is public unless a lake column of its
     name is not."""
-    order = CLASS_ORDER
     out: dict[str, str] = {}
     tables, needs = reads[name]
     sources = [CLASSES[t] for t in sorted(tables)]
     sources += [view_classes(v, reads) for v in needs]
     for classes in sources:
         for column, cls in classes.items():
-            if column not in out or order.index(cls) > order.index(out[column]):
+            if column not in out or CLASS_ORDER.index(cls) > CLASS_ORDER.index(out[column]):
                 out[column] = cls
     return out
 

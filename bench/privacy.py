@@ -96,7 +96,7 @@ START_MS = int(dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
 DAY_MS = 86_400_000
 THREE_EVERY = 97  # one record in 97 of the first third: its customer has three, a third apart
 # the tables `ledgerlake forget` erases from (pipeline/cli.py)
-FORGET_TABLES = [t for t in warehouse.LAKE_TABLES if t not in warehouse.UNPARTITIONED]
+FORGET_TABLES = list(forget_module.TABLES)
 NARRATION = np.array(["POS PURCHASE", "TRANSFER FROM", "TRANSFER TO", "ATM WITHDRAWAL",
                       "AIRTIME", "SALARY", "CARD FEE", "BILL PAYMENT", "USSD TRANSFER"])
 TOPICS = np.array(["transfer", "card", "bills", "salary", "fees", "cash", "airtime"])

@@ -432,15 +432,15 @@ def _lake(settings):
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    from assets.warehouse import LAKE_TABLES, UNPARTITIONED, build
+    from assets.warehouse import build
 
     from .config import Settings
-    from .forget import forget, records_of
+    from .forget import TABLES, forget, records_for
     from .inbox import CONNECTED, InboxMissing, InboxUnavailable, open_inbox
 
     settings = Settings.from_env()
     lake = _lake(settings)
-    records = [args.record] if args.record else records_of(lake, args.customer)
+    records = [args.record] if args.record else records_for(lake, args.customer)
     try:
         inbox = open_inbox(settings.inbox)
     except InboxMissing:
@@ -463,9 +463,8 @@ def cmd_forget(args: argparse.Namespace) -> int:
     if not records:
         print(f"ledgerlake: no record of {who} in the lake; nothing to erase (recorded)",
               file=sys.stderr)
-    tables = [t for t in LAKE_TABLES if t not in UNPARTITIONED]
-    done = forget(lake, tables, record=args.record, customer=args.customer,
-                  reason=args.reason,
+    done = forget(lake, TABLES, record=args.record, customer=args.customer,
+                  records=None if args.record else records, reason=args.reason,
                   rebuild=lambda: build(lake.root, settings.warehouse_path, settings.timezone),
                   progress=lambda line: print(f"  {line}", file=sys.stderr))
     print(f"forgot {who}: {len(done.records)} record(s), {done.rows} rows deleted, "
@@ -477,14 +476,13 @@ def cmd_reveal(args: argparse.Namespace) -> int:
     import orjson
     import pyarrow.compute as pc
 
-    from resources import delta
     from resources.privacy import Keys, KeyUnusable, reveal
 
     from .config import Settings
 
     settings = Settings.from_env()
     lake = _lake(settings)
-    rows = delta.read(lake.table_uri("identity"))
+    rows = lake.read("identity", args.record)  # a record's files only, with --record
     if rows is None:
         print("ledgerlake: the lake has no identity table yet", file=sys.stderr)
         return 1

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import Config, OpExecutionContext, op
 
-from assets.warehouse import Warehouse
+from assets.warehouse import LAKE_TABLES, UNPARTITIONED, Warehouse, build
 from resources import delta
 from resources.lake import Lake, check_record_id
 from resources.privacy import ERASURES as AUDIT_SCHEMA
@@ -30,9 +30,10 @@ from .inbox import DISCONNECTED
 from .inbox_resource import InboxResource
 
 AUDIT = "erasures"
+# the lake tables a record's rows are erased from: every one kept by record
+TABLES = tuple(t for t in LAKE_TABLES if t not in UNPARTITIONED)
 # the tables that name a customer, where `--customer` looks for their records
 BY_CUSTOMER = ("identity", "accounts", "income", "transactions")
-SETTING = "LEDGERLAKE_FORGET_ON_DISCONNECT"
 
 
 @dataclass
@@ -65,12 +66,20 @@ def records_of(lake: Lake, customer: str) -> list[str]:
     return sorted(found)
 
 
+def records_for(lake: Lake, customer: str) -> list[str]:
+    """The records `forget --customer` erases: those the lake's rows name, and those an
+    unfinished pass named (killed after the last table that names customers, its records are
+    found nowhere else)."""
+    return sorted(set(records_of(lake, customer)) | unfinished(lake, customer))
+
+
 def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
-           customer: str | None = None, reason: str = "request",
-           rebuild: Callable[[], object] | None = None,
+           customer: str | None = None, records: Sequence[str] | None = None,
+           reason: str = "request", rebuild: Callable[[], object] | None = None,
            progress: Callable[[str], None] = lambda _: None) -> Erasure:
     """Erase a record's, or a customer's records', rows from `tables`, append what was erased
-    to the audit table, then rebuild the warehouse (`rebuild`)."""
+    to the audit table, then rebuild the warehouse (`rebuild`). `records`: the customer's, as
+    `records_for` found them already (default: found here)."""
     if (record is None) == (customer is None):
         raise ValueError("forget takes a record or a customer, not both or neither")
     requested = dt.datetime.now(dt.UTC)
@@ -78,9 +87,7 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
         subject, subject_id, records = "record", check_record_id(record), [record]
     else:
         subject, subject_id = "customer", check_record_id(customer)
-        # with those an unfinished pass named: killed after the last table that names
-        # customers, its records are found nowhere else
-        records = sorted(set(records_of(lake, customer)) | unfinished(lake, customer))
+        records = records_for(lake, customer) if records is None else list(records)
     done = Erasure(uuid.uuid4().hex, subject, subject_id, records)
     if records:  # what is about to go, first: a pass killed half-way still says so
         _write_audit(lake, done, requested, None, reason,
@@ -150,17 +157,16 @@ class ForgetConfig(Config):
 def forget_disconnected(context: OpExecutionContext, config: ForgetConfig, lake: Lake,
                         inbox: InboxResource, warehouse_db: Warehouse) -> None:
     """Erase each record still disconnected when the run starts: one connected again since
-    the event (a newer login) keeps its data."""
-    from assets.warehouse import LAKE_TABLES, UNPARTITIONED, build
-
+    the event (a newer login) keeps its data. The warehouse is rebuilt once, after them all."""
     with inbox.open() as db:
         gone = [r for r in config.records if db.status(r) == DISCONNECTED]
     if kept := sorted(set(config.records) - set(gone)):
         context.log.info(f"connected again since the disconnect, kept: {', '.join(kept)}")
-    tables = [t for t in LAKE_TABLES if t not in UNPARTITIONED]
     for record in gone:
-        done = forget(lake, tables, record=record, reason="disconnect",
-                      rebuild=lambda: build(lake.root, warehouse_db.path, warehouse_db.timezone),
+        done = forget(lake, TABLES, record=record, reason="disconnect",
                       progress=context.log.info)
         context.log.info(f"forgot record {record}: {done.rows} rows deleted, {done.files} "
                          f"files purged (erasure {done.erasure_id})")
+    if gone:
+        build(lake.root, warehouse_db.path, warehouse_db.timezone)
+        context.log.info("warehouse rebuilt")

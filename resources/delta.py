@@ -263,7 +263,7 @@ def erase(uri: str, record_ids: Sequence[str],
     if table is None or not ids:
         return {"rows_deleted": 0, "files_purged": 0, "version": None}
     location, options = _where(uri, storage_options)
-    predicate = f"record_id IN ({', '.join(_quote(r) for r in ids)})"
+    predicate = _predicate(ids, {})
 
     def delete() -> tuple[int, int]:
         table = DeltaTable(location, storage_options=options)

@@ -159,9 +159,7 @@ class Keys:
         path = Path(env.get(KEY_FILE_VAR) or (home or home_from_env(env)) / "pii.key")
         if not path.exists():
             if not local_lake and KEY_FILE_VAR not in env:
-                raise KeyUnusable(f"{KEY_VAR} is not set: a lake in object storage is written "
-                                "from several machines, which must seal with one key; set it "
-                                "(64 hex digits) from your secret store")
+                raise _no_key_for_object_storage()
             _make_key_file(path)
         text = path.read_text().strip()
         if not _HEX_KEY.fullmatch(text):
@@ -211,9 +209,13 @@ def check_key(environ: Mapping[str, str] | None = None, local_lake: bool = True)
     if value := env.get(KEY_VAR):
         Keys.from_env({KEY_VAR: value})  # refuses a malformed one, in its words
     elif not local_lake and not env.get(KEY_FILE_VAR):
-        raise KeyUnusable(f"{KEY_VAR} is not set: a lake in object storage is written from "
-                          "several machines, which must seal identity with one key; set it "
-                          "(64 hex digits) from your secret store")
+        raise _no_key_for_object_storage()
+
+
+def _no_key_for_object_storage() -> KeyUnusable:
+    return KeyUnusable(f"{KEY_VAR} is not set: a lake in object storage is written from "
+                       "several machines, which must seal identity with one key; set it "
+                       "(64 hex digits) from your secret store")
 
 
 def _make_key_file(path: Path) -> None:
