@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
-from deltalake import DeltaTable, WriterProperties, write_deltalake
+from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from .object_store import filesystem as _filesystem
@@ -353,11 +353,14 @@ def _open_or_create(location: str, schema: pa.Schema, partition_by: Sequence[str
     try:
         table = DeltaTable(location, storage_options=options)
     except TableNotFoundError:
-        # two first writers race for version 0: the loser's CommitFailedError is retried
+        # two first writers race for version 0. delta-rs would retry the loser's create as
+        # version 1 (a second CREATE TABLE, with a new table id): no retries, so it fails with
+        # CommitFailedError and _retrying opens the winner's table
         return DeltaTable.create(location, schema, mode="ignore",
                                  partition_by=list(partition_by) or None,
                                  configuration={STATS: wanted} if wanted else None,
-                                 storage_options=options)
+                                 storage_options=options,
+                                 commit_properties=CommitProperties(max_commit_retries=0))
     if wanted and table.metadata().configuration.get(STATS) != wanted:
         table.alter.set_table_properties({STATS: wanted})
     return table
