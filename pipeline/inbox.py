@@ -258,6 +258,12 @@ _EMAIL = re.compile(rb"[\w.+-]+@[\w-]+(\.[\w-]+)+")
 _DIGITS = re.compile(rb"\+?\d{10,}")  # BVN, NIN, phones, account numbers
 
 
+def _file_id(path: Path) -> tuple[int, int]:
+    """The device and inode of the file at `path` (a replaced file has another)."""
+    st = path.stat()
+    return st.st_dev, st.st_ino
+
+
 def kept_body(payload: dict, raw: bytes) -> bytes:
     """The body as the inbox keeps it: `raw`, its personal members' values nulled."""
     if not any(key in payload for key in PERSONAL_MEMBERS):
@@ -416,16 +422,24 @@ class Inbox:
         self._db.execute("pragma journal_mode=wal")
         self._db.execute("pragma synchronous=full")  # committed means on disk
         self._db.executescript(SCHEMA)
+        self._file = _file_id(self.path)  # the file the writer has open, for check()
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     def check(self) -> None:
-        """Raise unless the inbox answers one indexed read through a connection of its own,
-        opened by path: unlike the writer's, it fails when the file was deleted or replaced
-        under a running receiver (whose acknowledged callbacks would then be lost at its
-        restart). Read-only, so it never creates a file."""
+        """Raise unless the path still names the file this inbox opened and it answers one
+        indexed read through a connection of its own: unlike the writer's, it fails when the
+        file was deleted or replaced under a running receiver (whose acknowledged callbacks
+        would then be lost at its restart). Read-only, so it never creates a file."""
+        try:
+            same = _file_id(self.path) == self._file
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise InboxMissing(f"{self.shown} is no longer the file the inbox opened: deleted, "
+                               "moved or replaced while open")
         con = sqlite3.connect(f"{Path(self.shown).as_uri()}?mode=ro", uri=True, timeout=2.0)
         try:
             con.execute("select max(id) from events").fetchone()

@@ -9,7 +9,7 @@ import orjson
 import psycopg2
 import pytest
 
-from pipeline.inbox import Inbox, InvalidEvent, describe, open_inbox
+from pipeline.inbox import Inbox, InvalidEvent, describe, open_inbox, scrubbed
 from tests.pipeline.inbox_batches import random_batches
 
 
@@ -330,3 +330,60 @@ def test_a_batch_stores_what_its_events_one_by_one_store(tmp_path, make, monkeyp
         assert batched.records() == one.records()
         assert {s.status for s in one.records().values()} >= {"connected", "disconnected"}
         assert sum(new for _, new in singles) < len(singles)  # repeats were in the batches
+
+
+# -- what mutation testing found no in-process test of (the receiver runs them in its own
+# process): the dead letters' scrubbing, the payment bodies' reader, the file check ----------
+
+def test_a_refused_body_is_kept_with_its_personal_values_masked():
+    bvn, email, phone = "22012345678", "ada.obi7@example.com", "+2348031234567"
+    parsed = orjson.dumps({"customerBvn": bvn, "customerEmail": [email], "amount": 123456789,
+                           "note": f"call {phone} or {email}", "identity": {"bvn": bvn}})
+    assert orjson.loads(scrubbed(parsed)) == {
+        "customerBvn": None, "customerEmail": None, "amount": 123456789,
+        "note": "call *** or ***@***", "identity": None}
+    # not JSON, or JSON but not an object: masked where shaped like an email or a long number
+    assert scrubbed(f'{{"bvn": {bvn}, "to": "{email}"'.encode()) == b'{"bvn": ***, "to": "***@***"'
+    assert scrubbed(f'["{phone}", "0803123456", 123456789]'.encode()) == \
+        b'["***", "***", 123456789]'
+    assert scrubbed(b"plain words, no one named") == b"plain words, no one named"
+
+
+def test_payloads_are_a_records_bodies_of_the_methods_asked_oldest_first(inbox, make):
+    rec, other = make.record_id(), make.record_id()
+    bodies = [make.callback(rec, "PAYMENT", "PAYMENT_SUCCESS", ended_at=f"2026-01-01T0{i}:00:00Z",
+                            customerBvn="22012345678", paymentId=f"p{i}") for i in range(3)]
+    inbox.add(bodies[0])
+    inbox.add(make.callback(rec, "ACCOUNTS", "ACCOUNTS_SUCCESS"))
+    inbox.add(make.callback(other, "PAYMENT", "PAYMENT_SUCCESS", paymentId="p9"))
+    inbox.add(bodies[2])
+    inbox.add(make.callback(rec, "DIRECT_DEBIT", "DIRECT_DEBIT_SUCCESS", paymentId="d1"))
+    inbox.add(bodies[1])
+    got = inbox.payloads(rec, ["PAYMENT", "DIRECT_DEBIT"])
+    assert [p.get("paymentId") for p in got] == ["p0", "p2", "d1", "p1"]
+    assert got[0] == {**bodies[0], "customerBvn": None, "customerEmail": None}
+    assert inbox.payloads(rec, ["PAYMENT"])[1:] == [
+        {**b, "customerBvn": None, "customerEmail": None} for b in (bodies[2], bodies[1])]
+    assert inbox.payloads(make.record_id(), ["PAYMENT"]) == []
+
+
+def test_check_fails_once_the_inbox_file_is_gone_or_replaced(tmp_path, make):
+    from pipeline.inbox import InboxMissing
+
+    path = tmp_path / "inbox.sqlite3"
+    with Inbox(path, create=True) as inbox:
+        inbox.add(make.callback(make.record_id()))
+        inbox.check()
+        path.rename(tmp_path / "moved.sqlite3")
+        with pytest.raises(InboxMissing, match="deleted, moved or replaced"):
+            inbox.check()
+        assert not path.exists()  # read-only: the check made no file
+        path.write_bytes(b"not a database" * 100)  # another file at the path (the old WAL
+        with pytest.raises(InboxMissing):  # beside it would still answer a read of it)
+            inbox.check()
+        path.unlink()
+        (tmp_path / "moved.sqlite3").rename(path)  # the same file back: it answers again
+        inbox.check()
+        inbox._db.execute("drop table events")  # the file, but not an inbox any more
+        with pytest.raises(sqlite3.OperationalError, match="no such table"):
+            inbox.check()
