@@ -347,6 +347,7 @@ def test_a_refused_body_is_kept_with_its_personal_values_masked():
     assert scrubbed(f'["{phone}", "0803123456", 123456789]'.encode()) == \
         b'["***", "***", 123456789]'
     assert scrubbed(b"plain words, no one named") == b"plain words, no one named"
+    assert scrubbed(f'{{"to": "{email}", "n": 12345}}'.encode()) == b'{"to": "***@***", "n": 12345}'
 
 
 def test_payloads_are_a_records_bodies_of_the_methods_asked_oldest_first(inbox, make):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import psycopg2
 import pytest
@@ -20,6 +21,7 @@ from pipeline.inbox import (
     InboxUnavailable,
     InvalidEvent,
     describe,
+    is_database_url,
     open_inbox,
 )
 from pipeline.inbox_postgres import WRITE_LOCK, PostgresInbox, redact
@@ -331,3 +333,20 @@ def test_replay_reads_a_postgres_inbox_and_names_a_missing_one_without_its_passw
     assert "record rec-late: no ACCOUNTS, TRANSACTIONS" in done.stdout
     assert "1 records overdue; would trigger 1 in 0 calls" in done.stdout
     assert password(postgres_url) not in done.stdout + done.stderr
+
+
+def test_a_database_url_names_postgres_in_either_scheme_and_any_case(postgres_url, tmp_path,
+                                                                      monkeypatch):
+    """`postgres://` is libpq's other spelling; an upper-case scheme, which libpq does not
+    read, is still taken for a database (and refused, naming it) rather than as a file name."""
+    monkeypatch.chdir(tmp_path)
+    rest = postgres_url.split("://", 1)[1]
+    for scheme in ("postgresql", "postgres"):
+        with open_inbox(f"{scheme}://{rest}", create=True) as inbox:
+            assert isinstance(inbox, PostgresInbox)
+    for scheme in ("POSTGRESQL", "Postgres"):
+        assert is_database_url(f"{scheme}://{rest}")
+        with pytest.raises(InboxUnavailable):
+            open_inbox(f"{scheme}://{rest}", create=True)
+    assert not is_database_url(Path("postgresql://x")) and not is_database_url("pg.sqlite3")
+    assert list(tmp_path.iterdir()) == []  # no file was made of a URL
