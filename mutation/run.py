@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -177,6 +178,18 @@ def report(module: str, work: Path, seconds: float, floor: float | None,
     return ok, text
 
 
+def stop_clusters(scratch: Path) -> None:
+    """Stop every Postgres cluster (tests/postgres.py) left under `scratch`, then delete it."""
+    sys.path.insert(0, str(ROOT))
+    from tests.postgres import PostgresServer, find_bin
+
+    folder = find_bin()
+    for root in scratch.glob("ledgerlake-pg-*"):
+        if folder is not None and (root / "data" / "postmaster.pid").exists():
+            PostgresServer(folder, root=root).stop("immediate")
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
 def main(argv: list[str]) -> int:
     chosen = argv or list(MODULES)
     unknown = [m for m in chosen if m not in MODULES]
@@ -196,9 +209,16 @@ def main(argv: list[str]) -> int:
         started = time.monotonic()
         # `mutmut run` prints a progress line per mutant; keep its log, show its tail
         env = {**os.environ, "LEDGERLAKE_MUTATION_ORDER": ",".join(tests)}  # mutation/order.py
-        with open(work / "mutmut.log", "w") as log:
-            code = subprocess.run([MUTMUT, "run"], cwd=work, stdout=log,
-                                  stderr=subprocess.STDOUT, env=env).returncode
+        # a mutant's tests killed at their timeout skip their teardown and leave their
+        # Postgres cluster running: they make it under a folder of the run's, stopped after
+        env["TMPDIR"] = scratch = tempfile.mkdtemp(prefix="ledgerlake-mutation-")
+        os.chmod(scratch, 0o755)  # the clusters' folders are the postgres user's, inside it
+        try:
+            with open(work / "mutmut.log", "w") as log:
+                code = subprocess.run([MUTMUT, "run"], cwd=work, stdout=log,
+                                      stderr=subprocess.STDOUT, env=env).returncode
+        finally:
+            stop_clusters(Path(scratch))
         seconds = time.monotonic() - started
         if code != 0 or not (work / "mutants" / (module + ".meta")).exists():
             # say so and go on with the next module (a clean run that fails, say)
