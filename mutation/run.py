@@ -180,7 +180,8 @@ def report(module: str, work: Path, seconds: float, floor: float | None,
 
 def stop_clusters(scratch: Path) -> None:
     """Stop every Postgres cluster (tests/postgres.py) left under `scratch`, then delete it."""
-    sys.path.insert(0, str(ROOT))
+    if str(ROOT) not in sys.path:  # run as a script: its own folder is first, not the project
+        sys.path.insert(0, str(ROOT))
     from tests.postgres import PostgresServer, find_bin
 
     folder = find_bin()

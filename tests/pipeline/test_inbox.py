@@ -9,7 +9,7 @@ import orjson
 import psycopg2
 import pytest
 
-from pipeline.inbox import Inbox, InvalidEvent, describe, open_inbox, scrubbed
+from pipeline.inbox import Inbox, InboxMissing, InvalidEvent, describe, open_inbox, scrubbed
 from tests.pipeline.inbox_batches import random_batches
 
 
@@ -228,8 +228,6 @@ def test_disconnects_of_different_accounts_at_one_time_are_two_events(inbox):
 
 
 def test_a_reader_never_creates_a_missing_inbox(tmp_path):
-    from pipeline.inbox import InboxMissing
-
     path = tmp_path / "nowhere" / "inbox.sqlite3"
     with pytest.raises(InboxMissing, match=str(path)):
         Inbox(path)
@@ -369,8 +367,6 @@ def test_payloads_are_a_records_bodies_of_the_methods_asked_oldest_first(inbox, 
 
 
 def test_check_fails_once_the_inbox_file_is_gone_or_replaced(tmp_path, make):
-    from pipeline.inbox import InboxMissing
-
     path = tmp_path / "inbox.sqlite3"
     with Inbox(path, create=True) as inbox:
         inbox.add(make.callback(make.record_id()))
