@@ -116,6 +116,17 @@ def test_health_is_503_once_the_inbox_file_is_gone(receiver, make):
     assert str(receiver.inbox.parent) not in resp.text  # no path, no error detail
 
 
+def test_health_is_503_once_another_file_takes_the_inbox_files_place(receiver, make):
+    """The WAL left beside it, SQLite would read the replaced file's first page from there:
+    a read through the path alone still answered."""
+    assert post(receiver, make.callback("r1")).status_code == 200
+    assert HTTP.get(receiver.url + "/health").status_code == 200
+    receiver.inbox.rename(receiver.inbox.with_name("moved.sqlite3"))
+    receiver.inbox.write_bytes(b"not the inbox" * 100)
+    resp = HTTP.get(receiver.url + "/health")
+    assert (resp.status_code, resp.json()["status"]) == (503, "error")
+
+
 def test_a_huge_body_is_413(receiver, make):
     body = make.callback("r1", extras={"pad": "x" * (2 << 20)})
     assert post(receiver, body).status_code == 413
