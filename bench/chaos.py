@@ -659,10 +659,10 @@ def refresh_here() -> int:
     from pipeline.schedules import daily_refresh
 
     with DagsterInstance.get() as instance:
-        context = build_schedule_context(
-            instance=instance, scheduled_execution_time=dt.datetime.now(dt.UTC),
-            resources={"inbox": InboxResource()})
-        requests = daily_refresh(context)
+        with build_schedule_context(  # entered: it opens an instance its exit closes
+                instance=instance, scheduled_execution_time=dt.datetime.now(dt.UTC),
+                resources={"inbox": InboxResource()}) as context:
+            requests = daily_refresh(context)
         if isinstance(requests, SkipReason):
             requests = []
         opts = WorkspaceOpts(workspace=[str(ROOT / "workspace.yaml")])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 
 import dagster as dg
 import pytest
@@ -35,13 +36,19 @@ def inbox_with_states(tmp_path, monkeypatch, make):
     return path
 
 
-def test_daily_refresh_skips_disconnected_and_reauth(inbox_with_states):
+def refresh_requests() -> list[dg.RunRequest]:
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("records", [f"rec{i}" for i in range(6)] + ["manual"])
-        ctx = dg.build_schedule_context(
-            instance=instance, resources={"inbox": InboxResource()},
-            scheduled_execution_time=dt.datetime(2026, 11, 22, 2, tzinfo=dt.UTC))
-        requests = list(daily_refresh(ctx))
+        # entered: the context opens an instance of its own for the resources, which only
+        # its exit closes
+        with dg.build_schedule_context(
+                instance=instance, resources={"inbox": InboxResource()},
+                scheduled_execution_time=dt.datetime(2026, 11, 22, 2, tzinfo=dt.UTC)) as ctx:
+            return list(daily_refresh(ctx))
+
+
+def test_daily_refresh_skips_disconnected_and_reauth(inbox_with_states):
+    requests = refresh_requests()
     ranges = [(r.tags["dagster/asset_partition_range_start"],
                r.tags["dagster/asset_partition_range_end"]) for r in requests]
     assert ranges == [("rec0", "rec1"), ("rec3", "rec3"), ("rec5", "manual")]
@@ -49,6 +56,18 @@ def test_daily_refresh_skips_disconnected_and_reauth(inbox_with_states):
     assert {r.tags["ledgerlake/schedule"] for r in requests} == {"daily_refresh"}
     # the day rides along: the transactions asset reconciles a seventh of the records in full
     assert {r.tags["ledgerlake/refresh_day"] for r in requests} == {"2026-11-22"}
+
+
+def test_a_schedule_evaluation_leaves_no_dead_instance_behind(inbox_with_states):
+    """A schedule context left open once let the garbage collector, at some later moment,
+    set Dagster's current definitions-state storage back to that of this test's instance,
+    dead by then: the next `materialize` in the same process failed with "Attempted to
+    resolve undefined DagsterInstance weakref"."""
+    from dagster._core.storage.defs_state.base import DefsStateStorage
+
+    assert refresh_requests()
+    gc.collect()
+    assert DefsStateStorage.get() is None
 
 
 def test_replay_runs_hourly_by_default():
