@@ -391,8 +391,37 @@ def _live(table: DeltaTable) -> tuple[int, int]:
 
 
 def _money_stays_money(table: DeltaTable, data: pa.Table) -> None:
-    """The rows' money against the table's own columns (the schema given may be the rows')."""
-    _refuse_float_money(pa.schema(table.schema().to_arrow()), data, " in the table")
+    """The rows' money, and every column's kind, against the table's own columns (the schema
+    given may be the rows'): refused here, before anything is written. delta-rs refuses a
+    clash of kinds too, but at times only after it has written a data file, left behind."""
+    columns = pa.schema(table.schema().to_arrow())
+    _refuse_float_money(columns, data, " in the table")
+    present = set(data.schema.names)
+    for field in columns:
+        if field.name in present:
+            got = data.schema.field(field.name).type
+            if not pa.types.is_null(got) and _kind(got) != _kind(field.type):
+                raise TypeError(f"column {field.name} is {field.type} in the table "
+                                f"but came as {got}")
+
+
+def _kind(t: pa.DataType) -> str:
+    """What a column holds, whatever its width or encoding (string and large_string are one
+    kind, int32 and int64 another)."""
+    if pa.types.is_dictionary(t):
+        return _kind(t.value_type)
+    for kind, test in _KINDS:
+        if test(t):
+            return kind
+    return str(t)  # anything else (times, durations, maps...) only as itself
+
+
+_KINDS = tuple((kind, getattr(pa.types, f"is_{name}")) for kind, names in (
+    ("text", ("string", "large_string", "string_view")), ("integer", ("integer",)),
+    ("float", ("floating",)), ("decimal", ("decimal",)), ("timestamp", ("timestamp",)),
+    ("date", ("date",)), ("boolean", ("boolean",)),
+    ("binary", ("binary", "large_binary", "binary_view")),
+    ("list", ("list", "large_list", "list_view")), ("struct", ("struct",))) for name in names)
 
 
 def _refuse_float_money(schema: pa.Schema, data: pa.Table, where: str = "") -> None:
