@@ -1,6 +1,7 @@
 """Random batches of callbacks and connection events, as several deliveries at once make them:
 repeats inside a batch and across batches, products out of order, logins that do and do not
-reconnect, disconnects and reauths between callbacks, callbacks that name no record."""
+reconnect, disconnects and reauths between callbacks, callbacks that name no record, name no
+customer or carry no date, and products of one record and method at one moment."""
 
 from __future__ import annotations
 
@@ -33,8 +34,13 @@ def random_batches(make, seed: int, events: int = 150) -> list[list[tuple[dict, 
                                                    ended_at=when).items()
                     if k not in ("record", "recordId")}
         method = rng.choice(["ACCOUNTS", "TRANSACTIONS", "INCOME"])
-        return make.callback(rec, method, rng.choice([f"{method}_SUCCESS", "PRODUCT_IS_READY"]),
-                             customer=customer, account=account, ended_at=when)
+        out = make.callback(rec, method, rng.choice([f"{method}_SUCCESS", "PRODUCT_IS_READY"]),
+                            customer=customer, account=account, ended_at=when)
+        if rng.random() < 0.3:  # no customer named: the record keeps the first one given
+            out["customerId"] = None
+        if rng.random() < 0.1:  # undated: it happened when it was received
+            out["started_at"] = out["ended_at"] = None
+        return out
 
     bodies = [body() for _ in range(events)]
     batches, i = [], 0
