@@ -49,7 +49,7 @@ bench: setup
 # exactly once under faults: 10 seeds of bench/chaos.py (both environments, a few hundred
 # records, processes SIGKILLed, the sandbox's faults), each checked against the sandbox's
 # ground truth; writes bench/results/chaos.json and the table in docs/operations.md. About
-# 20 minutes a seed on 2 cores (~3.5 hours). `make test` runs one short seed
+# 25 minutes a seed on 2 cores (about 4 hours). `make test` runs one short seed
 # (tests/e2e/test_chaos.py).
 chaos: setup
 	$(VENV)/bin/python bench/chaos.py --seeds 10 --records 300 --window 240 --docs $(CHAOS_ARGS)
