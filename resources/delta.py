@@ -70,7 +70,7 @@ def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
 
     def write() -> int:
         table = _open_or_create(location, schema, partition_by, options, stats)
-        _money_stays_money(table, data)
+        _rows_fit_table(table, data)
         write_deltalake(table, data, mode="overwrite", predicate=predicate,
                         schema_mode="merge", writer_properties=ZSTD)
         return table.version()
@@ -88,7 +88,7 @@ def append(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] | N
 
     def write() -> int:
         table = _open_or_create(location, schema, (), options, stats)
-        _money_stays_money(table, data)
+        _rows_fit_table(table, data)
         write_deltalake(table, data, mode="append", schema_mode="merge", writer_properties=ZSTD)
         return table.version()
 
@@ -103,7 +103,7 @@ def overwrite(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] 
 
     def write() -> int:
         table = _open_or_create(location, schema, (), options, stats)
-        _money_stays_money(table, data)
+        _rows_fit_table(table, data)
         write_deltalake(table, data, mode="overwrite", schema_mode="merge",
                         writer_properties=ZSTD)
         return table.version()
@@ -390,7 +390,7 @@ def _live(table: DeltaTable) -> tuple[int, int]:
     return adds.num_rows, int(pc.sum(adds["size_bytes"]).as_py() or 0)
 
 
-def _money_stays_money(table: DeltaTable, data: pa.Table) -> None:
+def _rows_fit_table(table: DeltaTable, data: pa.Table) -> None:
     """The rows' money, and every column's kind, against the table's own columns (the schema
     given may be the rows'): refused here, before anything is written. delta-rs refuses a
     clash of kinds too, but at times only after it has written a data file, left behind."""
