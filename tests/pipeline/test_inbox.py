@@ -321,10 +321,7 @@ def test_a_batch_stores_what_its_events_one_by_one_store(tmp_path, make, monkeyp
         answers, singles, statuses = [], [], set()
         for batch in batches:
             answers.append(batched.add_described(batch))
-            for info, raw in batch:
-                one._begin_write()
-                singles.append(one._insert(info, raw, 1_767_225_600.25))
-                one._db.execute("commit")
+            singles += one_by_one(one, batch, 1_767_225_600.25)
             # after each batch, not only at the end: a later event would hide what a batch
             # left wrong (of two products at one moment, the later one stays)
             assert batched.records() == one.records()
@@ -334,6 +331,16 @@ def test_a_batch_stores_what_its_events_one_by_one_store(tmp_path, make, monkeyp
         assert batched.after(0, 10_000) == one.after(0, 10_000)
         assert statuses >= {"connected", "disconnected"}
         assert sum(new for _, new in singles) < len(singles)  # repeats were in the batches
+
+
+def one_by_one(inbox: Inbox, batch: list, now: float) -> list[tuple[int, bool]]:
+    """Store each event of `batch` alone, its own statements in its own transaction."""
+    out = []
+    for info, raw in batch:
+        inbox._begin_write()
+        out.append(inbox._insert(info, raw, now))
+        inbox._db.execute("commit")
+    return out
 
 
 def tables(inbox: Inbox) -> tuple[list, list]:
@@ -371,10 +378,7 @@ def test_a_batch_keeps_what_one_by_one_keeps_at_ties_and_without_a_customer(tmp_
             Inbox(tmp_path / "one.sqlite3", create=True) as one:
         for batch in batches:
             ids = [event for event, new in batched.add_described(batch) if new]
-            for info, raw in batch:
-                one._begin_write()
-                one._insert(info, raw, now)
-                one._db.execute("commit")
+            one_by_one(one, batch, now)
             assert tables(batched) == tables(one)
             assert batched.records() == one.records()
         x, y = batched.records(["rec-x", "rec-y"]).values()
