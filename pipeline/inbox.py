@@ -266,9 +266,13 @@ def _file_id(path: Path) -> tuple[int, int]:
 
 def kept_body(payload: dict, raw: bytes) -> bytes:
     """The body as the inbox keeps it: `raw`, its personal members' values nulled."""
-    if not any(key in payload for key in PERSONAL_MEMBERS):
-        return raw
-    return orjson.dumps({k: None if k in PERSONAL_MEMBERS else v for k, v in payload.items()})
+    kept = None
+    for key in PERSONAL_MEMBERS:
+        if key in payload:
+            if kept is None:
+                kept = payload.copy()  # its members stay in their order
+            kept[key] = None
+    return raw if kept is None else orjson.dumps(kept)
 
 
 def scrubbed(raw: bytes) -> bytes:

@@ -1,47 +1,36 @@
 """The receiver: an ASGI app that takes the service's callbacks into the inbox.
 
 It answers 200 only once the event is committed, so an acknowledged callback is never lost;
-anything it cannot store it refuses, and the service will deliver it again. Concurrent
-callbacks share one transaction (group commit): one disk sync acknowledges all of them.
+anything it cannot store it refuses, and the service will deliver it again. The event loop
+checks the token and the size; a writer process of its own (pipeline/inbox_writer.py) reads
+the bodies and commits them in groups: one disk sync acknowledges many.
 
 Answers: 200 stored (or already stored), 400 not an event (kept as a dead letter), 401 wrong
 or missing token, 413 body too large, 503 only when the inbox itself cannot write.
 
-`GET /health` (and HEAD), for load balancers, needs no token: 200 while the writer runs and
-the inbox (its file, or its database) answers a read, 503 otherwise.
+`GET /health` (and HEAD), for load balancers, needs no token: 200 while the writer process
+runs and the inbox (its file, or its database) answers a read, 503 otherwise.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import hmac
 import logging
-import queue
-import threading
 
 import anyio
-import orjson
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .inbox import (
-    Inbox,
-    InboxUnavailable,
-    InvalidEvent,
-    describe,
-    kept_body,
-    open_inbox,
-    scrubbed,
-)
+from .inbox import InboxUnavailable, open_inbox
+from .inbox_writer import NotAnEvent, Writer
 
 log = logging.getLogger("ledgerlake.receiver")
 
 MAX_BODY = 1 << 20  # 1 MiB: a callback is a few KiB
-MAX_BATCH = 256
 JSON = "application/json"
 
 
@@ -49,95 +38,12 @@ def _digest(value: str) -> bytes:
     return hashlib.sha256(value.encode("utf-8", "surrogateescape")).digest()
 
 
-class GroupWriter:
-    """One thread writes the inbox. Callbacks that arrive while it commits a batch wait in
-    its queue and go in the next one, so a disk sync (or a database round trip)
-    acknowledges many. The event loop only queues and settles: it never waits for a write.
-    """
-
-    def __init__(self, inbox: Inbox) -> None:
-        self.inbox = inbox
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    async def add(self, info: dict, raw: bytes) -> tuple[int, bool]:
-        fut = self._loop.create_future()
-        self._queue.put((info, raw, fut))
-        # a sender that hangs up cancels only its wait: the write, queued, still happens
-        return await fut
-
-    def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, name="inbox-writer", daemon=True)
-        self._thread.start()
-
-    @property
-    def running(self) -> bool:
-        """False once its thread has ended: callbacks would then wait for ever."""
-        return self._thread is not None and self._thread.is_alive()
-
-    async def stop(self) -> None:
-        if self._thread is not None:
-            self._queue.put(_STOP)  # after everything queued before it
-            await anyio.to_thread.run_sync(self._thread.join)
-
-    def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            batch = [self._queue.get()]
-            while len(batch) < MAX_BATCH:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            if _STOP in batch:
-                stopping = True
-                batch = [item for item in batch if item is not _STOP]
-            if batch:
-                try:
-                    results = self._commit(batch)
-                except Exception as exc:  # never leave a sender waiting for an answer
-                    log.exception("inbox writer failed")
-                    results = [exc] * len(batch)
-                self._loop.call_soon_threadsafe(_settle, batch, results)
-
-    def _commit(self, batch: list) -> list:
-        """Each item's (event id, new) or the exception that kept it out of the inbox."""
-        try:
-            results = self.inbox.add_described([(info, raw) for info, raw, _ in batch])
-        except Exception as exc:
-            # keep one bad write from failing its neighbours (a database that does not
-            # answer fails them all alike)
-            if len(batch) > 1 and not isinstance(exc, InboxUnavailable):
-                return [self._commit([item])[0] for item in batch]
-            log.error("inbox write failed: %s", exc)
-            return [exc] * len(batch)
-        new = sum(1 for _, is_new in results if is_new)
-        log.info("stored %d callbacks (%d already stored), events up to %d",
-                 new, len(results) - new, max(event for event, _ in results))
-        return results
-
-
-_STOP = object()
-
-
-def _settle(batch: list, results: list) -> None:
-    for (_, _, fut), res in zip(batch, results, strict=True):
-        if fut.done():
-            continue
-        if isinstance(res, Exception):
-            fut.set_exception(res)
-        else:
-            fut.set_result(res)
-
-
 def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
                auth_header: str | None = None, max_body: int = MAX_BODY) -> Starlette:
     if not token:
         raise ValueError("the receiver needs a token: callbacks without one are refused")
     inbox = open_inbox(inbox_path, create=True)  # InboxUnavailable when its database is down
-    writer = GroupWriter(inbox)
+    writer = Writer(inbox_path)  # a process of its own (pipeline/inbox_writer.py)
     expected = _digest(token)
     header = auth_header.strip().lower() if auth_header else None
 
@@ -181,31 +87,13 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
         if raw is None:
             return refuse(413, f"body larger than {max_body} bytes")
         try:
-            payload = orjson.loads(raw)
-            info = describe(payload)
-        except (orjson.JSONDecodeError, InvalidEvent) as exc:
-            reason = (f"body is not JSON: {exc}" if isinstance(exc, orjson.JSONDecodeError)
-                      else str(exc))
-        except Exception:  # a body we failed to read is still the sender's fault, never a 500
-            log.exception("could not read a callback body")
-            reason = "body could not be read as an event"
-        else:
-            reason = None
-        if reason is not None:
-            try:
-                await anyio.to_thread.run_sync(inbox.dead_letter, reason, scrubbed(raw))
-            except Exception as db_exc:  # the answer is still 400: the body is bad
-                log.error("dead letter not kept: %s", db_exc)
-            return refuse(400, reason)
-        try:
-            event_id, new = await writer.add(info, kept_body(payload, raw))
+            event_id, new = await writer.add(raw)
+        except NotAnEvent as exc:  # kept as a dead letter
+            return refuse(400, str(exc))
         except Exception as exc:  # the disk, not the sender: ask for a redelivery
             log.error("callback not stored: %s", exc)
             return JSONResponse({"status": "error", "error": "inbox unavailable"},
                                 status_code=503, headers={"Retry-After": "60"})
-        if log.isEnabledFor(logging.DEBUG):  # a line per callback; INFO has one per batch
-            log.debug("event %d %s %s %s", event_id, "stored" if new else "duplicate",
-                      info["method"], info["record"] or "-")
         return Response(b'{"status":"ok","event":%d,"duplicate":%s}'
                         % (event_id, b"false" if new else b"true"), media_type=JSON)
 

@@ -127,6 +127,57 @@ def test_health_is_503_once_another_file_takes_the_inbox_files_place(receiver, m
     assert (resp.status_code, resp.json()["status"]) == (503, "error")
 
 
+def writer_pid(server: Server) -> int:
+    """The receiver's inbox writer: its child started by multiprocessing's spawn."""
+    pid = server.proc.pid
+    for child in open(f"/proc/{pid}/task/{pid}/children").read().split():
+        try:
+            if b"spawn_main" in open(f"/proc/{child}/cmdline", "rb").read():
+                return int(child)
+        except FileNotFoundError:
+            continue
+    raise AssertionError("the receiver has no inbox writer process")
+
+
+def gone(pid: int, within_s: float = 30.0) -> bool:
+    """Whether `pid` has ended (or is a zombie) before `within_s` passed."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_callbacks_are_503_and_health_503_once_the_inbox_writer_is_gone(receiver, make):
+    """The writer is a process of its own: killed, nothing more is acknowledged (the service
+    redelivers) and a load balancer is told, while what was acknowledged stays."""
+    assert post(receiver, make.callback("r1")).status_code == 200
+    writer = writer_pid(receiver.server)
+    os.kill(writer, signal.SIGKILL)
+    assert gone(writer)
+    resp = post(receiver, make.callback("r2"))
+    assert resp.status_code == 503, resp.text
+    assert resp.headers["Retry-After"] == "60"
+    health = HTTP.get(receiver.url + "/health")
+    assert (health.status_code, health.json()) == (
+        503, {"status": "error", "error": "inbox writer stopped"})
+    assert stored(receiver) == (1, [])
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_the_inbox_writer_ends_with_its_receiver(receiver, make, how):
+    assert post(receiver, make.callback("r1")).status_code == 200
+    writer = writer_pid(receiver.server)
+    os.kill(receiver.server.proc.pid, how)
+    receiver.server.proc.wait()
+    assert gone(writer), "the inbox writer outlived its receiver"
+    assert stored(receiver) == (1, [])
+
+
 def test_a_huge_body_is_413(receiver, make):
     body = make.callback("r1", extras={"pad": "x" * (2 << 20)})
     assert post(receiver, body).status_code == 413
