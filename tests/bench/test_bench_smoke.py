@@ -49,3 +49,18 @@ def test_bench_writes_its_results(tmp_path):
     text = readme.read_text()
     assert "kept" in text and "tail kept" in text and "old" not in text
     assert "| 3 records |" in text and "ledgerlake / floor" in text
+
+
+def test_receiver_bench_checks_what_the_inbox_kept(tmp_path):
+    """bench/receiver_acks.py at a tiny size: every acknowledged callback is found in the
+    inbox as the inbox keeps it, once, and the receivers' CPU includes their writers."""
+    out = tmp_path / "receiver.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench/receiver_acks.py"), "--inboxes", "sqlite",
+         "--receivers", "1", "--callbacks", "200", "--rounds", "1", "--concurrency", "8",
+         "--latency-samples", "0", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["acks"]
+    assert row["verified_in_inbox"] == 264 and row["acks_per_s"] > 0
+    assert row["cpu_us_per_ack"]["receivers"] > 0
