@@ -14,11 +14,13 @@ leaves the event loop only HTTP to do.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import multiprocessing
 import pickle
 import signal
+import socket
+import struct
+from multiprocessing.connection import Connection
 
 import orjson
 
@@ -40,7 +42,8 @@ class NotAnEvent(ValueError):
 
 class Writer:
     """The receiver's side: queues callbacks, hands them to the writer process a group at a
-    time, settles each callback's future with its answer. Only the event loop touches it."""
+    time over a socket pair (asyncio streams: the event loop never blocks on it), and settles
+    each callback's future with its answer. Only the event loop touches it."""
 
     def __init__(self, location: str) -> None:
         self.location = location
@@ -50,18 +53,21 @@ class Writer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._proc = self._conn = None
+        self._proc = self._out = self._answers = None
 
-    def start(self) -> None:
+    async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads
-        ours, theirs = ctx.Pipe()
+        ours, theirs = socket.socketpair()
+        theirs = Connection(theirs.detach())  # read and written as multiprocessing's pipes
         self._proc = ctx.Process(target=serve, name="ledgerlake-inbox-writer", daemon=True,
                                  args=(self.location, theirs, logging.getLogger().level))
-        self._proc.start()
-        theirs.close()  # so its end closing is our end's EOF
-        self._conn = ours
-        self._loop.add_reader(ours.fileno(), self._on_answer)
+        try:
+            self._proc.start()
+        finally:
+            theirs.close()  # the child has its own copy: its end closing is our EOF
+        reader, self._out = await asyncio.open_connection(sock=ours)
+        self._answers = asyncio.create_task(self._read_answers(reader))
         log.info("inbox writer process %d started", self._proc.pid)
 
     @property
@@ -93,35 +99,32 @@ class Writer:
                 break
         group, self._pending = self._pending[:n], self._pending[n:]
         self._inflight = group
-        try:
-            self._conn.send_bytes(pickle.dumps([raw for raw, _ in group],
-                                               protocol=pickle.HIGHEST_PROTOCOL))
-        except OSError as exc:
-            self._stop(f"the inbox writer process is gone ({exc.strerror or exc})")
+        data = pickle.dumps([raw for raw, _ in group], protocol=pickle.HIGHEST_PROTOCOL)
+        # framed as multiprocessing's Connection reads it: a 4-byte length, then the bytes
+        self._out.write(struct.pack("!i", len(data)) + data)  # buffered: never blocks
 
-    def _on_answer(self) -> None:
+    async def _read_answers(self, reader: asyncio.StreamReader) -> None:
         try:
-            answers = pickle.loads(self._conn.recv_bytes())
-        except (EOFError, OSError):
-            code = self._proc.exitcode if self._proc else None
+            while True:
+                (size,) = struct.unpack("!i", await reader.readexactly(4))
+                answers = pickle.loads(await reader.readexactly(size))
+                group, self._inflight = self._inflight, None
+                _settle(group, [NotStored(a) if isinstance(a, str)
+                                else NotAnEvent(a[1]) if a[0] is None else a for a in answers])
+                if self._pending:
+                    self._send()
+                else:
+                    self._idle.set()
+        except (asyncio.IncompleteReadError, OSError):
+            code = self._proc.exitcode
             self._stop("the inbox writer process ended"
                        + (f" with exit code {code}" if code is not None else ""))
-            return
-        group, self._inflight = self._inflight, None
-        _settle(group, [NotStored(a) if isinstance(a, str)
-                        else NotAnEvent(a[1]) if a[0] is None else a for a in answers])
-        if self._pending:
-            self._send()
-        else:
-            self._idle.set()
 
     def _stop(self, reason: str) -> None:
         if self._stopped:
             return
         self._stopped = reason
         log.error("%s: callbacks are answered 503 until the receiver restarts", reason)
-        with contextlib.suppress(Exception):
-            self._loop.remove_reader(self._conn.fileno())
         waiting = (self._inflight or []) + self._pending
         self._inflight, self._pending = None, []
         _settle(waiting, [NotStored(reason)] * len(waiting))
@@ -132,9 +135,9 @@ class Writer:
         if self._proc is None:
             return
         await self._idle.wait()
-        with contextlib.suppress(Exception):
-            self._loop.remove_reader(self._conn.fileno())
-        self._conn.close()  # its EOF: the writer ends
+        self._stopped = self._stopped or "the receiver is stopping"
+        self._answers.cancel()
+        self._out.close()  # its EOF: the writer ends
         await asyncio.to_thread(self._proc.join, 10)
         if self._proc.is_alive():
             self._proc.terminate()

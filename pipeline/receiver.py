@@ -117,7 +117,7 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        writer.start()
+        await writer.start()
         try:
             yield
         finally:

@@ -419,6 +419,24 @@ def test_concurrent_callbacks_share_commits_and_each_is_stored_once(receiver, ma
     assert sum(batches) == 300 and len(batches) < 300
 
 
+def test_large_bodies_at_once_are_handed_over_in_groups_and_each_stored(receiver, make,
+                                                                          tmp_path):
+    """24 bodies of ~900 KiB at once: more than a group hands the writer (8 MiB), so they go
+    in several, every one stored whole and answered with its own event."""
+    from pipeline.inbox_writer import MAX_GROUP_BYTES
+
+    bodies = [make.callback(f"rec-big{i:02d}", note="x" * (900 << 10)) for i in range(24)]
+    assert sum(len(orjson.dumps(b)) for b in bodies) > 2 * MAX_GROUP_BYTES
+    with ThreadPoolExecutor(24) as pool:
+        answers = list(pool.map(lambda b: post(receiver, b), bodies))
+    assert [a.status_code for a in answers] == [200] * 24
+    with Inbox(receiver.inbox) as inbox:
+        stored = {e.record: e for e in inbox.after(0, 100)}
+    assert sorted(stored) == [f"rec-big{i:02d}" for i in range(24)]
+    assert all(len(e.body["note"]) == 900 << 10 for e in stored.values())
+    assert sorted(e.id for e in stored.values()) == sorted(a.json()["event"] for a in answers)
+
+
 def test_personal_values_are_not_kept_in_the_inbox_or_its_dead_letters(receiver, make):
     """Every callback carries the customer's emails and BVN, IDENTITY's the whole identity:
     the inbox keeps the event without them (docs/privacy.md), and a refused body masked."""
