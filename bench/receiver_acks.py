@@ -18,8 +18,8 @@ receivers with a wrong token (401 before the body is read, nothing stored): what
 path alone costs. Each round sends one chunk to the floor and the next to be stored, seconds
 apart, so the ratio is taken within a round (this machine's speed drifts over minutes).
 Beside the rates, the CPU each acknowledgement cost the receivers (with their inbox writer
-processes), the database server and the
-sender (from /proc), which the machine's load moves far less than the rates.
+processes), the database server and the sender (from /proc), which the machine's load moves
+far less than the rates.
 
 Callback-to-run latency: a callback POSTed at a random moment, the inbox sensor evaluated
 (`build_sensor_context`, the Definitions of pipeline/definitions.py) every `MIN_INTERVAL_S`
@@ -180,15 +180,7 @@ def family(pid: int) -> list[int]:
 
 def postgres_pids(cluster) -> list[int]:
     """The cluster's processes: the postmaster and its children (backends, WAL writer...)."""
-    master = int((cluster.data / "postmaster.pid").read_text().split()[0])
-    out = [master]
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == master:
-                out.append(int(stat.parent.name))
-        except (OSError, ValueError):
-            pass
-    return out
+    return family(int((cluster.data / "postmaster.pid").read_text().split()[0]))
 
 
 def own_cpu_s() -> float:
