@@ -419,8 +419,7 @@ def test_concurrent_callbacks_share_commits_and_each_is_stored_once(receiver, ma
     assert sum(batches) == 300 and len(batches) < 300
 
 
-def test_large_bodies_at_once_are_handed_over_in_groups_and_each_stored(receiver, make,
-                                                                          tmp_path):
+def test_large_bodies_at_once_are_handed_over_in_groups_and_each_stored(receiver, make):
     """24 bodies of ~900 KiB at once: more than a group hands the writer (8 MiB), so they go
     in several, every one stored whole and answered with its own event."""
     from pipeline.inbox_writer import MAX_GROUP_BYTES
