@@ -266,7 +266,8 @@ class PostgresInbox(Inbox):
         with self._lock:
             self._db.execute("select max(id) from events").fetchone()
 
-    def _begin_batch(self, identities: list[str]) -> dict[str, int]:
+    def _begin_batch(self, identities: list[str], records: list[str | None]
+                     ) -> dict[str, int]:
         # what is stored already, read under the lock, in the same round trip
         return dict(self._begin_write("; select identity, id from events where identity ="
                                       " any(?)", (sorted(set(identities)),)).fetchall())

@@ -9,7 +9,15 @@ import orjson
 import psycopg2
 import pytest
 
-from pipeline.inbox import Inbox, InboxMissing, InvalidEvent, describe, open_inbox, scrubbed
+from pipeline.inbox import (
+    Inbox,
+    InboxMissing,
+    InvalidEvent,
+    _identity,
+    describe,
+    open_inbox,
+    scrubbed,
+)
 from tests.pipeline.inbox_batches import random_batches
 
 
@@ -338,7 +346,9 @@ def one_by_one(inbox: Inbox, batch: list, now: float) -> list[tuple[int, bool]]:
     out = []
     for info, raw in batch:
         inbox._begin_write()
-        out.append(inbox._insert(info, raw, now))
+        row = inbox._db.execute("select id from events where identity = ?",
+                                (_identity(info),)).fetchone()
+        out.append((row[0], False) if row else (inbox._insert(info, raw, now), True))
         inbox._db.execute("commit")
     return out
 
