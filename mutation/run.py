@@ -47,6 +47,7 @@ ASSET_TESTS = ["tests/assets/test_checks.py",
 MODULES: dict[str, tuple[list[str], float | None]] = {
     "pipeline/inbox.py": (["tests/pipeline/test_inbox_events.py",
                            "tests/pipeline/test_inbox.py",
+                           "tests/pipeline/test_inbox_layout.py",
                            "tests/pipeline/test_inbox_postgres.py",
                            "tests/pipeline/test_receiver.py"], 90.0),
     "resources/client.py": (["tests/resources/test_client_wire.py",

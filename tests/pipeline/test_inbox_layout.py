@@ -5,7 +5,9 @@ the id sequence, all or nothing; each layout's statements read the events throug
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
+import time
 
 import pytest
 
@@ -46,10 +48,26 @@ def some_events(make) -> list[dict]:
              "data": {"customer": "cust-9", "upgraded_at": "2026-01-03T00:00:00.000Z"}}]
 
 
-def test_a_new_inbox_is_made_in_the_current_layout(tmp_path):
-    with Inbox(tmp_path / "inbox.sqlite3", create=True) as ib:
+def test_a_new_inbox_is_made_in_the_current_layout(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="ledgerlake.inbox"), \
+            Inbox(tmp_path / "inbox.sqlite3", create=True) as ib:
         assert ib.layout == LAYOUT == 2
     assert layout_of(tmp_path / "inbox.sqlite3") == (2, LAYOUT_2_INDEXES)
+    assert caplog.text == ""  # made so, not made older and then rewritten
+
+
+def test_a_new_inbox_that_fails_to_be_made_is_left_without_tables(tmp_path, monkeypatch):
+    path = tmp_path / "inbox.sqlite3"
+    monkeypatch.setitem(INDEXES, LAYOUT, INDEXES[LAYOUT] + ";\ncreate index broken on nowhere (x)")
+    with pytest.raises(sqlite3.OperationalError, match="nowhere"):
+        Inbox(path, create=True)
+    assert layout_of(path) == (0, set())
+    con = sqlite3.connect(path)
+    assert con.execute("select count(*) from sqlite_master").fetchone() == (0,)
+    con.close()
+    monkeypatch.undo()
+    with Inbox(path, create=True) as ib:  # and the next start makes it whole
+        assert ib.layout == 2
 
 
 def test_the_receiver_rewrites_a_first_layout_inbox_once_keeping_every_event(tmp_path, make,
@@ -67,15 +85,22 @@ def test_the_receiver_rewrites_a_first_layout_inbox_once_keeping_every_event(tmp
     assert layout_of(path) == (0, {"sqlite_autoindex_events_1", "events_record",
                                    "events_account"})
 
+    started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="ledgerlake.inbox"), \
             Inbox(path, create=True) as new:
+        took = time.monotonic() - started
         assert new.layout == 2
         assert new.after(0, 100) == before and new.records() == records
         # a redelivery of any of them is the event already stored, recordless ones too
         assert [new.add(b) for b in bodies] == [(i, False) for i, _ in stored]
         later, is_new = new.add(make.callback(make.record_id()))
         assert is_new and later > gone  # no id a cursor passed is given again
-    assert "rewriting its 4 events in layout 2 (from 1)" in caplog.text
+    first, done = caplog.messages
+    assert first == (f"inbox {path.resolve()}: rewriting its 4 events in layout 2 (from 1), "
+                     "once; callbacks are answered when it is done")
+    said = re.fullmatch(rf"inbox {re.escape(str(path.resolve()))}: 4 events in layout 2 "
+                        r"\((\d+\.\d) s\)", done)
+    assert said and 0 <= float(said.group(1)) <= took + 0.05
     assert layout_of(path) == (2, LAYOUT_2_INDEXES)
 
     caplog.clear()
