@@ -147,6 +147,26 @@ def test_disconnect_and_reauth_set_record_status(inbox, make):
     assert inbox.status(b) == "connected"
 
 
+def test_of_two_logins_in_one_batch_the_newer_reconnects_whatever_their_order(inbox, make):
+    """After a disconnect, a batch holding a newer login and then an older one (a late
+    redelivery): the record is connected as of the newer, by the newer's event."""
+    rec = make.record_id()
+    inbox.add(make.callback(rec, "AUTH", "AUTH_SUCCESS", customer="c1",
+                            ended_at="2026-01-01T00:00:00.000Z"))
+    inbox.add(make.callback(rec, "ACCOUNTS", "ACCOUNTS_SUCCESS", customer="c1", account="acc-a",
+                            ended_at="2026-01-01T00:01:00.000Z"))
+    inbox.add(make.disconnect("c1", "2026-01-02T00:00:00.000Z", accounts=["acc-a"]))
+    assert inbox.status(rec) == "disconnected"
+    newer, older = (make.callback(rec, "AUTH", "AUTH_SUCCESS", customer="c1", ended_at=at)
+                    for at in ("2026-01-04T00:00:00.000Z", "2026-01-03T00:00:00.000Z"))
+    (newer_id, _), _ = inbox.add_described([(describe(b), orjson.dumps(b))
+                                            for b in (newer, older)])
+    state = inbox.records([rec])[rec]
+    assert (state.status, state.status_at) == ("connected", "2026-01-04T00:00:00.000Z")
+    assert inbox._db.execute("select status_event from records where record = ?",
+                             (rec,)).fetchone()[0] == newer_id
+
+
 def test_out_of_order_callbacks_keep_the_newest_per_product(inbox, make):
     rec = make.record_id()
     inbox.add(make.callback(rec, "INCOME", "PRODUCT_IS_READY", ended_at="2026-01-03T00:00:00Z"))
