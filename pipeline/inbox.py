@@ -462,20 +462,25 @@ class Inbox:
 
         if made():  # an older inbox may lack a table added since: made (without a lock)
             layout = self._db.execute("pragma user_version").fetchone()[0] or 1
-            self._db.executescript(SCHEMA + INDEXES[layout])
+            self._script(SCHEMA + INDEXES[layout])
             return layout
         self._begin_write()
         try:
             if not made():
                 self._db.execute(f"pragma user_version = {LAYOUT}")
             layout = self._db.execute("pragma user_version").fetchone()[0] or 1
-            for statement in (SCHEMA + INDEXES[layout]).split(";"):
-                self._db.execute(statement)
+            self._script(SCHEMA + INDEXES[layout])
             self._db.execute("commit")
         except BaseException:
             self._db.execute("rollback")
             raise
         return layout
+
+    def _script(self, sql: str) -> None:
+        """Run `sql`'s statements one by one: unlike executescript, within the transaction
+        open, if any (none of them holds a `;` of its own)."""
+        for statement in sql.split(";"):
+            self._db.execute(statement)
 
     def _upgrade(self) -> None:
         """Rewrite the events of an inbox in an older layout in the current one: one
@@ -500,8 +505,7 @@ class Inbox:
             self._db.execute("delete from sqlite_sequence where name = 'events'")
             self._db.execute("insert into sqlite_sequence (name, seq) values ('events', ?)",
                              (high,))
-            for statement in INDEXES[LAYOUT].split(";"):
-                self._db.execute(statement)
+            self._script(INDEXES[LAYOUT])
             self._db.execute(f"pragma user_version = {LAYOUT}")
             self._db.execute("commit")
         except BaseException:
