@@ -576,11 +576,12 @@ class Inbox:
         named = [i for i, r in zip(identities, records, strict=True) if r is not None]
         recordless = [i for i, r in zip(identities, records, strict=True) if r is None]
         out = {}
-        if named:
-            recs = sorted({r for r in records if r is not None})
+        if named:  # one probe a pair: `record in (..) and identity in (..)` probes every pairing
+            pairs = [v for i, r in zip(identities, records, strict=True) if r is not None
+                     for v in (r, i)]
             out.update(self._db.execute(
-                f"select identity, id from events where record in ({','.join('?' * len(recs))})"
-                f" and identity in ({','.join('?' * len(named))})", recs + named))
+                f"select e.identity, e.id from (values {','.join(['(?, ?)'] * len(named))}) p"
+                " join events e on e.record = p.column1 and e.identity = p.column2", pairs))
         if recordless:
             out.update(self._db.execute(
                 "select identity, id from events where record is null and identity in"
@@ -620,7 +621,11 @@ class Inbox:
             " account, customer, occurred_at, body)"
             " values (?, ?, 'callback', ?, ?, ?, ?, ?, ?, ?, ?)",
             [(e[0], now, *e[1:]) for e in plan.events])
-        ids = self._stored([e[0] for e in plan.events], [e[4] for e in plan.events])
+        # under the write lock the rows took consecutive ids (autoincrement: above every id
+        # ever given), the last of them the connection's last insert
+        (last,) = self._db.execute("select last_insert_rowid()").fetchone()
+        first = last - len(plan.events) + 1
+        ids = {e[0]: first + n for n, e in enumerate(plan.events)}
         self._db.executemany(TOUCH, [(record, customer, CONNECTED, occurred, ids[identity],
                                       now, now)
                                      for record, customer, occurred, identity in plan.touches])
