@@ -4,6 +4,7 @@ status, out-of-order events."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 
 import orjson
 import psycopg2
@@ -475,3 +476,54 @@ def test_check_fails_once_the_inbox_file_is_gone_or_replaced(tmp_path, make):
         inbox._db.execute("drop table events")  # the file, but not an inbox any more
         with pytest.raises(sqlite3.OperationalError, match="no such table"):
             inbox.check()
+
+
+def test_an_inbox_opened_in_one_thread_stores_and_reads_in_another(tmp_path, make):
+    # the receiver's health check and the sensor's reads run in worker threads
+    with open_inbox(tmp_path / "inbox.sqlite3", create=True) as ib:
+        rec = make.record_id()
+        out: list = []
+        worker = threading.Thread(target=lambda: out.append(
+            (ib.add(make.callback(rec)), ib.status(rec), ib.count())))
+        worker.start()
+        worker.join()
+        assert out == [((1, True), "connected", 1)]
+
+
+def test_a_write_waits_for_another_writer_longer_than_sqlites_default_wait(tmp_path, make):
+    """A second writer (another receiver, `ledgerlake forget`) holding the write lock for
+    longer than SQLite's own 5 s does not fail a callback: it is stored once the lock is
+    free, after the other's write."""
+    path = tmp_path / "inbox.sqlite3"
+    with open_inbox(path, create=True) as ib:
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("begin immediate")
+        other.execute("insert into dead_letters (received_at, reason, body) values (0, 'x', x'')")
+        release = threading.Timer(6.0, lambda: other.execute("commit"))
+        release.start()
+        try:
+            assert ib.add(make.callback(make.record_id())) == (1, True)
+        finally:
+            release.join()
+            other.close()
+        assert ib.count() == 1 and len(ib.dead_letters()) == 1
+
+
+def test_a_batchs_ids_are_those_stored_and_above_every_id_given(tmp_path, make):
+    """The ids a batch answers are the ids its events are stored (and read back) under, and
+    above every id given before, the newest even once deleted (a cursor has passed it)."""
+    with open_inbox(tmp_path / "inbox.sqlite3", create=True) as ib:
+        first = [make.callback(make.record_id(), method=m, code=f"{m}_SUCCESS")
+                 for m in ("ACCOUNTS", "BALANCE", "INCOME")]
+        assert [ib.add(b)[0] for b in first] == [1, 2, 3]
+        ib._db.execute("delete from events where id = 3")
+        rec = make.record_id()
+        batch = [make.callback(rec, method=m, code=f"{m}_SUCCESS", customer=c)
+                 for m, c in (("ACCOUNTS", "a"), ("BALANCE", "b"), ("INCOME", "c"))]
+        items = [(describe(b), orjson.dumps(b)) for b in batch]
+        answers = ib.add_described(items + items[:1])  # the first again: its id, not new
+        assert answers == [(4, True), (5, True), (6, True), (4, False)]
+        stored = {e.id: e.method for e in ib.after(3)}
+        assert stored == {4: "ACCOUNTS", 5: "BALANCE", 6: "INCOME"}
+        products = ib.records([rec])[rec].products
+        assert {m: p.event for m, p in products.items()} == {m: i for i, m in stored.items()}
