@@ -573,15 +573,14 @@ class Inbox:
     def _stored(self, identities: list[str], records: list[str | None]) -> dict[str, int]:
         """The ids of these identities that are stored, read by record and identity: each
         layout has an index for that (layout 2's are partial: record null or not)."""
-        named = [i for i, r in zip(identities, records, strict=True) if r is not None]
+        pairs = [(r, i) for i, r in zip(identities, records, strict=True) if r is not None]
         recordless = [i for i, r in zip(identities, records, strict=True) if r is None]
         out = {}
-        if named:  # one probe a pair: `record in (..) and identity in (..)` probes every pairing
-            pairs = [v for i, r in zip(identities, records, strict=True) if r is not None
-                     for v in (r, i)]
+        if pairs:  # one probe a pair: `record in (..) and identity in (..)` probes every pairing
             out.update(self._db.execute(
-                f"select e.identity, e.id from (values {','.join(['(?, ?)'] * len(named))}) p"
-                " join events e on e.record = p.column1 and e.identity = p.column2", pairs))
+                f"select e.identity, e.id from (values {','.join(['(?, ?)'] * len(pairs))}) p"
+                " join events e on e.record = p.column1 and e.identity = p.column2",
+                [v for pair in pairs for v in pair]))
         if recordless:
             out.update(self._db.execute(
                 "select identity, id from events where record is null and identity in"
