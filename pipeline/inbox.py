@@ -205,10 +205,29 @@ class RecordState:
         return self.status == CONNECTED
 
 
+# Names and record ids already found well formed: a callback repeats a handful of names and
+# its record's id, and matching a pattern cost more than the rest of describing it. Bounded:
+# senders choose these values.
+_NAMES: set[str] = set()
+_RECORD_IDS: set[str] = set()
+SEEN_MAX = 4096
+
+
+def _matches(pattern: re.Pattern, seen: set[str], value) -> bool:
+    if type(value) is str and value in seen:
+        return True
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        return False
+    if len(seen) >= SEEN_MAX:
+        seen.clear()
+    seen.add(value)
+    return True
+
+
 def _name(value, what: str, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
-    if not isinstance(value, str) or not NAME.fullmatch(value):
+    if not _matches(NAME, _NAMES, value):
         raise InvalidEvent(f"{what} is missing or not of the form ^[A-Za-z0-9_.-]{{1,64}}$")
     return value
 
@@ -216,7 +235,7 @@ def _name(value, what: str, *, optional: bool = False) -> str | None:
 def _record_id(value, what: str) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not RECORD_ID.fullmatch(value):
+    if not _matches(RECORD_ID, _RECORD_IDS, value):
         raise InvalidEvent(f"{what} is not of the form ^[A-Za-z0-9_-]{{1,64}}$")
     return value
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 
 import orjson
 import pytest
 
+from pipeline import inbox as inbox_module
 from pipeline.inbox import Inbox, InboxMissing, InvalidEvent, describe, open_inbox
 from pipeline.inbox_resource import InboxResource
 
@@ -97,6 +99,27 @@ def test_each_refusal_names_the_fault(inbox, body, message):
         inbox.add(body)
     assert str(info.value) == message
     assert inbox.count() == 0
+
+
+def test_names_and_record_ids_found_well_formed_are_remembered_within_a_bound(monkeypatch):
+    """A value checked once is not matched again, an ill-formed one never counts as checked
+    (nor a value of another type), and the memory is emptied once it holds SEEN_MAX."""
+    monkeypatch.setattr(inbox_module, "SEEN_MAX", 3)
+    monkeypatch.setattr(inbox_module, "_RECORD_IDS", set())
+    for n in range(3):
+        describe(cb(record=f"rec-{n}", recordId=None, accountId=None))
+    assert inbox_module._RECORD_IDS == {"rec-0", "rec-1", "rec-2"}
+    describe(cb(record="rec-1", recordId=None, accountId=None))  # remembered: nothing added
+    assert len(inbox_module._RECORD_IDS) == 3
+    describe(cb(record="rec-3", recordId=None, accountId=None))  # full: emptied
+    assert inbox_module._RECORD_IDS == {"rec-3"}
+    for _ in range(2):
+        with pytest.raises(InvalidEvent, match=re.escape(f"callback record {ID}")):
+            describe(cb(record="rec 4", recordId=None, accountId=None))
+    assert inbox_module._RECORD_IDS == {"rec-3"}
+    with pytest.raises(InvalidEvent, match=re.escape(f"callback method {NAME}")):
+        describe(cb(method=["ACCOUNTS"]))  # not a string, though "ACCOUNTS" is remembered
+    assert "ACCOUNTS" in inbox_module._NAMES
 
 
 # -- what a body is, and what names it -----------------------------------------------------------
