@@ -12,6 +12,7 @@ status of each connection record, so nothing reads a status that disagrees with 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
@@ -51,58 +52,109 @@ create table if not exists {name} (
     customer text,
     occurred_at text,
     affects text,
-    body blob not null
+    body blob not null{num}
 )"""
-SCHEMA = EVENTS.format(name="events") + """;
+# layout 3's events: the record's number, there exactly when the record is, so that the two
+# partial unique indexes together keep each identity once
+NUMBERED = """,
+    num integer,
+    check ((num is null) = (record is null))"""
+DEAD_LETTERS = """
 create table if not exists dead_letters (
     id integer primary key autoincrement,
     received_at real not null,
     reason text not null,
     body blob not null
-);
-create table if not exists records (
-    record text primary key,
+)"""
+# The records' status and each one's newest callback per product: keyed by record id up to
+# layout 2, by the record's number from layout 3
+STATUS = """
     customer text,
     status text not null,
     status_at text not null,
     status_event integer not null,
     first_seen real not null,
     last_seen real not null,
-    replayed_at real
-);
-create index if not exists records_customer on records (customer);
-create table if not exists record_products (
-    record text not null,
+    replayed_at real"""
+NEWEST = """
     method text not null,
     code text not null,
     status text,
     event integer not null,
     occurred_at text not null,
-    received_at real not null,
-    primary key (record, method)
-);
-"""
-# The events' indexes by layout (`pragma user_version`). Layout 1, inboxes made before
-# 2026-11-25: the identity unique on its own (the table's `unique` column), and indexes on record
-# and account. An identity is a digest, so each new event landed on a random page of its index:
-# a commit of 30 callbacks wrote ~99 pages to the WAL. Layout 2: the identity unique within its
-# record (the identity names the record, so this is as unique), which also serves reads by
-# record; events of one record arrive together and share pages (~64 a commit, less CPU).
+    received_at real not null,"""
+RECORDS = {
+    1: (f"create table if not exists records (record text primary key,{STATUS})",
+        f"create table if not exists record_products (record text not null,{NEWEST}"
+        " primary key (record, method))"),
+    3: (f"create table if not exists records (num integer primary key, record text not null"
+        f" unique,{STATUS})",
+        f"create table if not exists record_products (num integer not null,{NEWEST}"
+        " primary key (num, method)) without rowid"),
+}
+RECORDS_CUSTOMER = "create index if not exists records_customer on records (customer)"
+# The layouts (`pragma user_version`). Each change was counted in the pages a commit of 30
+# bench-shaped callbacks writes to the WAL (bench/README.md, "Receivers"). Layout 1, inboxes
+# made before 2026-11-25: the identity unique on its own (the table's `unique` column), and
+# indexes on record and account; an identity is a digest, so each new event landed on a random
+# page of its index (~99 pages a commit). Layout 2: the identity unique within its record (the
+# identity names the record, so this is as unique), which also serves reads by record (~63).
+# Layout 3: each record has a number in order of first sight, and the events' identities and
+# the products are keyed by it, so the rows a burst of new connections adds go on the last
+# pages of those indexes instead of random ones (~43); the record id is unique in `records`.
 # Recordless events are few: their identities have an index of their own.
-LAYOUT = 2
+LAYOUT = 3
 INDEXES = {
     1: """create index if not exists events_record on events (record);
-create index if not exists events_account on events (account);""",
+create index if not exists events_account on events (account)""",
     2: """create unique index if not exists events_identity on events (record, identity)
     where record is not null;
 create unique index if not exists events_identity_recordless on events (identity)
     where record is null;
-create index if not exists events_account on events (account) where account is not null;""",
+create index if not exists events_account on events (account) where account is not null""",
+    3: """create unique index if not exists events_identity on events (num, identity)
+    where num is not null;
+create unique index if not exists events_identity_recordless on events (identity)
+    where num is null;
+create index if not exists events_account on events (account) where account is not null""",
 }
+
+
+def layout_of(db: sqlite3.Connection) -> int:
+    """The layout of the inbox `db` is open on."""
+    return db.execute("pragma user_version").fetchone()[0] or 1
+
+
+def payloads_sql(numbered: bool, methods: int) -> str:
+    """The bodies of one record (the first parameter) with one of `methods` methods (the
+    others), oldest first, read through the layout's index."""
+    record = "num = (select num from records where record = ?)" if numbered else "record = ?"
+    return (f"select body from events where {record} and method in"
+            f" ({','.join('?' * methods)}) order by id")
+
+
+# The newest callback per method of the records that `{where}` (on `records`, or "") picks:
+# record, method, code, status, event, occurred_at, received_at
+PRODUCTS = {
+    False: "select record, method, code, status, event, occurred_at, received_at"
+           " from record_products where record in (select record from records{where})",
+    True: "select r.record, p.method, p.code, p.status, p.event, p.occurred_at, p.received_at"
+          " from record_products p join records r on r.num = p.num"
+          " where p.num in (select num from records{where})",
+}
+
+
+def tables(layout: int) -> str:
+    """The tables of a layout, without the events' indexes (INDEXES)."""
+    numbered = layout >= 3
+    return ";".join([EVENTS.format(name="events", num=NUMBERED if numbered else ""),
+                     DEAD_LETTERS, *RECORDS[3 if numbered else 1], RECORDS_CUSTOMER])
+
 
 # A callback's writes beside its event (also pipeline/inbox_postgres.py's, in its SQL): its
 # record touched (made, connected, when first heard of), moved back to connected by a newer
-# successful login, and its product's newest callback.
+# successful login, and its product's newest callback. The record's number comes back from
+# layout 3.
 TOUCH = ("insert into records (record, customer, status, status_at, status_event, first_seen,"
          " last_seen) values (?, ?, ?, ?, ?, ?, ?) on conflict (record) do update set"
          " last_seen = excluded.last_seen, customer = coalesce(records.customer,"
@@ -110,11 +162,23 @@ TOUCH = ("insert into records (record, customer, status, status_at, status_event
 # out-of-order delivery: only a newer event moves the status
 SET_STATUS = ("update records set status = ?, status_at = ?, status_event = ?"
               " where record = ? and status_at <= ?")
-PRODUCT = ("insert into record_products (record, method, code, status, event, occurred_at,"
-           " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict (record, method) do update"
+PRODUCT = ("insert into record_products ({key}, method, code, status, event, occurred_at,"
+           " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict ({key}, method) do update"
            " set code = excluded.code, status = excluded.status, event = excluded.event,"
            " occurred_at = excluded.occurred_at, received_at = excluded.received_at"
            " where excluded.occurred_at >= record_products.occurred_at")
+PRODUCT_BY = {False: PRODUCT.format(key="record"), True: PRODUCT.format(key="num")}
+# layout 3's, by number, for a run of callbacks (`Inbox._numbered_callbacks`)
+NEW_RECORD = ("insert into records (num, record, customer, status, status_at, status_event,"
+              " first_seen, last_seen) values (?, ?, ?, ?, ?, ?, ?, ?)")
+SEEN_AGAIN = ("update records set last_seen = ?, customer = coalesce(customer, ?)"
+              " where num = ?")
+RECONNECTED = ("update records set status = ?, status_at = ?, status_event = ?"
+               " where num = ? and status_at <= ?")
+# under the write lock: the next event id (autoincrement: above every id ever given) and the
+# next record number
+NEXT = ("select coalesce((select seq from sqlite_sequence where name = 'events'), 0) + 1,"
+        " coalesce((select max(num) from records), 0) + 1")
 
 
 class InvalidEvent(ValueError):
@@ -124,6 +188,10 @@ class InvalidEvent(ValueError):
 class InboxMissing(FileNotFoundError):
     """The inbox file (or the database's inbox tables) is not there: only the receiver
     creates it."""
+
+
+class InboxDamaged(RuntimeError):
+    """The inbox's tables disagree with each other in a way no write of ours leaves them."""
 
 
 class InboxUnavailable(ConnectionError):
@@ -447,6 +515,8 @@ def _plan(run: list[tuple[dict, bytes, str]], now: float) -> Plan:
 class Inbox:
     """One SQLite connection, used from any thread (serialised by a lock)."""
 
+    layout = 0  # the SQLite file's; the Postgres inbox keys its tables by record, as layout 2
+
     def __init__(self, path: str | Path, *, create: bool = False) -> None:
         """Open the inbox at `path`; `create=True` (the receiver's) makes it if missing. Any
         other reader of a missing inbox gets InboxMissing naming the path, not a new empty
@@ -458,6 +528,7 @@ class Inbox:
                                f"{self.path} (or set LEDGERLAKE_INBOX to the file it writes)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._nums: dict[str, int] = {}  # layout 3: record -> number, as this write knows them
         # a reader or a second writer waits for the lock instead of failing
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
                                    timeout=30.0)
@@ -472,23 +543,28 @@ class Inbox:
             raise
         self._file = _file_id(self.path)  # the file the writer has open, for check()
 
+    @property
+    def numbered(self) -> bool:
+        """Whether records are keyed by their number (layout 3 on)."""
+        return self.layout >= 3
+
     def _layout(self) -> int:
-        """The events' layout, the tables made where missing: a new inbox is made in the
-        current layout, in one transaction (two openers of a new file make it once)."""
+        """The layout, the tables made where missing: a new inbox is made in the current
+        layout, in one transaction (two openers of a new file make it once)."""
         def made() -> bool:
             return self._db.execute("select 1 from sqlite_master where type = 'table' and"
                                     " name = 'events'").fetchone() is not None
 
         if made():  # an older inbox may lack a table added since: made (without a lock)
             layout = self._db.execute("pragma user_version").fetchone()[0] or 1
-            self._script(SCHEMA + INDEXES[layout])
+            self._script(tables(layout) + ";" + INDEXES[layout])
             return layout
         self._begin_write()
         try:
             if not made():
                 self._db.execute(f"pragma user_version = {LAYOUT}")
             layout = self._db.execute("pragma user_version").fetchone()[0] or 1
-            self._script(SCHEMA + INDEXES[layout])
+            self._script(tables(layout) + ";" + INDEXES[layout])
             self._db.execute("commit")
         except BaseException:
             self._db.execute("rollback")
@@ -502,29 +578,57 @@ class Inbox:
             self._db.execute(statement)
 
     def _upgrade(self) -> None:
-        """Rewrite the events of an inbox in an older layout in the current one: one
-        transaction (a crash leaves the old layout whole), ids, bodies and the id sequence
-        kept, so sensor cursors and deduplication carry on. The receiver does it, once."""
-        (count,) = self._db.execute("select count(*) from events").fetchone()
-        log.warning("inbox %s: rewriting its %d events in layout %d (from %d), once; callbacks "
-                    "are answered when it is done", self.shown, count, LAYOUT, self.layout)
+        """Rewrite an inbox in an older layout in the current one: one transaction (a crash
+        leaves the old layout whole), ids, bodies, statuses and the id sequence kept, so sensor
+        cursors and deduplication carry on. Records are numbered in the order they were first
+        heard of. The receiver does it, once."""
         started = time.monotonic()
         self._begin_write()
         try:
+            if self._db.execute("pragma user_version").fetchone()[0] >= LAYOUT:
+                self._db.execute("commit")  # another receiver starting beside us did it
+                self.layout = LAYOUT
+                return
+            (count,) = self._db.execute("select count(*) from events").fetchone()
+            log.warning("inbox %s: rewriting its %d events in layout %d (from %d), once; "
+                        "callbacks are answered when it is done", self.shown, count, LAYOUT,
+                        self.layout)
             (high,) = self._db.execute("select max(coalesce((select max(seq) from sqlite_sequence"
                                        " where name = 'events'), 0), coalesce((select max(id)"
                                        " from events), 0))").fetchone()
-            self._db.execute(EVENTS.format(name="events_rewritten"))
-            self._db.execute("insert into events_rewritten select id, identity, received_at,"
-                             " kind, method, code, status, record, account, customer,"
-                             " occurred_at, affects, body from events order by id")
-            self._db.execute("drop table events")  # and its indexes
+            (orphans,) = self._db.execute(
+                "select (select count(*) from events e where record is not null and not exists"
+                " (select 1 from records r where r.record = e.record)) + (select count(*) from"
+                " record_products p where not exists (select 1 from records r where"
+                " r.record = p.record))").fetchone()
+            if orphans:  # every write touches its records: this inbox was edited by hand
+                raise InboxDamaged(f"inbox {self.shown}: {orphans} events or products name a "
+                                   "record its records table lacks; left in layout "
+                                   f"{self.layout}, not rewritten")
+            for name in ("records", "record_products"):
+                self._db.execute(f"alter table {name} rename to {name}_before")
+            self._script(";".join(RECORDS[3]))  # their customer index once the old one is gone
+            self._db.execute("insert into records (record, customer, status, status_at,"
+                             " status_event, first_seen, last_seen, replayed_at) select record,"
+                             " customer, status, status_at, status_event, first_seen, last_seen,"
+                             " replayed_at from records_before order by first_seen, rowid")
+            self._db.execute("insert into record_products select r.num, p.method, p.code,"
+                             " p.status, p.event, p.occurred_at, p.received_at from"
+                             " record_products_before p join records r on r.record = p.record")
+            self._db.execute(EVENTS.format(name="events_rewritten", num=NUMBERED))
+            self._db.execute("insert into events_rewritten select e.id, e.identity,"
+                             " e.received_at, e.kind, e.method, e.code, e.status, e.record,"
+                             " e.account, e.customer, e.occurred_at, e.affects, e.body, r.num"
+                             " from events e left join records r on r.record = e.record"
+                             " order by e.id")
+            for name in ("records_before", "record_products_before", "events"):
+                self._db.execute(f"drop table {name}")  # and their indexes
             self._db.execute("alter table events_rewritten rename to events")
             # an id a sensor's cursor has passed is never given again, even one deleted
             self._db.execute("delete from sqlite_sequence where name = 'events'")
             self._db.execute("insert into sqlite_sequence (name, seq) values ('events', ?)",
                              (high,))
-            self._script(INDEXES[LAYOUT])
+            self._script(RECORDS_CUSTOMER + ";" + INDEXES[LAYOUT])
             self._db.execute(f"pragma user_version = {LAYOUT}")
             self._db.execute("commit")
         except BaseException:
@@ -590,21 +694,34 @@ class Inbox:
         return self._stored(identities, records)
 
     def _stored(self, identities: list[str], records: list[str | None]) -> dict[str, int]:
-        """The ids of these identities that are stored, read by record and identity: each
-        layout has an index for that (layout 2's are partial: record null or not)."""
-        pairs = [(r, i) for i, r in zip(identities, records, strict=True) if r is not None]
+        """The ids of these identities that are stored, read by record (from layout 3, its
+        number) and identity: each layout has an index for that (from layout 2, partial)."""
+        if self.numbered:  # a record not numbered yet has no events
+            nums = self._nums = self._numbers(records)
+            keyed = [(nums[r], i) for i, r in zip(identities, records, strict=True) if r in nums]
+        else:
+            keyed = [(r, i) for i, r in zip(identities, records, strict=True) if r is not None]
         recordless = [i for i, r in zip(identities, records, strict=True) if r is None]
+        key = "num" if self.numbered else "record"
         out = {}
-        if pairs:  # one probe a pair: `record in (..) and identity in (..)` probes every pairing
+        if keyed:  # one probe a pair: `record in (..) and identity in (..)` probes every pairing
             out.update(self._db.execute(
-                f"select e.identity, e.id from (values {','.join(['(?, ?)'] * len(pairs))}) p"
-                " join events e on e.record = p.column1 and e.identity = p.column2",
-                [v for pair in pairs for v in pair]))
+                f"select e.identity, e.id from (values {','.join(['(?, ?)'] * len(keyed))}) p"
+                f" join events e on e.{key} = p.column1 and e.identity = p.column2",
+                [v for pair in keyed for v in pair]))
         if recordless:
             out.update(self._db.execute(
-                "select identity, id from events where record is null and identity in"
+                f"select identity, id from events where {key} is null and identity in"
                 f" ({','.join('?' * len(recordless))})", recordless))
         return out
+
+    def _numbers(self, records: Iterable[str | None]) -> dict[str, int]:
+        """Layout 3: the numbers of those of `records` the inbox has."""
+        names = list(dict.fromkeys(r for r in records if r is not None))
+        if not names:
+            return {}
+        return dict(self._db.execute("select record, num from records where record in"
+                                     f" ({','.join('?' * len(names))})", names))
 
     def _insert_all(self, items: Sequence[tuple[dict, bytes]], identities: list[str],
                     ids: dict[str, int], now: float) -> list[tuple[int, bool]]:
@@ -634,6 +751,8 @@ class Inbox:
 
     def _callbacks(self, plan: Plan, now: float) -> dict[str, int]:
         """Store a run of new callbacks; their ids by identity."""
+        if self.numbered:
+            return self._numbered_callbacks(plan, now)
         self._db.executemany(
             "insert into events (identity, received_at, kind, method, code, status, record,"
             " account, customer, occurred_at, body)"
@@ -649,30 +768,75 @@ class Inbox:
                                      for record, customer, occurred, identity in plan.touches])
         self._db.executemany(SET_STATUS, [(CONNECTED, occurred, ids[identity], record, occurred)
                                           for record, occurred, identity in plan.reconnects])
-        self._db.executemany(PRODUCT, [(record, method, code, status, ids[identity], occurred,
-                                        now)
-                                       for record, method, code, status, occurred, identity
-                                       in plan.products])
+        self._db.executemany(PRODUCT_BY[False],
+                             [(record, method, code, status, ids[identity], occurred, now)
+                              for record, method, code, status, occurred, identity
+                              in plan.products])
+        return ids
+
+    def _numbered_callbacks(self, plan: Plan, now: float) -> dict[str, int]:
+        """Layout 3's: under the write lock the events' ids and the new records' numbers are
+        known before anything is written (each the next of its table), so the records go in
+        first and the events with their numbers."""
+        first, num = self._db.execute(NEXT).fetchone()
+        ids = {e[0]: first + n for n, e in enumerate(plan.events)}
+        nums, fresh, again = self._nums, [], []
+        for record, customer, occurred, identity in plan.touches:
+            if record in nums:
+                again.append((now, customer, nums[record]))
+                continue
+            nums[record] = num
+            fresh.append((num, record, customer, CONNECTED, occurred, ids[identity], now, now))
+            num += 1
+        self._db.executemany(NEW_RECORD, fresh)
+        self._db.executemany(SEEN_AGAIN, again)
+        self._db.executemany(
+            "insert into events (id, identity, received_at, kind, method, code, status, record,"
+            " account, customer, occurred_at, body, num)"
+            " values (?, ?, ?, 'callback', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(first + n, e[0], now, *e[1:], nums.get(e[4])) for n, e in enumerate(plan.events)])
+        self._db.executemany(RECONNECTED, [(CONNECTED, occurred, ids[identity], nums[record],
+                                            occurred)
+                                           for record, occurred, identity in plan.reconnects])
+        self._db.executemany(PRODUCT_BY[True],
+                             [(nums[record], method, code, status, ids[identity], occurred, now)
+                              for record, method, code, status, occurred, identity
+                              in plan.products])
         return ids
 
     def _begin_write(self) -> None:
         # immediate: writers (even in other processes) take turns, so ids become visible
         # in the order they were given and a sensor's cursor never steps over one
         self._db.execute("begin immediate")
+        self._nums = {}  # what an earlier write, perhaps rolled back, knew is not known
 
     def _insert(self, info: dict, raw: bytes, now: float) -> int:
         """Store an event the batch found new (`_begin_batch`, under the write lock)."""
         identity = _identity(info)
         occurred = info["occurred_at"] or _iso(now)
         affects = self._affected(info) if info["kind"] == "connection" else []
+        row = (identity, now, info["kind"], info["method"], info["code"], info["status"],
+               info["record"], info["account"], info["customer"], occurred,
+               orjson.dumps(affects).decode() if affects else None, raw)
+        if self.numbered:  # its records first, so that it takes its record's number
+            (event_id, _) = self._db.execute(NEXT).fetchone()
+            self._apply(info, affects, event_id, occurred, now)
+            self._db.execute(
+                "insert into events (id, identity, received_at, kind, method, code, status,"
+                " record, account, customer, occurred_at, affects, body, num)"
+                " values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (event_id, *row, self._nums.get(info["record"])))
+            return event_id
         (event_id,) = self._db.execute(
             "insert into events (identity, received_at, kind, method, code, status, record,"
             " account, customer, occurred_at, affects, body)"
-            " values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning id",
-            (identity, now, info["kind"], info["method"], info["code"], info["status"],
-             info["record"], info["account"], info["customer"], occurred,
-             orjson.dumps(affects).decode() if affects else None, raw),
-        ).fetchone()
+            " values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning id", row).fetchone()
+        self._apply(info, affects, event_id, occurred, now)
+        return event_id
+
+    def _apply(self, info: dict, affects: list[str], event_id: int, occurred: str,
+               now: float) -> None:
+        """What an event does to the records it names (`affects`: a connection event's)."""
         if info["kind"] == "callback" and info["record"]:
             self._on_callback(info, event_id, occurred, now)
         elif info["kind"] == "connection":
@@ -681,7 +845,6 @@ class Inbox:
                 self._touch(record, info["customer"], event_id, occurred, now)
                 if new_status:
                     self._set_status(record, new_status, occurred, event_id)
-        return event_id
 
     def _affected(self, info: dict) -> list[str]:
         """The records a connection event applies to: named, by account, else by customer."""
@@ -702,7 +865,12 @@ class Inbox:
 
     def _touch(self, record: str, customer: str | None, event_id: int, occurred: str,
                now: float) -> None:
-        self._db.execute(TOUCH, (record, customer, CONNECTED, occurred, event_id, now, now))
+        values = (record, customer, CONNECTED, occurred, event_id, now, now)
+        if self.numbered:
+            (self._nums[record],) = self._db.execute(TOUCH + " returning num",
+                                                     values).fetchone()
+        else:
+            self._db.execute(TOUCH, values)
 
     def _set_status(self, record: str, status: str, occurred: str, event_id: int) -> None:
         self._db.execute(SET_STATUS, (status, occurred, event_id, record, occurred))
@@ -712,8 +880,9 @@ class Inbox:
         self._touch(record, info["customer"], event_id, occurred, now)
         if (info["method"], info["code"]) == RECONNECT and info["status"] != "is_failed":
             self._set_status(record, CONNECTED, occurred, event_id)
-        self._db.execute(PRODUCT, (record, info["method"], info["code"], info["status"],
-                                   event_id, occurred, now))
+        self._db.execute(PRODUCT_BY[self.numbered], (
+            self._nums[record] if self.numbered else record, info["method"], info["code"],
+            info["status"], event_id, occurred, now))
 
     def dead_letter(self, reason: str, body: bytes) -> None:
         with self._lock:
@@ -727,6 +896,18 @@ class Inbox:
                                  [(at, r) for r in records])
 
     # -- reads ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _snapshot(self):
+        """Reads of the tables whose shape the layout sets, in one snapshot of the file and
+        with its layout as of then: a receiver may have rewritten it since this one opened it."""
+        with self._lock:
+            self._db.execute("begin")
+            try:
+                self.layout = layout_of(self._db)
+                yield
+            finally:
+                self._db.execute("commit")
+
     def after(self, cursor: int, limit: int = 500, max_bytes: int = 64 << 20) -> list[Event]:
         """Events with an id above `cursor`, oldest first: at most `limit` of them, and no more
         than `max_bytes` of bodies (but always at least one event, if there is one)."""
@@ -745,10 +926,9 @@ class Inbox:
 
     def payloads(self, record: str, methods: Sequence[str]) -> list[dict]:
         """Every stored body of `record` with one of `methods`, oldest first."""
-        marks = ",".join("?" * len(methods))
-        with self._lock:
-            rows = self._db.execute(f"select body from events where record = ? and method in"
-                                    f" ({marks}) order by id", (record, *methods)).fetchall()
+        with self._snapshot():
+            rows = self._db.execute(payloads_sql(self.numbered, len(methods)),
+                                    (record, *methods)).fetchall()
         return [orjson.loads(r[0]) for r in rows]
 
     def count(self) -> int:
@@ -774,17 +954,15 @@ class Inbox:
             where.append("status = ?")
             params.append(status)
         clause = (" where " + " and ".join(where)) if where else ""
-        with self._lock:
+        with self._snapshot():
             rows = self._db.execute(
                 "select record, customer, status, status_at, first_seen, last_seen, replayed_at"
                 f" from records{clause} order by record", params).fetchall()
-            products = self._db.execute(
-                "select record, method, code, status, event, occurred_at, received_at"
-                f" from record_products where record in (select record from records{clause})",
-                params).fetchall()
+            products = self._db.execute(PRODUCTS[self.numbered].format(where=clause),
+                                        params).fetchall()
         out = {r[0]: RecordState(*r) for r in rows}
         for rec, method, *rest in products:
-            if rec in out:  # not a record that a write between the two reads added
+            if rec in out:  # not a record that a write between the two reads added (Postgres)
                 out[rec].products[method] = Product(*rest)
         return out
 

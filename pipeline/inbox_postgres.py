@@ -13,6 +13,7 @@ receiver then answers 503 and the service redelivers). URLs are shown without th
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import zlib
@@ -252,6 +253,11 @@ class PostgresInbox(Inbox):
     def close(self) -> None:
         with self._lock:
             self._close()
+
+    @contextlib.contextmanager
+    def _snapshot(self):
+        with self._lock:  # one layout, by record; readers never wait for writers
+            yield
 
     def _begin_write(self, then: str = "", params: tuple = ()):
         """Begin a write, and run `then` (whose rows come back) in the same round trip."""

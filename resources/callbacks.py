@@ -14,7 +14,7 @@ import orjson
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from pipeline.inbox import is_database_url, open_inbox
+from pipeline.inbox import PRODUCTS, is_database_url, layout_of, open_inbox, payloads_sql
 
 PAYMENT_METHODS = ("PAYMENT", "PAYMENT_RECURRING")
 
@@ -44,10 +44,10 @@ class CallbackLog(ConfigurableResource):
         if is_database_url(where := self._where()):
             with open_inbox(where) as inbox:
                 return inbox.payloads(record_id, methods)
-        marks = ", ".join("?" for _ in methods)
         with closing(self._connect()) as db:
-            rows = db.execute(f"select body from events where record = ? and method in ({marks})"
-                              " order by id", (record_id, *methods)).fetchall()
+            db.execute("begin")  # one snapshot: the layout and the read
+            rows = db.execute(payloads_sql(layout_of(db) >= 3, len(methods)),
+                              (record_id, *methods)).fetchall()
         return [orjson.loads(r[0]) for r in rows]
 
     def record_status(self) -> list[dict]:
@@ -60,10 +60,12 @@ class CallbackLog(ConfigurableResource):
                         for r in read.values() for method, p in r.products.items()]
         else:
             with closing(self._connect()) as db:
+                db.execute("begin")  # one snapshot: the layout and both reads
                 states = db.execute("select record, status, status_at from records"
                                     " order by record").fetchall()
-                products = db.execute("select record, method, code, occurred_at, event"
-                                      " from record_products").fetchall()
+                products = [(record, method, code, occurred_at, event)
+                            for record, method, code, _, event, occurred_at, _ in db.execute(
+                                PRODUCTS[layout_of(db) >= 3].format(where=""))]
         per_record: dict[str, list[tuple]] = {}
         for record, method, code, occurred_at, event in products:
             per_record.setdefault(record, []).append((event, method, code, occurred_at))

@@ -374,10 +374,11 @@ def one_by_one(inbox: Inbox, batch: list, now: float) -> list[tuple[int, bool]]:
     return out
 
 
-def tables(inbox: Inbox) -> tuple[list, list]:
-    """The status and product tables whole, as stored."""
+def tables(inbox: Inbox) -> tuple[list, list, list]:
+    """The status and product tables whole, as stored, and the record number of each event."""
     return (inbox._db.execute("select * from records order by record").fetchall(),
-            inbox._db.execute("select * from record_products order by record, method").fetchall())
+            inbox._db.execute("select * from record_products order by num, method").fetchall(),
+            inbox._db.execute("select id, num from events order by id").fetchall())
 
 
 def test_a_batch_keeps_what_one_by_one_keeps_at_ties_and_without_a_customer(tmp_path, make,
