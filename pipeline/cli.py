@@ -116,13 +116,13 @@ def cmd_receiver(args: argparse.Namespace) -> int:
               "(the webhook token the service sends)", file=sys.stderr)
         return 2
     from .config import inbox_from_env
-    from .inbox import InboxUnavailable
+    from .inbox import InboxDamaged, InboxUnavailable
 
     try:  # the setting rather than the option keeps a password out of the process list
         app = create_app(args.inbox or inbox_from_env(), token, path=args.path,
                          auth_header=args.auth_header)
-    except InboxUnavailable as exc:  # its database is down: one line, without the password
-        print(f"ledgerlake: {exc}", file=sys.stderr)
+    except (InboxUnavailable, InboxDamaged) as exc:  # down, or not ours to rewrite: one line
+        print(f"ledgerlake: {exc}", file=sys.stderr)  # (a database's without its password)
         return 1
     # 256 connections x the 1 MiB body cap bounds what a flood can hold in memory
     _serve(app, args.host, args.port,

@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -171,6 +173,14 @@ def test_an_inbox_whose_events_name_a_record_it_lacks_is_left_as_it_is(tmp_path,
     with pytest.raises(InboxDamaged, match=r"3 events or products name a record its records "
                                            r"table lacks; left in layout 2, not rewritten"):
         Inbox(path, create=True)
+    assert layout_of(path) == (2, INDEXES_OF[2])
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "receiver", "--port", "0",
+                           "--inbox", str(path), "--token", "t" * 32], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1 and "READY" not in done.stdout, done
+    assert done.stderr.splitlines()[-1] == (
+        f"ledgerlake: inbox {path.resolve()}: 3 events or products name a record its records "
+        "table lacks; left in layout 2, not rewritten")
     assert layout_of(path) == (2, INDEXES_OF[2])
     with Inbox(path) as old:
         assert old.after(0, 100) == before
