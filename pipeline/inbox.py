@@ -371,14 +371,41 @@ def _file_id(path: Path) -> tuple[int, int]:
 
 
 def kept_body(payload: dict, raw: bytes) -> bytes:
-    """The body as the inbox keeps it: `raw`, its personal members' values nulled."""
-    kept = None
+    """The body as the inbox keeps it: `raw`, its personal members' values nulled (in place
+    where that is sure, as in a body the service sent; else the body written anew)."""
+    # a name may be written with \\u escapes: then only the parsed body says where it is
+    kept = raw if b"\\" not in raw or b"\\u" not in raw else None
+    for key in PERSONAL_MEMBERS:
+        if kept is not None and payload.get(key) is not None:
+            kept = _nulled(kept, key, payload[key])
+    if kept is not None:
+        return kept
+    kept = payload.copy()  # its members stay in their order
     for key in PERSONAL_MEMBERS:
         if key in payload:
-            if kept is None:
-                kept = payload.copy()  # its members stay in their order
             kept[key] = None
-    return raw if kept is None else orjson.dumps(kept)
+    return orjson.dumps(kept)
+
+
+_QUOTED = {key: b'"%s"' % key.encode() for key in PERSONAL_MEMBERS}
+
+
+def _nulled(raw: bytes, key: str, value) -> bytes | None:
+    """`raw` with its top-level member `key` (whose value parsed as `value`) written null, or
+    None when that cannot be done in place for sure. In a body without \\u escapes the
+    top-level names are written as they are, so a name found once is that member (inside a
+    string a quote is escaped: a string ending in the name makes it found twice); its value
+    must follow as orjson writes it, up to a `,` or `}`."""
+    name = _QUOTED[key]
+    parts = raw.split(name)
+    if len(parts) != 2:
+        return None
+    head, tail = parts
+    written = b":" + orjson.dumps(value)
+    end = len(written)
+    if tail[:end] != written or tail[end:end + 1] not in (b",", b"}"):
+        return None
+    return head + name + b":null" + tail[end:]
 
 
 def scrubbed(raw: bytes) -> bytes:

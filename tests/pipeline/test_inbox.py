@@ -11,11 +11,13 @@ import psycopg2
 import pytest
 
 from pipeline.inbox import (
+    PERSONAL_MEMBERS,
     Inbox,
     InboxMissing,
     InvalidEvent,
     _identity,
     describe,
+    kept_body,
     open_inbox,
     scrubbed,
 )
@@ -528,3 +530,64 @@ def test_a_batchs_ids_are_those_stored_and_above_every_id_given(tmp_path, make):
         assert stored == {4: "ACCOUNTS", 5: "BALANCE", 6: "INCOME"}
         products = ib.records([rec])[rec].products
         assert {m: p.event for m, p in products.items()} == {m: i for i, m in stored.items()}
+
+
+# -- the body kept: personal members nulled in place where that is sure, else written anew -
+
+PERSONAL = {"customerEmail": ["ada.obi7@example.com"], "customerBvn": "22012345678",
+            "identity": {"bvn": "22012345678", "phone": ["+2348031234567"]}}
+TRAPS = [  # other members that look like the personal ones
+    {}, {"meta": {"customerEmail": ["ada.obi7@example.com"]}},
+    {"note": '"customerBvn":"22012345678"'}, {"note": 'x"customerEmail'},
+    {"extras": [{"identity": {"bvn": "22012345678"}}]}, {"customer\u00e9": 1, "n": 1.5},
+]
+
+
+def _writings(body: dict) -> list[bytes]:
+    """`body` as senders may write it: compact, spaced, with non-ASCII escaped."""
+    import json
+    return [orjson.dumps(body), json.dumps(body).encode(),
+            json.dumps(body, separators=(",", ":")).encode(),
+            json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode(),
+            json.dumps(body, ensure_ascii=False, indent=1).encode()]
+
+
+@pytest.mark.parametrize("trap", range(len(TRAPS)))
+@pytest.mark.parametrize("members", [(), ("customerEmail",), ("customerBvn", "identity"),
+                                     ("identity", "customerEmail", "customerBvn")])
+def test_the_kept_body_has_its_personal_values_nulled_whoever_wrote_it(make, trap, members):
+    """Equal as JSON to the body with its personal members null (the members a trap nests, or
+    a string that quotes one, are not its own and stay), whether nulled in place or not."""
+    body = {**make.callback("rec-k"), **TRAPS[trap], **{m: PERSONAL[m] for m in members}}
+    if trap % 2:
+        body["after"] = "last"  # the personal members last, or not
+    want = {**body, **{m: None for m in PERSONAL_MEMBERS if m in body}}
+    for raw in _writings(body):
+        assert orjson.loads(kept_body(body, raw)) == want, raw
+
+
+def test_a_kept_body_written_in_place_keeps_the_rest_byte_for_byte(make):
+    body = {**make.callback("rec-k"), **PERSONAL}
+    raw = orjson.dumps(body)
+    kept = kept_body(body, raw)
+    assert kept == raw.replace(b'"customerEmail":["ada.obi7@example.com"]',
+                               b'"customerEmail":null').replace(
+        b'"customerBvn":"22012345678"', b'"customerBvn":null').replace(
+        orjson.dumps({"identity": PERSONAL["identity"]})[1:-1], b'"identity":null')
+    # a value written otherwise than orjson writes it: the body is written anew
+    spaced = raw.replace(b'["ada.obi7@example.com"]', b'[ "ada.obi7@example.com" ]')
+    assert kept_body(orjson.loads(spaced), spaced) == orjson.dumps(
+        {**body, "customerEmail": None, "customerBvn": None, "identity": None})
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"meta":{"customerEmail":["a@b.c"]},"customerEmail":["a@b.c"]}',  # nested first
+    b'{"customer\\u0045mail":["a@b.c"],"meta":{"customerEmail":["a@b.c"]}}',  # escaped name
+    b'{"note":"x\\"customerBvn","customerBvn":"123"}',  # a string ending in the name
+    b'{"customerBvn":1.50,"n":1}',  # a value orjson writes shorter
+    b'{"customerBvn":"1","customerBvn":"2"}',  # twice: the last one counts
+])
+def test_a_body_nulled_in_place_only_where_the_member_is_sure(raw):
+    body = orjson.loads(raw)
+    want = {**body, **{m: None for m in PERSONAL_MEMBERS if m in body}}
+    assert orjson.loads(kept_body(body, raw)) == want
