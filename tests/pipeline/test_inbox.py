@@ -567,15 +567,21 @@ def test_the_kept_body_has_its_personal_values_nulled_whoever_wrote_it(make, tra
 
 
 def test_a_kept_body_written_in_place_keeps_the_rest_byte_for_byte(make):
+    """What orjson would write otherwise (`1.50`, an escaped `/`) stays as the sender wrote it:
+    only the personal values change, whether a `,` or the closing `}` follows them."""
     body = {**make.callback("rec-k"), **PERSONAL}
-    raw = orjson.dumps(body)
-    kept = kept_body(body, raw)
+    raw = orjson.dumps(body).replace(b'"country":"NG"', b'"country":"NG","amount":1.50,'
+                                     b'"url":"a\\/b"')
+    assert raw.endswith(orjson.dumps({"identity": PERSONAL["identity"]})[1:])  # last: a }
+    kept = kept_body(orjson.loads(raw), raw)
     assert kept == raw.replace(b'"customerEmail":["ada.obi7@example.com"]',
                                b'"customerEmail":null').replace(
         b'"customerBvn":"22012345678"', b'"customerBvn":null').replace(
         orjson.dumps({"identity": PERSONAL["identity"]})[1:-1], b'"identity":null')
+    assert b'"amount":1.50,"url":"a\\/b"' in kept
     # a value written otherwise than orjson writes it: the body is written anew
-    spaced = raw.replace(b'["ada.obi7@example.com"]', b'[ "ada.obi7@example.com" ]')
+    spaced = orjson.dumps(body).replace(b'["ada.obi7@example.com"]',
+                                        b'[ "ada.obi7@example.com" ]')
     assert kept_body(orjson.loads(spaced), spaced) == orjson.dumps(
         {**body, "customerEmail": None, "customerBvn": None, "identity": None})
 

@@ -240,14 +240,18 @@ def test_no_statement_of_a_batch_or_a_read_scans_the_events(tmp_path, make, layo
         statements: list[str] = []
         ib._db.set_trace_callback(statements.append)
         rec = make.record_id()
-        ib.add_described([(describe(b), b"{}") for b in
-                          [make.callback(rec), *some_events(make), make.callback(rec)]])
+        answers = ib.add_described([(describe(b), b"{}") for b in
+                                    [make.callback(rec), *some_events(make), make.callback(rec)]])
         ib.add({"event": "USER_DISCONNECT", "message": "",
                 "data": {"accounts": ["acc-1"], "disconnected_at": "2026-01-04T00:00:00.000Z"}})
         ib.payloads(rec, ["TRANSACTIONS", "ACCOUNTS"])
         ib.records([rec])
-        ib.after(0, 10)
+        stored = ib.after(0, 100)
         ib._db.set_trace_callback(None)
+        # a batch's answers are its events as stored, each of its kind
+        # (the connection event is the first one's again: one run of five callbacks)
+        assert [i for i, new in answers if new] == [e.id for e in stored[4:9]]
+        assert [e.kind for e in stored[4:10]] == ["callback"] * 5 + ["connection"]
         reads = [s for s in statements if s.lstrip().lower().startswith("select")
                  and re.search(r"\b(events|records|record_products)\b", s)]
         assert len(reads) >= 7
