@@ -108,7 +108,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
 
 def cmd_receiver(args: argparse.Namespace) -> int:
-    from .receiver import create_app
+    from .receiver import MAX_CONNECTIONS, create_app, settle_gc
 
     token = args.token or os.environ.get("LEDGERLAKE_RECEIVER_TOKEN")
     if not token:
@@ -124,10 +124,10 @@ def cmd_receiver(args: argparse.Namespace) -> int:
     except (InboxUnavailable, InboxDamaged) as exc:  # down, or not ours to rewrite: one line
         print(f"ledgerlake: {exc}", file=sys.stderr)  # (a database's without its password)
         return 1
-    # 256 connections x the 1 MiB body cap bounds what a flood can hold in memory
+    settle_gc()
     _serve(app, args.host, args.port,
            f"receiver ready: POST {{url}}{args.path}  inbox {app.state.inbox.shown}",
-           limit_concurrency=256)
+           limit_concurrency=MAX_CONNECTIONS)
     return 0
 
 

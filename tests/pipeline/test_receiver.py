@@ -419,6 +419,21 @@ def test_concurrent_callbacks_share_commits_and_each_is_stored_once(receiver, ma
     assert sum(batches) == 300 and len(batches) < 300
 
 
+def test_the_receiver_keeps_the_garbage_collector_off_callbacks_in_flight(receiver,
+                                                                          tmp_path):
+    """Its start is frozen out of collections and the youngest generation collected only
+    past what MAX_CONNECTIONS callbacks in flight hold (pipeline/receiver.py, settle_gc)."""
+    from pipeline.receiver import GC_THRESHOLD, MAX_CONNECTIONS
+
+    assert GC_THRESHOLD >= MAX_CONNECTIONS * 90  # the objects of one waiting callback: ~90
+    said = [line for line in (tmp_path / "receiver.log").read_text().splitlines()
+            if "garbage collector:" in line]
+    assert len(said) == 1 and said[0].endswith(
+        f"objects of the start frozen, the youngest collected after {GC_THRESHOLD} allocations")
+    frozen = int(said[0].split("garbage collector: ")[1].split()[0])
+    assert frozen > 10_000  # uvicorn, starlette, orjson and ledgerlake's own modules
+
+
 def test_large_bodies_at_once_are_handed_over_in_groups_and_each_stored(receiver, make):
     """24 bodies of ~900 KiB at once: more than a group hands the writer (8 MiB), so they go
     in several, every one stored whole and answered with its own event."""
