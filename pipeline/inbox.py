@@ -67,7 +67,7 @@ create table if not exists dead_letters (
     body blob not null
 )"""
 # The records' status and each one's newest callback per product: keyed by record id up to
-# layout 2, by the record's number from layout 3
+# layout 2, by the record's number from layout 3 (RECORDS[is_numbered(layout)])
 STATUS = """
     customer text,
     status text not null,
@@ -84,10 +84,10 @@ NEWEST = """
     occurred_at text not null,
     received_at real not null,"""
 RECORDS = {
-    1: (f"create table if not exists records (record text primary key,{STATUS})",
+    False: (f"create table if not exists records (record text primary key,{STATUS})",
         f"create table if not exists record_products (record text not null,{NEWEST}"
         " primary key (record, method))"),
-    3: (f"create table if not exists records (num integer primary key, record text not null"
+    True: (f"create table if not exists records (num integer primary key, record text not null"
         f" unique,{STATUS})",
         f"create table if not exists record_products (num integer not null,{NEWEST}"
         " primary key (num, method)) without rowid"),
@@ -125,6 +125,11 @@ def layout_of(db: sqlite3.Connection) -> int:
     return db.execute("pragma user_version").fetchone()[0] or 1
 
 
+def is_numbered(layout: int) -> bool:
+    """Whether a layout keys records by their number (layout 3 on), else by record id."""
+    return layout >= 3
+
+
 def payloads_sql(numbered: bool, methods: int) -> str:
     """The bodies of one record (the first parameter) with one of `methods` methods (the
     others), oldest first, read through the layout's index."""
@@ -146,9 +151,9 @@ PRODUCTS = {
 
 def tables(layout: int) -> str:
     """The tables of a layout, without the events' indexes (INDEXES)."""
-    numbered = layout >= 3
+    numbered = is_numbered(layout)
     return ";".join([EVENTS.format(name="events", num=NUMBERED if numbered else ""),
-                     DEAD_LETTERS, *RECORDS[3 if numbered else 1], RECORDS_CUSTOMER])
+                     DEAD_LETTERS, *RECORDS[numbered], RECORDS_CUSTOMER])
 
 
 # A callback's writes beside its event (also pipeline/inbox_postgres.py's, in its SQL): its
@@ -573,7 +578,7 @@ class Inbox:
     @property
     def numbered(self) -> bool:
         """Whether records are keyed by their number (layout 3 on)."""
-        return self.layout >= 3
+        return is_numbered(self.layout)
 
     def _layout(self) -> int:
         """The layout, the tables made where missing: a new inbox is made in the current
@@ -583,14 +588,14 @@ class Inbox:
                                     " name = 'events'").fetchone() is not None
 
         if made():  # an older inbox may lack a table added since: made (without a lock)
-            layout = self._db.execute("pragma user_version").fetchone()[0] or 1
+            layout = layout_of(self._db)
             self._script(tables(layout) + ";" + INDEXES[layout])
             return layout
         self._begin_write()
         try:
             if not made():
                 self._db.execute(f"pragma user_version = {LAYOUT}")
-            layout = self._db.execute("pragma user_version").fetchone()[0] or 1
+            layout = layout_of(self._db)
             self._script(tables(layout) + ";" + INDEXES[layout])
             self._db.execute("commit")
         except BaseException:
@@ -612,7 +617,7 @@ class Inbox:
         started = time.monotonic()
         self._begin_write()
         try:
-            if self._db.execute("pragma user_version").fetchone()[0] >= LAYOUT:
+            if layout_of(self._db) >= LAYOUT:
                 self._db.execute("commit")  # another receiver starting beside us did it
                 self.layout = LAYOUT
                 return
@@ -634,7 +639,7 @@ class Inbox:
                                    f"{self.layout}, not rewritten")
             for name in ("records", "record_products"):
                 self._db.execute(f"alter table {name} rename to {name}_before")
-            self._script(";".join(RECORDS[3]))  # their customer index once the old one is gone
+            self._script(";".join(RECORDS[True]))  # their customer index once the old one is gone
             self._db.execute("insert into records (record, customer, status, status_at,"
                              " status_event, first_seen, last_seen, replayed_at) select record,"
                              " customer, status, status_at, status_event, first_seen, last_seen,"

@@ -14,7 +14,14 @@ import orjson
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from pipeline.inbox import PRODUCTS, is_database_url, layout_of, open_inbox, payloads_sql
+from pipeline.inbox import (
+    PRODUCTS,
+    is_database_url,
+    is_numbered,
+    layout_of,
+    open_inbox,
+    payloads_sql,
+)
 
 PAYMENT_METHODS = ("PAYMENT", "PAYMENT_RECURRING")
 
@@ -46,7 +53,7 @@ class CallbackLog(ConfigurableResource):
                 return inbox.payloads(record_id, methods)
         with closing(self._connect()) as db:
             db.execute("begin")  # one snapshot: the layout and the read
-            rows = db.execute(payloads_sql(layout_of(db) >= 3, len(methods)),
+            rows = db.execute(payloads_sql(is_numbered(layout_of(db)), len(methods)),
                               (record_id, *methods)).fetchall()
         return [orjson.loads(r[0]) for r in rows]
 
@@ -65,7 +72,7 @@ class CallbackLog(ConfigurableResource):
                                     " order by record").fetchall()
                 products = [(record, method, code, occurred_at, event)
                             for record, method, code, _, event, occurred_at, _ in db.execute(
-                                PRODUCTS[layout_of(db) >= 3].format(where=""))]
+                                PRODUCTS[is_numbered(layout_of(db))].format(where=""))]
         per_record: dict[str, list[tuple]] = {}
         for record, method, code, occurred_at, event in products:
             per_record.setdefault(record, []).append((event, method, code, occurred_at))
