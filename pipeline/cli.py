@@ -108,7 +108,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
 
 def cmd_receiver(args: argparse.Namespace) -> int:
-    from .receiver import MAX_CONNECTIONS, create_app, settle_gc
+    from .receiver import MAX_CONNECTIONS, create_app
 
     token = args.token or os.environ.get("LEDGERLAKE_RECEIVER_TOKEN")
     if not token:
@@ -116,15 +116,14 @@ def cmd_receiver(args: argparse.Namespace) -> int:
               "(the webhook token the service sends)", file=sys.stderr)
         return 2
     from .config import inbox_from_env
-    from .inbox import InboxDamaged, InboxUnavailable
+    from .inbox import InboxUnavailable
 
     try:  # the setting rather than the option keeps a password out of the process list
         app = create_app(args.inbox or inbox_from_env(), token, path=args.path,
                          auth_header=args.auth_header)
-    except (InboxUnavailable, InboxDamaged) as exc:  # down, or not ours to rewrite: one line
+    except InboxUnavailable as exc:  # down: one line
         print(f"ledgerlake: {exc}", file=sys.stderr)  # (a database's without its password)
         return 1
-    settle_gc()
     _serve(app, args.host, args.port,
            f"receiver ready: POST {{url}}{args.path}  inbox {app.state.inbox.shown}",
            limit_concurrency=MAX_CONNECTIONS)
@@ -272,12 +271,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     print(f"wrote {written}", file=sys.stderr)
     return 0
-
-
-def cmd_lake(args: argparse.Namespace) -> int:
-    from . import migrate
-
-    return migrate.main(args.rest)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -583,14 +576,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "renamed)")
     p.add_argument("--warehouse", help="DuckDB file (default $LEDGERLAKE_HOME/warehouse.duckdb)")
     p.set_defaults(func=cmd_report)
-
-    p = sub.add_parser("lake", help="the lake's tables: migrate from the folder layout",
-                       description="`ledgerlake lake migrate [--lake PATH] [--resume]`: "
-                                   "convert a lake written in the folder-per-record layout "
-                                   "to Delta tables, once (docs/operations.md).")
-    p.add_argument("action", choices=["migrate"])
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="migrate's options (--lake, --resume)")
-    p.set_defaults(func=cmd_lake)
 
     p = sub.add_parser("status", help="each record's products: landed, held, failed, waiting",
                        description="Each record's products as Dagster and the inbox know "

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import logging
 import re
 import sqlite3
 import threading
@@ -26,8 +25,6 @@ from pathlib import Path
 
 import orjson
 
-log = logging.getLogger("ledgerlake.inbox")
-
 RECORD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # methods, codes, statuses, event names
 CANONICAL_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", re.ASCII)  # UTC, ms
@@ -38,8 +35,8 @@ STATUS_EVENTS = {"USER_DISCONNECT": (DISCONNECTED, "disconnected_at"),
                  "USER_REAUTH": (REAUTH_REQUIRED, "deauthorized_at")}
 RECONNECT = ("AUTH", "AUTH_SUCCESS")  # a newer successful login makes the record usable again
 
-EVENTS = """
-create table if not exists {name} (
+SCHEMA = """
+create table if not exists events (
     id integer primary key autoincrement,
     identity text not null,
     received_at real not null,
@@ -52,114 +49,52 @@ create table if not exists {name} (
     customer text,
     occurred_at text,
     affects text,
-    body blob not null{num}
-)"""
-# layout 3's events: the record's number, there exactly when the record is, so that the two
-# partial unique indexes together keep each identity once
-NUMBERED = """,
-    num integer,
-    check ((num is null) = (record is null))"""
-DEAD_LETTERS = """
+    body blob not null
+);
+create unique index if not exists events_identity on events (record, identity)
+    where record is not null;
+create unique index if not exists events_identity_recordless on events (identity)
+    where record is null;
+create index if not exists events_account on events (account) where account is not null;
 create table if not exists dead_letters (
     id integer primary key autoincrement,
     received_at real not null,
     reason text not null,
     body blob not null
-)"""
-# The records' status and each one's newest callback per product: keyed by record id up to
-# layout 2, by the record's number from layout 3 (RECORDS[is_numbered(layout)])
-STATUS = """
+);
+create table if not exists records (
+    record text primary key,
     customer text,
     status text not null,
     status_at text not null,
     status_event integer not null,
     first_seen real not null,
     last_seen real not null,
-    replayed_at real"""
-NEWEST = """
+    replayed_at real
+);
+create index if not exists records_customer on records (customer);
+create table if not exists record_products (
+    record text not null,
     method text not null,
     code text not null,
     status text,
     event integer not null,
     occurred_at text not null,
-    received_at real not null,"""
-RECORDS = {
-    False: (f"create table if not exists records (record text primary key,{STATUS})",
-        f"create table if not exists record_products (record text not null,{NEWEST}"
-        " primary key (record, method))"),
-    True: (f"create table if not exists records (num integer primary key, record text not null"
-        f" unique,{STATUS})",
-        f"create table if not exists record_products (num integer not null,{NEWEST}"
-        " primary key (num, method)) without rowid"),
-}
-RECORDS_CUSTOMER = "create index if not exists records_customer on records (customer)"
-# The layouts (`pragma user_version`). Each change was counted in the pages a commit of 30
-# bench-shaped callbacks writes to the WAL (bench/README.md, "Receivers"). Layout 1, inboxes
-# made before 2026-11-25: the identity unique on its own (the table's `unique` column), and
-# indexes on record and account; an identity is a digest, so each new event landed on a random
-# page of its index (~99 pages a commit). Layout 2: the identity unique within its record (the
-# identity names the record, so this is as unique), which also serves reads by record (~63).
-# Layout 3: each record has a number in order of first sight, and the events' identities and
-# the products are keyed by it, so the rows a burst of new connections adds go on the last
-# pages of those indexes instead of random ones (~43); the record id is unique in `records`.
-# Recordless events are few: their identities have an index of their own.
-LAYOUT = 3
-INDEXES = {
-    1: """create index if not exists events_record on events (record);
-create index if not exists events_account on events (account)""",
-    2: """create unique index if not exists events_identity on events (record, identity)
-    where record is not null;
-create unique index if not exists events_identity_recordless on events (identity)
-    where record is null;
-create index if not exists events_account on events (account) where account is not null""",
-    3: """create unique index if not exists events_identity on events (num, identity)
-    where num is not null;
-create unique index if not exists events_identity_recordless on events (identity)
-    where num is null;
-create index if not exists events_account on events (account) where account is not null""",
-}
+    received_at real not null,
+    primary key (record, method)
+)"""
+# The events' identity is unique within its record (the identity names the record), which
+# also serves reads by record; the few recordless events have an index of their own.
 
-
-def layout_of(db: sqlite3.Connection) -> int:
-    """The layout of the inbox `db` is open on."""
-    return db.execute("pragma user_version").fetchone()[0] or 1
-
-
-def is_numbered(layout: int) -> bool:
-    """Whether a layout keys records by their number (layout 3 on), else by record id."""
-    return layout >= 3
-
-
-def payloads_sql(numbered: bool, methods: int) -> str:
-    """The bodies of one record (the first parameter) with one of `methods` methods (the
-    others), oldest first, read through the layout's index."""
-    record = "num = (select num from records where record = ?)" if numbered else "record = ?"
-    return (f"select body from events where {record} and method in"
-            f" ({','.join('?' * methods)}) order by id")
-
-
-# The newest callback per method of the records that `{where}` (on `records`, or "") picks:
-# record, method, code, status, event, occurred_at, received_at
-PRODUCTS = {
-    False: "select record, method, code, status, event, occurred_at, received_at"
-           " from record_products where record in (select record from records{where})",
-    True: "select r.record, p.method, p.code, p.status, p.event, p.occurred_at, p.received_at"
-          " from record_products p join records r on r.num = p.num"
-          " where p.num in (select num from records{where})",
-}
-
-
-def tables(layout: int) -> str:
-    """The tables of a layout, without the events' indexes (INDEXES)."""
-    numbered = is_numbered(layout)
-    return ";".join([EVENTS.format(name="events", num=NUMBERED if numbered else ""),
-                     DEAD_LETTERS, *RECORDS[numbered], RECORDS_CUSTOMER])
-
+PAYLOADS = ("select body from events where record = ? and method in ({marks})"
+            " order by id")
+# The newest callback per method of the records that `{where}` (on `records`, or "") picks
+PRODUCTS = ("select record, method, code, status, event, occurred_at, received_at"
+            " from record_products where record in (select record from records{where})")
 
 # A callback's writes beside its event (also pipeline/inbox_postgres.py's, in its SQL): its
 # record touched (made, connected, when first heard of), moved back to connected by a newer
-# successful login, and its product's newest callback. The record's number comes back from
-# layout 3.
+# successful login, and its product's newest callback.
 TOUCH = ("insert into records (record, customer, status, status_at, status_event, first_seen,"
          " last_seen) values (?, ?, ?, ?, ?, ?, ?) on conflict (record) do update set"
          " last_seen = excluded.last_seen, customer = coalesce(records.customer,"
@@ -167,23 +102,11 @@ TOUCH = ("insert into records (record, customer, status, status_at, status_event
 # out-of-order delivery: only a newer event moves the status
 SET_STATUS = ("update records set status = ?, status_at = ?, status_event = ?"
               " where record = ? and status_at <= ?")
-PRODUCT = ("insert into record_products ({key}, method, code, status, event, occurred_at,"
-           " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict ({key}, method) do update"
+PRODUCT = ("insert into record_products (record, method, code, status, event, occurred_at,"
+           " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict (record, method) do update"
            " set code = excluded.code, status = excluded.status, event = excluded.event,"
            " occurred_at = excluded.occurred_at, received_at = excluded.received_at"
            " where excluded.occurred_at >= record_products.occurred_at")
-PRODUCT_BY = {False: PRODUCT.format(key="record"), True: PRODUCT.format(key="num")}
-# layout 3's, by number, for a run of callbacks (`Inbox._numbered_callbacks`)
-NEW_RECORD = ("insert into records (num, record, customer, status, status_at, status_event,"
-              " first_seen, last_seen) values (?, ?, ?, ?, ?, ?, ?, ?)")
-SEEN_AGAIN = ("update records set last_seen = ?, customer = coalesce(customer, ?)"
-              " where num = ?")
-RECONNECTED = ("update records set status = ?, status_at = ?, status_event = ?"
-               " where num = ? and status_at <= ?")
-# under the write lock: the next event id (autoincrement: above every id ever given) and the
-# next record number
-NEXT = ("select coalesce((select seq from sqlite_sequence where name = 'events'), 0) + 1,"
-        " coalesce((select max(num) from records), 0) + 1")
 
 
 class InvalidEvent(ValueError):
@@ -193,10 +116,6 @@ class InvalidEvent(ValueError):
 class InboxMissing(FileNotFoundError):
     """The inbox file (or the database's inbox tables) is not there: only the receiver
     creates it."""
-
-
-class InboxDamaged(RuntimeError):
-    """The inbox's tables disagree with each other in a way no write of ours leaves them."""
 
 
 class InboxUnavailable(ConnectionError):
@@ -278,29 +197,10 @@ class RecordState:
         return self.status == CONNECTED
 
 
-# Names and record ids already found well formed: a callback repeats a handful of names and
-# its record's id, and matching a pattern cost more than the rest of describing it. Bounded:
-# senders choose these values.
-_NAMES: set[str] = set()
-_RECORD_IDS: set[str] = set()
-SEEN_MAX = 4096
-
-
-def _matches(pattern: re.Pattern, seen: set[str], value) -> bool:
-    if type(value) is str and value in seen:
-        return True
-    if not isinstance(value, str) or not pattern.fullmatch(value):
-        return False
-    if len(seen) >= SEEN_MAX:
-        seen.clear()
-    seen.add(value)
-    return True
-
-
 def _name(value, what: str, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
-    if not _matches(NAME, _NAMES, value):
+    if not isinstance(value, str) or not NAME.fullmatch(value):
         raise InvalidEvent(f"{what} is missing or not of the form ^[A-Za-z0-9_.-]{{1,64}}$")
     return value
 
@@ -308,7 +208,7 @@ def _name(value, what: str, *, optional: bool = False) -> str | None:
 def _record_id(value, what: str) -> str | None:
     if value is None:
         return None
-    if not _matches(RECORD_ID, _RECORD_IDS, value):
+    if not isinstance(value, str) or not RECORD_ID.fullmatch(value):
         raise InvalidEvent(f"{what} is not of the form ^[A-Za-z0-9_-]{{1,64}}$")
     return value
 
@@ -375,42 +275,13 @@ def _file_id(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def kept_body(payload: dict, raw: bytes) -> bytes:
-    """The body as the inbox keeps it: `raw`, its personal members' values nulled (in place
-    where that is sure, as in a body the service sent; else the body written anew)."""
-    # a name may be written with \\u escapes: then only the parsed body says where it is
-    kept = raw if b"\\" not in raw or b"\\u" not in raw else None
-    for key in PERSONAL_MEMBERS:
-        if kept is not None and payload.get(key) is not None:
-            kept = _nulled(kept, key, payload[key])
-    if kept is not None:
-        return kept
+def kept_body(payload: dict) -> bytes:
+    """The body as the inbox keeps it: the payload with its personal members' values null."""
     kept = payload.copy()  # its members stay in their order
     for key in PERSONAL_MEMBERS:
-        if key in payload:
+        if key in kept:
             kept[key] = None
     return orjson.dumps(kept)
-
-
-_QUOTED = {key: b'"%s"' % key.encode() for key in PERSONAL_MEMBERS}
-
-
-def _nulled(raw: bytes, key: str, value) -> bytes | None:
-    """`raw` with its top-level member `key` (whose value parsed as `value`) written null, or
-    None when that cannot be done in place for sure. In a body without \\u escapes the
-    top-level names are written as they are, so a name found once is that member (inside a
-    string a quote is escaped: a string ending in the name makes it found twice); its value
-    must follow as orjson writes it, up to a `,` or `}`."""
-    name = _QUOTED[key]
-    parts = raw.split(name)
-    if len(parts) != 2:
-        return None
-    head, tail = parts
-    written = b":" + orjson.dumps(value)
-    end = len(written)
-    if tail[:end] != written or tail[end:end + 1] not in (b",", b"}"):
-        return None
-    return head + name + b":null" + tail[end:]
 
 
 def scrubbed(raw: bytes) -> bytes:
@@ -421,7 +292,8 @@ def scrubbed(raw: bytes) -> bytes:
     except orjson.JSONDecodeError:
         payload = None
     if isinstance(payload, dict):
-        raw = kept_body(payload, raw)
+        with contextlib.suppress(orjson.JSONEncodeError):  # deeper than orjson writes (255)
+            raw = kept_body(payload)
     return _DIGITS.sub(b"***", _EMAIL.sub(b"***@***", raw))
 
 
@@ -547,7 +419,13 @@ def _plan(run: list[tuple[dict, bytes, str]], now: float) -> Plan:
 class Inbox:
     """One SQLite connection, used from any thread (serialised by a lock)."""
 
-    layout = 0  # the SQLite file's; the Postgres inbox keys its tables by record, as layout 2
+    # ids given as one JSON array: one statement whatever their number (no bound variables
+    # beyond the build's limit)
+    IDS_IN = "record in (select value from json_each(?))"
+
+    @staticmethod
+    def _ids(ids: list[str]):
+        return orjson.dumps(ids).decode()
 
     def __init__(self, path: str | Path, *, create: bool = False) -> None:
         """Open the inbox at `path`; `create=True` (the receiver's) makes it if missing. Any
@@ -560,115 +438,20 @@ class Inbox:
                                f"{self.path} (or set LEDGERLAKE_INBOX to the file it writes)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._nums: dict[str, int] = {}  # layout 3: record -> number, as this write knows them
         # a reader or a second writer waits for the lock instead of failing
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
                                    timeout=30.0)
-        self._db.execute("pragma journal_mode=wal")
-        self._db.execute("pragma synchronous=full")  # committed means on disk
         try:
-            self.layout = self._layout()
-            if create and self.layout < LAYOUT:  # the receiver's, before its writer starts
-                self._upgrade()
+            self._db.execute("pragma journal_mode=wal")
+            self._db.execute("pragma synchronous=full")  # committed means on disk
+            self._begin_write()  # two openers of a new file make its tables once
+            for statement in SCHEMA.split(";"):
+                self._db.execute(statement)
+            self._db.execute("commit")
         except BaseException:
             self._db.close()
             raise
         self._file = _file_id(self.path)  # the file the writer has open, for check()
-
-    @property
-    def numbered(self) -> bool:
-        """Whether records are keyed by their number (layout 3 on)."""
-        return is_numbered(self.layout)
-
-    def _layout(self) -> int:
-        """The layout, the tables made where missing: a new inbox is made in the current
-        layout, in one transaction (two openers of a new file make it once)."""
-        def made() -> bool:
-            return self._db.execute("select 1 from sqlite_master where type = 'table' and"
-                                    " name = 'events'").fetchone() is not None
-
-        if made():  # an older inbox may lack a table added since: made (without a lock)
-            layout = layout_of(self._db)
-            self._script(tables(layout) + ";" + INDEXES[layout])
-            return layout
-        self._begin_write()
-        try:
-            if not made():
-                self._db.execute(f"pragma user_version = {LAYOUT}")
-            layout = layout_of(self._db)
-            self._script(tables(layout) + ";" + INDEXES[layout])
-            self._db.execute("commit")
-        except BaseException:
-            self._db.execute("rollback")
-            raise
-        return layout
-
-    def _script(self, sql: str) -> None:
-        """Run `sql`'s statements one by one: unlike executescript, within the transaction
-        open, if any (none of them holds a `;` of its own)."""
-        for statement in sql.split(";"):
-            self._db.execute(statement)
-
-    def _upgrade(self) -> None:
-        """Rewrite an inbox in an older layout in the current one: one transaction (a crash
-        leaves the old layout whole), ids, bodies, statuses and the id sequence kept, so sensor
-        cursors and deduplication carry on. Records are numbered in the order they were first
-        heard of. The receiver does it, once."""
-        started = time.monotonic()
-        self._begin_write()
-        try:
-            if layout_of(self._db) >= LAYOUT:
-                self._db.execute("commit")  # another receiver starting beside us did it
-                self.layout = LAYOUT
-                return
-            (count,) = self._db.execute("select count(*) from events").fetchone()
-            log.warning("inbox %s: rewriting its %d events in layout %d (from %d), once; "
-                        "callbacks are answered when it is done", self.shown, count, LAYOUT,
-                        self.layout)
-            (high,) = self._db.execute("select max(coalesce((select max(seq) from sqlite_sequence"
-                                       " where name = 'events'), 0), coalesce((select max(id)"
-                                       " from events), 0))").fetchone()
-            (orphans,) = self._db.execute(
-                "select (select count(*) from events e where record is not null and not exists"
-                " (select 1 from records r where r.record = e.record)) + (select count(*) from"
-                " record_products p where not exists (select 1 from records r where"
-                " r.record = p.record))").fetchone()
-            if orphans:  # every write touches its records: this inbox was edited by hand
-                raise InboxDamaged(f"inbox {self.shown}: {orphans} events or products name a "
-                                   "record its records table lacks; left in layout "
-                                   f"{self.layout}, not rewritten")
-            for name in ("records", "record_products"):
-                self._db.execute(f"alter table {name} rename to {name}_before")
-            self._script(";".join(RECORDS[True]))  # their customer index once the old one is gone
-            self._db.execute("insert into records (record, customer, status, status_at,"
-                             " status_event, first_seen, last_seen, replayed_at) select record,"
-                             " customer, status, status_at, status_event, first_seen, last_seen,"
-                             " replayed_at from records_before order by first_seen, rowid")
-            self._db.execute("insert into record_products select r.num, p.method, p.code,"
-                             " p.status, p.event, p.occurred_at, p.received_at from"
-                             " record_products_before p join records r on r.record = p.record")
-            self._db.execute(EVENTS.format(name="events_rewritten", num=NUMBERED))
-            self._db.execute("insert into events_rewritten select e.id, e.identity,"
-                             " e.received_at, e.kind, e.method, e.code, e.status, e.record,"
-                             " e.account, e.customer, e.occurred_at, e.affects, e.body, r.num"
-                             " from events e left join records r on r.record = e.record"
-                             " order by e.id")
-            for name in ("records_before", "record_products_before", "events"):
-                self._db.execute(f"drop table {name}")  # and their indexes
-            self._db.execute("alter table events_rewritten rename to events")
-            # an id a sensor's cursor has passed is never given again, even one deleted
-            self._db.execute("delete from sqlite_sequence where name = 'events'")
-            self._db.execute("insert into sqlite_sequence (name, seq) values ('events', ?)",
-                             (high,))
-            self._script(RECORDS_CUSTOMER + ";" + INDEXES[LAYOUT])
-            self._db.execute(f"pragma user_version = {LAYOUT}")
-            self._db.execute("commit")
-        except BaseException:
-            self._db.execute("rollback")
-            raise
-        self.layout = LAYOUT
-        log.warning("inbox %s: %d events in layout %d (%.1f s)", self.shown, count, LAYOUT,
-                    time.monotonic() - started)
 
     def close(self) -> None:
         with self._lock:
@@ -699,11 +482,9 @@ class Inbox:
         self.close()
 
     # -- writes ---------------------------------------------------------------------------
-    def add(self, payload: dict, raw: bytes | None = None) -> tuple[int, bool]:
+    def add(self, payload: dict) -> tuple[int, bool]:
         """Store the event once; return (its id, whether it was new)."""
-        info = describe(payload)
-        raw = raw if raw is not None else orjson.dumps(payload)
-        return self.add_described([(info, kept_body(payload, raw))])[0]
+        return self.add_described([(describe(payload), kept_body(payload))])[0]
 
     def add_described(self, items: Sequence[tuple[dict, bytes]]) -> list[tuple[int, bool]]:
         """Store described events in one transaction (one disk sync for all of them)."""
@@ -726,34 +507,21 @@ class Inbox:
         return self._stored(identities, records)
 
     def _stored(self, identities: list[str], records: list[str | None]) -> dict[str, int]:
-        """The ids of these identities that are stored, read by record (from layout 3, its
-        number) and identity: each layout has an index for that (from layout 2, partial)."""
-        if self.numbered:  # a record not numbered yet has no events
-            nums = self._nums = self._numbers(records)
-            keyed = [(nums[r], i) for i, r in zip(identities, records, strict=True) if r in nums]
-        else:
-            keyed = [(r, i) for i, r in zip(identities, records, strict=True) if r is not None]
+        """The ids of these identities that are stored, read through the index on (record,
+        identity), or the recordless events' own."""
+        keyed = [(r, i) for i, r in zip(identities, records, strict=True) if r is not None]
         recordless = [i for i, r in zip(identities, records, strict=True) if r is None]
-        key = "num" if self.numbered else "record"
         out = {}
         if keyed:  # one probe a pair: `record in (..) and identity in (..)` probes every pairing
             out.update(self._db.execute(
                 f"select e.identity, e.id from (values {','.join(['(?, ?)'] * len(keyed))}) p"
-                f" join events e on e.{key} = p.column1 and e.identity = p.column2",
+                " join events e on e.record = p.column1 and e.identity = p.column2",
                 [v for pair in keyed for v in pair]))
         if recordless:
             out.update(self._db.execute(
-                f"select identity, id from events where {key} is null and identity in"
+                "select identity, id from events where record is null and identity in"
                 f" ({','.join('?' * len(recordless))})", recordless))
         return out
-
-    def _numbers(self, records: Iterable[str | None]) -> dict[str, int]:
-        """Layout 3: the numbers of those of `records` the inbox has."""
-        names = list(dict.fromkeys(r for r in records if r is not None))
-        if not names:
-            return {}
-        return dict(self._db.execute("select record, num from records where record in"
-                                     f" ({','.join('?' * len(names))})", names))
 
     def _insert_all(self, items: Sequence[tuple[dict, bytes]], identities: list[str],
                     ids: dict[str, int], now: float) -> list[tuple[int, bool]]:
@@ -783,8 +551,6 @@ class Inbox:
 
     def _callbacks(self, plan: Plan, now: float) -> dict[str, int]:
         """Store a run of new callbacks; their ids by identity."""
-        if self.numbered:
-            return self._numbered_callbacks(plan, now)
         self._db.executemany(
             "insert into events (identity, received_at, kind, method, code, status, record,"
             " account, customer, occurred_at, body)"
@@ -800,69 +566,28 @@ class Inbox:
                                      for record, customer, occurred, identity in plan.touches])
         self._db.executemany(SET_STATUS, [(CONNECTED, occurred, ids[identity], record, occurred)
                                           for record, occurred, identity in plan.reconnects])
-        self._db.executemany(PRODUCT_BY[False],
-                             [(record, method, code, status, ids[identity], occurred, now)
-                              for record, method, code, status, occurred, identity
-                              in plan.products])
-        return ids
-
-    def _numbered_callbacks(self, plan: Plan, now: float) -> dict[str, int]:
-        """Layout 3's: under the write lock the events' ids and the new records' numbers are
-        known before anything is written (each the next of its table), so the records go in
-        first and the events with their numbers."""
-        first, num = self._db.execute(NEXT).fetchone()
-        ids = {e[0]: first + n for n, e in enumerate(plan.events)}
-        nums, fresh, again = self._nums, [], []
-        for record, customer, occurred, identity in plan.touches:
-            if record in nums:
-                again.append((now, customer, nums[record]))
-                continue
-            nums[record] = num
-            fresh.append((num, record, customer, CONNECTED, occurred, ids[identity], now, now))
-            num += 1
-        self._db.executemany(NEW_RECORD, fresh)
-        self._db.executemany(SEEN_AGAIN, again)
-        self._db.executemany(
-            "insert into events (id, identity, received_at, kind, method, code, status, record,"
-            " account, customer, occurred_at, body, num)"
-            " values (?, ?, ?, 'callback', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(first + n, e[0], now, *e[1:], nums.get(e[4])) for n, e in enumerate(plan.events)])
-        self._db.executemany(RECONNECTED, [(CONNECTED, occurred, ids[identity], nums[record],
-                                            occurred)
-                                           for record, occurred, identity in plan.reconnects])
-        self._db.executemany(PRODUCT_BY[True],
-                             [(nums[record], method, code, status, ids[identity], occurred, now)
-                              for record, method, code, status, occurred, identity
-                              in plan.products])
+        self._db.executemany(PRODUCT, [(record, method, code, status, ids[identity], occurred,
+                                        now)
+                                       for record, method, code, status, occurred, identity
+                                       in plan.products])
         return ids
 
     def _begin_write(self) -> None:
         # immediate: writers (even in other processes) take turns, so ids become visible
         # in the order they were given and a sensor's cursor never steps over one
         self._db.execute("begin immediate")
-        self._nums = {}  # what an earlier write, perhaps rolled back, knew is not known
 
     def _insert(self, info: dict, raw: bytes, now: float) -> int:
         """Store an event the batch found new (`_begin_batch`, under the write lock)."""
-        identity = _identity(info)
         occurred = info["occurred_at"] or _iso(now)
         affects = self._affected(info) if info["kind"] == "connection" else []
-        row = (identity, now, info["kind"], info["method"], info["code"], info["status"],
-               info["record"], info["account"], info["customer"], occurred,
-               orjson.dumps(affects).decode() if affects else None, raw)
-        if self.numbered:  # its records first, so that it takes its record's number
-            (event_id, _) = self._db.execute(NEXT).fetchone()
-            self._apply(info, affects, event_id, occurred, now)
-            self._db.execute(
-                "insert into events (id, identity, received_at, kind, method, code, status,"
-                " record, account, customer, occurred_at, affects, body, num)"
-                " values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (event_id, *row, self._nums.get(info["record"])))
-            return event_id
         (event_id,) = self._db.execute(
             "insert into events (identity, received_at, kind, method, code, status, record,"
             " account, customer, occurred_at, affects, body)"
-            " values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning id", row).fetchone()
+            " values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning id",
+            (_identity(info), now, info["kind"], info["method"], info["code"], info["status"],
+             info["record"], info["account"], info["customer"], occurred,
+             orjson.dumps(affects).decode() if affects else None, raw)).fetchone()
         self._apply(info, affects, event_id, occurred, now)
         return event_id
 
@@ -897,12 +622,7 @@ class Inbox:
 
     def _touch(self, record: str, customer: str | None, event_id: int, occurred: str,
                now: float) -> None:
-        values = (record, customer, CONNECTED, occurred, event_id, now, now)
-        if self.numbered:
-            (self._nums[record],) = self._db.execute(TOUCH + " returning num",
-                                                     values).fetchone()
-        else:
-            self._db.execute(TOUCH, values)
+        self._db.execute(TOUCH, (record, customer, CONNECTED, occurred, event_id, now, now))
 
     def _set_status(self, record: str, status: str, occurred: str, event_id: int) -> None:
         self._db.execute(SET_STATUS, (status, occurred, event_id, record, occurred))
@@ -912,9 +632,8 @@ class Inbox:
         self._touch(record, info["customer"], event_id, occurred, now)
         if (info["method"], info["code"]) == RECONNECT and info["status"] != "is_failed":
             self._set_status(record, CONNECTED, occurred, event_id)
-        self._db.execute(PRODUCT_BY[self.numbered], (
-            self._nums[record] if self.numbered else record, info["method"], info["code"],
-            info["status"], event_id, occurred, now))
+        self._db.execute(PRODUCT, (record, info["method"], info["code"], info["status"],
+                                   event_id, occurred, now))
 
     def dead_letter(self, reason: str, body: bytes) -> None:
         with self._lock:
@@ -930,12 +649,10 @@ class Inbox:
     # -- reads ----------------------------------------------------------------------------
     @contextlib.contextmanager
     def _snapshot(self):
-        """Reads of the tables whose shape the layout sets, in one snapshot of the file and
-        with its layout as of then: a receiver may have rewritten it since this one opened it."""
+        """Reads that must agree with each other, in one snapshot of the file."""
         with self._lock:
             self._db.execute("begin")
             try:
-                self.layout = layout_of(self._db)
                 yield
             finally:
                 self._db.execute("commit")
@@ -959,7 +676,7 @@ class Inbox:
     def payloads(self, record: str, methods: Sequence[str]) -> list[dict]:
         """Every stored body of `record` with one of `methods`, oldest first."""
         with self._snapshot():
-            rows = self._db.execute(payloads_sql(self.numbered, len(methods)),
+            rows = self._db.execute(PAYLOADS.format(marks=",".join("?" * len(methods))),
                                     (record, *methods)).fetchall()
         return [orjson.loads(r[0]) for r in rows]
 
@@ -974,29 +691,43 @@ class Inbox:
 
     def records(self, ids: Iterable[str] | None = None,
                 status: str | None = None) -> dict[str, RecordState]:
-        """The status of records (all, or those named), each with its last callback per method."""
-        where, params = [], []
-        if ids is not None:
-            ids = list(ids)
-            if not ids:
-                return {}
-            where.append(f"record in ({','.join('?' * len(ids))})")
-            params += ids
+        """The status of records (all, or those named: any number of them, bound as one
+        value), each with its last callback per method."""
+        if ids is None:
+            return self._records_where([], [], status)
+        ids = list(ids)
+        return self._records_where([self.IDS_IN], [self._ids(ids)], status) if ids else {}
+
+    def _records_where(self, where: list[str], params: list, status: str | None
+                       ) -> dict[str, RecordState]:
         if status is not None:
-            where.append("status = ?")
-            params.append(status)
+            where, params = [*where, "status = ?"], [*params, status]
         clause = (" where " + " and ".join(where)) if where else ""
         with self._snapshot():
             rows = self._db.execute(
                 "select record, customer, status, status_at, first_seen, last_seen, replayed_at"
                 f" from records{clause} order by record", params).fetchall()
-            products = self._db.execute(PRODUCTS[self.numbered].format(where=clause),
-                                        params).fetchall()
+            products = self._db.execute(PRODUCTS.format(where=clause), params).fetchall()
         out = {r[0]: RecordState(*r) for r in rows}
         for rec, method, *rest in products:
             if rec in out:  # not a record that a write between the two reads added (Postgres)
                 out[rec].products[method] = Product(*rest)
         return out
+
+    def record_ids(self, after: str | None = None, limit: int = 1000,
+                   status: str | None = None) -> list[str]:
+        """A page of record ids in order, those after `after` (keyset paging: each page costs
+        what its rows do, whatever the number of records)."""
+        where, params = ["record > ?"] if after is not None else [], \
+            [after] if after is not None else []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        clause = (" where " + " and ".join(where)) if where else ""
+        with self._lock:
+            return [r[0] for r in self._db.execute(
+                f"select record from records{clause} order by record limit ?",
+                (*params, limit))]
 
     def status(self, record: str) -> str | None:
         """connected, disconnected, reauth_required, or None for a record never heard of."""

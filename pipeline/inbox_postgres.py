@@ -194,6 +194,12 @@ class PostgresInbox(Inbox):
     """The inbox in a Postgres database: one connection, used from any thread (serialised by
     a lock), made again when the server dropped it."""
 
+    IDS_IN = "record = any(?)"
+
+    @staticmethod
+    def _ids(ids: list[str]):
+        return ids
+
     def __init__(self, url: str, *, create: bool = False) -> None:
         self.url = url
         self.shown = redact(url)
@@ -256,7 +262,7 @@ class PostgresInbox(Inbox):
 
     @contextlib.contextmanager
     def _snapshot(self):
-        with self._lock:  # one layout, by record; readers never wait for writers
+        with self._lock:  # readers never wait for writers
             yield
 
     def _begin_write(self, then: str = "", params: tuple = ()):
@@ -304,6 +310,7 @@ class PostgresInbox(Inbox):
     dead_letters = _retried(Inbox.dead_letters)
     status = _retried(Inbox.status)
     payloads = _retried(Inbox.payloads)
+    record_ids = _retried(Inbox.record_ids)
     _mark_replayed = _retried(Inbox.mark_replayed)
     _records = _retried(Inbox.records)
 

@@ -2,54 +2,180 @@
 
 It answers 200 only once the event is committed, so an acknowledged callback is never lost;
 anything it cannot store it refuses, and the service will deliver it again. The event loop
-checks the token and the size; a writer process of its own (pipeline/inbox_writer.py) reads
-the bodies and commits them in groups: one disk sync acknowledges many.
+checks the token and the size; a writer thread reads the bodies and commits them in groups:
+the callbacks that arrive while it commits one group share the next commit (one disk sync).
 
 Answers: 200 stored (or already stored), 400 not an event (kept as a dead letter), 401 wrong
 or missing token, 413 body too large, 503 only when the inbox itself cannot write.
 
-`GET /health` (and HEAD), for load balancers, needs no token: 200 while the writer process
+`GET /health` (and HEAD), for load balancers, needs no token: 200 while the writer thread
 runs and the inbox (its file, or its database) answers a read, 503 otherwise.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import gc
 import hashlib
 import hmac
 import logging
+import queue
+import threading
 
 import anyio
+import orjson
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .inbox import InboxUnavailable, open_inbox
-from .inbox_writer import NotAnEvent, Writer
+from .inbox import InboxUnavailable, InvalidEvent, describe, kept_body, open_inbox, scrubbed
 
 log = logging.getLogger("ledgerlake.receiver")
 
 MAX_BODY = 1 << 20  # 1 MiB: a callback is a few KiB
 JSON = "application/json"
 MAX_CONNECTIONS = 256  # uvicorn answers 503 beyond: with MAX_BODY, what a flood can hold
-# Allocations between two collections of the youngest generation: above what MAX_CONNECTIONS
-# callbacks waiting for their commit hold alive (about 90 objects each: 64 in flight peaked at
-# 4,900 more, 256 at 22,900; bench/README.md, "Receivers")
-GC_THRESHOLD = MAX_CONNECTIONS * 100
+MAX_GROUP = 256  # callbacks a commit takes: within the inbox's bound on a statement's ids
 
 
-def settle_gc() -> None:
-    """Keep the cyclic garbage collector off the callbacks in flight. Each waits for its
-    group's commit with its request's objects alive, so at the default threshold (700) a
-    collection ran every ~22 callbacks at 64 in flight, walking them all: 11 µs a callback of
-    the event loop's CPU, where a 401 triggers none. What the start made lives as long as
-    the process and is left out of every collection (gc.freeze)."""
-    gc.freeze()
-    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
-    log.debug("garbage collector: %d objects of the start frozen, the youngest collected "
-              "after %d allocations", gc.get_freeze_count(), GC_THRESHOLD)
+class NotStored(RuntimeError):
+    """The writer could not store this callback; the service will deliver it again."""
+
+
+class NotAnEvent(ValueError):
+    """The body is not an event we can act on (kept as a dead letter): the reason."""
+
+
+class Writer:
+    """A thread that stores callbacks in groups: each waiting callback's future is settled,
+    on the event loop, with (event id, new), NotAnEvent or NotStored."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._serve, name="ledgerlake-inbox-writer",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    async def add(self, raw: bytes) -> tuple[int, bool]:
+        if not self.running:
+            raise NotStored("the inbox writer has stopped")
+        fut = self._loop.create_future()
+        # a sender that hangs up cancels only its wait: the write, queued, still happens
+        self._queue.put((raw, fut))
+        return await fut
+
+    async def stop(self) -> None:
+        """Store what is queued, then end the thread."""
+        if self.running:
+            self._queue.put(None)
+            await anyio.to_thread.run_sync(self._thread.join)
+
+    def _serve(self) -> None:
+        inbox = None
+        try:
+            while (first := self._queue.get()) is not None:
+                group = [first]
+                while len(group) < MAX_GROUP:
+                    try:
+                        group.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                stop = any(item is None for item in group)
+                group = [item for item in group if item is not None]
+                if inbox is None:
+                    try:
+                        inbox = open_inbox(self.location)
+                    except Exception as exc:  # down for now: these are refused, the next tried
+                        log.error("inbox write failed: %s", exc)
+                        self._settle(group, [NotStored(str(exc))] * len(group))
+                        continue
+                self._settle(group, _store(inbox, [raw for raw, _ in group]))
+                if stop:
+                    break
+        finally:
+            if inbox is not None:
+                inbox.close()
+
+    def _settle(self, group: list, answers: list) -> None:
+        def settle() -> None:
+            for (_, fut), answer in zip(group, answers, strict=True):
+                if fut.done():
+                    continue
+                if isinstance(answer, Exception):
+                    fut.set_exception(answer)
+                else:
+                    fut.set_result(answer)
+
+        self._loop.call_soon_threadsafe(settle)
+
+
+def _read(raw: bytes) -> tuple[dict, bytes] | str:
+    """A body as the inbox takes it, (what names the event, the body kept), or why it is not
+    an event."""
+    try:
+        payload = orjson.loads(raw)
+        info = describe(payload)
+    except orjson.JSONDecodeError as exc:
+        return f"body is not JSON: {exc}"
+    except InvalidEvent as exc:
+        return str(exc)
+    except Exception:  # a body we failed to read is still the sender's fault, never a 500
+        log.exception("could not read a callback body")
+        return "body could not be read as an event"
+    return info, kept_body(payload)
+
+
+def _store(inbox, group: list[bytes]) -> list:
+    """Each body's answer: (event id, new), NotAnEvent, or NotStored."""
+    read = [_read(raw) for raw in group]
+    answers: list = [None] * len(group)
+    events = [i for i, r in enumerate(read) if not isinstance(r, str)]
+    for i, answer in zip(events, _commit(inbox, [read[i] for i in events]) if events else [],
+                         strict=True):
+        answers[i] = answer
+        if log.isEnabledFor(logging.DEBUG) and not isinstance(answer, Exception):
+            info = read[i][0]  # a line per callback; INFO has one per commit
+            log.debug("event %d %s %s %s", answer[0], "stored" if answer[1] else "duplicate",
+                      info["method"], info["record"] or "-")
+    for i, r in enumerate(read):
+        if isinstance(r, str):
+            try:
+                inbox.dead_letter(r, scrubbed(group[i]))
+            except Exception as exc:  # the answer is still 400: the body is bad
+                log.error("dead letter not kept: %s", exc)
+            answers[i] = NotAnEvent(r)
+    return answers
+
+
+def _commit(inbox, group: list) -> list:
+    """Each callback's (event id, new), or NotStored."""
+    try:
+        answers = inbox.add_described(group)
+    except Exception as exc:
+        # keep one bad write from failing its neighbours (a database that does not answer
+        # fails them all alike)
+        if len(group) > 1 and not isinstance(exc, InboxUnavailable):
+            return [_commit(inbox, [item])[0] for item in group]
+        if isinstance(exc, InboxUnavailable):
+            log.error("inbox write failed: %s", exc)
+        else:
+            log.exception("inbox write failed")
+        return [NotStored(str(exc) or type(exc).__name__)] * len(group)
+    new = sum(1 for _, is_new in answers if is_new)
+    log.info("stored %d callbacks (%d already stored), events up to %d",
+             new, len(answers) - new, max(event for event, _ in answers))
+    return answers
 
 
 def _digest(value: str) -> bytes:
@@ -61,7 +187,7 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
     if not token:
         raise ValueError("the receiver needs a token: callbacks without one are refused")
     inbox = open_inbox(inbox_path, create=True)  # InboxUnavailable when its database is down
-    writer = Writer(inbox_path)  # a process of its own (pipeline/inbox_writer.py)
+    writer = Writer(inbox_path)
     expected = _digest(token)
     header = auth_header.strip().lower() if auth_header else None
 
@@ -135,7 +261,7 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        await writer.start()
+        writer.start()
         try:
             yield
         finally:

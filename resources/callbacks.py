@@ -14,14 +14,7 @@ import orjson
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from pipeline.inbox import (
-    PRODUCTS,
-    is_database_url,
-    is_numbered,
-    layout_of,
-    open_inbox,
-    payloads_sql,
-)
+from pipeline.inbox import PAYLOADS, PRODUCTS, is_database_url, open_inbox
 
 PAYMENT_METHODS = ("PAYMENT", "PAYMENT_RECURRING")
 
@@ -52,8 +45,7 @@ class CallbackLog(ConfigurableResource):
             with open_inbox(where) as inbox:
                 return inbox.payloads(record_id, methods)
         with closing(self._connect()) as db:
-            db.execute("begin")  # one snapshot: the layout and the read
-            rows = db.execute(payloads_sql(is_numbered(layout_of(db)), len(methods)),
+            rows = db.execute(PAYLOADS.format(marks=",".join("?" * len(methods))),
                               (record_id, *methods)).fetchall()
         return [orjson.loads(r[0]) for r in rows]
 
@@ -67,12 +59,12 @@ class CallbackLog(ConfigurableResource):
                         for r in read.values() for method, p in r.products.items()]
         else:
             with closing(self._connect()) as db:
-                db.execute("begin")  # one snapshot: the layout and both reads
+                db.execute("begin")  # one snapshot: both reads
                 states = db.execute("select record, status, status_at from records"
                                     " order by record").fetchall()
                 products = [(record, method, code, occurred_at, event)
                             for record, method, code, _, event, occurred_at, _ in db.execute(
-                                PRODUCTS[is_numbered(layout_of(db))].format(where=""))]
+                                PRODUCTS.format(where=""))]
         per_record: dict[str, list[tuple]] = {}
         for record, method, code, occurred_at, event in products:
             per_record.setdefault(record, []).append((event, method, code, occurred_at))

@@ -55,17 +55,6 @@ class Lake(ConfigurableResource):
         base, _, query = self.root.partition("?")
         return f"{base.rstrip('/')}/{table}" + (f"?{query}" if query else "")
 
-    def _refuse_old_layout(self, table: str) -> None:
-        """A table still in the folder-per-record layout is migrated first, not written into:
-        Delta would ignore its folders, and the lake's vacuum delete them."""
-        if not self.is_local:
-            return
-        folder = Path(self.table_uri(table))
-        if folder.is_dir() and not (folder / "_delta_log").is_dir() and (
-                any(folder.glob("record_id=*")) or (folder / "part-0.parquet").exists()):
-            raise ValueError(f"{folder} is in the folder-per-record layout of an older "
-                             "ledgerlake: run `ledgerlake lake migrate` before writing to it")
-
     def shown(self, table: str) -> str:
         """The table's location as metadata and messages show it (no query)."""
         return self.table_uri(table).split("?", 1)[0]
@@ -76,7 +65,6 @@ class Lake(ConfigurableResource):
         `schema`: the columns and types written (default: the rows' own)."""
         if schema is None and parts:
             schema = next(iter(parts.values())).schema
-        self._refuse_old_layout(table)
         return delta.replace(self.table_uri(table), schema, parts, window=window,
                              stats=stats_columns(table))
 
@@ -85,8 +73,7 @@ class Lake(ConfigurableResource):
         """Replace one record's rows (None: the whole table, one not kept by record) in one
         commit: a reader sees old or new, never half. Returns the committed version."""
         if record_id is None:
-            self._refuse_old_layout(table)
-            return delta.overwrite(self.table_uri(table), schema or data.schema, data,
+                return delta.overwrite(self.table_uri(table), schema or data.schema, data,
                                    stats=stats_columns(table))
         return self.replace(table, {record_id: data}, schema)
 
@@ -96,7 +83,6 @@ class Lake(ConfigurableResource):
         if not parts:
             raise ValueError("append needs at least one record")
         schema = schema or next(iter(parts.values())).schema
-        self._refuse_old_layout(table)
         full = delta.with_record_id(schema)
         rows = pa.concat_tables([
             data.select(schema.names).append_column(

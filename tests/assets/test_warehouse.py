@@ -929,8 +929,8 @@ def test_as_of_a_table_or_version_the_lake_lacks_is_refused(tmp_path, as_of, mes
 
 
 def test_a_lake_from_before_a_column_still_builds_every_view(tmp_path):
-    """Identity written before it was sealed (as `ledgerlake lake migrate` and older versions
-    left it): the views build, the columns it lacks are null."""
+    """Identity written without the columns added since (a table that lacks some): the views
+    build, the columns it lacks are null."""
     from assets.identity import RAW, to_table
 
     lake = Lake(root=str(tmp_path / "lake"))

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import time
 
 import orjson
 import pytest
 
-from pipeline import inbox as inbox_module
-from pipeline.inbox import Inbox, InboxMissing, InvalidEvent, describe, open_inbox
+from pipeline.inbox import Inbox, InboxMissing, InvalidEvent, describe, kept_body, open_inbox
 from pipeline.inbox_resource import InboxResource
 
 NAME = "is missing or not of the form ^[A-Za-z0-9_.-]{1,64}$"
@@ -99,27 +97,6 @@ def test_each_refusal_names_the_fault(inbox, body, message):
         inbox.add(body)
     assert str(info.value) == message
     assert inbox.count() == 0
-
-
-def test_names_and_record_ids_found_well_formed_are_remembered_within_a_bound(monkeypatch):
-    """A value checked once is not matched again, an ill-formed one never counts as checked
-    (nor a value of another type), and the memory is emptied once it holds SEEN_MAX."""
-    monkeypatch.setattr(inbox_module, "SEEN_MAX", 3)
-    monkeypatch.setattr(inbox_module, "_RECORD_IDS", set())
-    for n in range(3):
-        describe(cb(record=f"rec-{n}", recordId=None, accountId=None))
-    assert inbox_module._RECORD_IDS == {"rec-0", "rec-1", "rec-2"}
-    describe(cb(record="rec-1", recordId=None, accountId=None))  # remembered: nothing added
-    assert len(inbox_module._RECORD_IDS) == 3
-    describe(cb(record="rec-3", recordId=None, accountId=None))  # full: emptied
-    assert inbox_module._RECORD_IDS == {"rec-3"}
-    for _ in range(2):
-        with pytest.raises(InvalidEvent, match=re.escape(f"callback record {ID}")):
-            describe(cb(record="rec 4", recordId=None, accountId=None))
-    assert inbox_module._RECORD_IDS == {"rec-3"}
-    with pytest.raises(InvalidEvent, match=re.escape(f"callback method {NAME}")):
-        describe(cb(method=["ACCOUNTS"]))  # not a string, though "ACCOUNTS" is remembered
-    assert "ACCOUNTS" in inbox_module._NAMES
 
 
 # -- what a body is, and what names it -----------------------------------------------------------
@@ -347,9 +324,9 @@ def test_a_batch_is_500_events_unless_asked_otherwise(inbox):
 
 
 def test_max_bytes_is_a_bound_that_can_be_met_exactly(inbox):
-    bodies = [orjson.dumps(cb(record=f"r{i}", recordId=None)) for i in range(4)]
+    bodies = [kept_body(cb(record=f"r{i}", recordId=None)) for i in range(4)]  # as stored
     for raw in bodies:
-        inbox.add(orjson.loads(raw), raw)
+        inbox.add(orjson.loads(raw))
     one = len(bodies[0])
     assert [len(inbox.after(0, 10, max_bytes=n)) for n in (3 * one - 1, 3 * one)] == [2, 3]
 
