@@ -63,6 +63,13 @@ mutation: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# the generated pages: docs/cli.md from the command line's parser, docs/columns.md from the
+# pandera models; a test fails when either differs from what its source says
+.PHONY: docs
+docs: setup
+	$(VENV)/bin/python -m pipeline.cli_reference
+	$(VENV)/bin/python -m assets.catalog
+
 dev: setup
 	$(VENV)/bin/ledgerlake dev
 
