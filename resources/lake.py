@@ -1,7 +1,6 @@
 """The lake: one Delta table per product at `<root>/<table>`, each record's rows in it.
 
-Dagster keeps one partition per record; the files do not. A run replaces exactly its records'
-rows of a table in one commit (`resources/delta.py`), so readers see the table before or after
+A run replaces exactly its records' rows of a table in one commit (`resources/delta.py`), so readers see the table before or after
 it, never between, and a query costs what the rows cost, not what the records do
 (docs/lake.md). Tables that only grow (balance snapshots) are appended to; tables not kept by
 record (`records`) are replaced whole. `record_id` is a column of every table but `records`'
@@ -56,8 +55,8 @@ class Lake(ConfigurableResource):
         return f"{base.rstrip('/')}/{table}" + (f"?{query}" if query else "")
 
     def _refuse_old_layout(self, table: str) -> None:
-        """A table still in the folder-per-record layout is migrated first, not written into:
-        Delta would ignore its folders, and the lake's vacuum delete them."""
+        """A table folder of per-record Parquet folders, not a Delta table, is refused rather
+        than written into: Delta would ignore its folders, and the lake's vacuum delete them."""
         if not self.is_local:
             return
         folder = Path(self.table_uri(table))
