@@ -56,12 +56,20 @@ chaos: setup
 
 # mutmut on pipeline/inbox.py, resources/client.py, assets/checks.py, assets/transactions.py,
 # each with its own tests (mutation/run.py); not part of `make test`. MODULES=... picks some.
-# Figures, equivalent mutants and how long it takes: docs/testing.md
+# Figures and how long it takes: docs/testing.md; the equivalent mutants it leaves out of
+# the score: mutation/equivalents.toml
 mutation: setup
 	$(VENV)/bin/python mutation/run.py $(MODULES)
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# the generated pages: docs/cli.md from the command line's parser, docs/columns.md from the
+# pandera models; a test fails when either differs from what its source says
+.PHONY: docs
+docs: setup
+	$(VENV)/bin/python -m pipeline.cli_reference
+	$(VENV)/bin/python -m assets.catalog
 
 dev: setup
 	$(VENV)/bin/ledgerlake dev

@@ -5,9 +5,8 @@ the lake table (read_parquet over its snapshot's data files, local paths or `s3:
 `union_by_name` so files written before a column was added still read); when the lake
 has no file of it yet, an empty relation with the table's columns and types (LAKE_TABLES)
 stands in, so every view exists over any lake, even an empty one, with the same typed
-columns it has over real rows. (`{lake:TABLE?}`, once the spelling for a table that may
-be missing, means the same.) A `-- needs: view, ...` line names views the file reads; a view
-is created after them.
+columns it has over real rows (`{lake:TABLE?}` means the same). A `-- needs: view, ...`
+line names views the file reads; a view is created after them.
 
 Analysts open the published file read-only. A refresh builds a new file next to it and
 renames it into place, so readers never see a half-built one, and since the build never
@@ -64,13 +63,13 @@ from .transactions import transactions
 
 SQL_DIR = Path(__file__).parent / "sql"
 
-# tables kept as one file, `<lake>/<table>/part-0.parquet`, not one per record (docs/lake.md)
+# tables not kept by record: no `record_id` column, replaced whole (docs/lake.md)
 UNPARTITIONED = {"records", "erasures"}
 
 # The lake's tables as their assets write them (docs/lake.md, "Tables"): a table not there yet
 # is stood in for by an empty relation of these columns and types, so every view exists over
-# any lake, even an empty one, and types the same with rows as without. A partitioned table's
-# files hold no `record_id`: the hive folder adds it, last, as DuckDB's read_parquet does.
+# any lake, even an empty one, and types the same with rows as without. A table kept by
+# record has `record_id` after these columns (resources/lake.py).
 LAKE_TABLES: dict[str, pa.Schema] = {
     "accounts": accounts_module.SCHEMA,
     "balance_history": balances_module.HISTORY,
@@ -246,8 +245,8 @@ def lake_sources(lake: Lake, tables: Iterable[str] = LAKE_TABLES,
         raise ValueError(f"no lake table {', '.join(unknown)}; the tables: "
                          f"{', '.join(LAKE_TABLES)}")
     found = {t: snapshot_files(lake, t, as_of) for t in tables}
-    # with the stand-in's columns by name: a lake written before a column was added (identity
-    # before `sealed`) still binds every view, the column null on its older rows
+    # with the stand-in's columns by name: files that lack a column of the table's schema
+    # still bind every view, the column null on their rows
     return {t: f"(select * from {lake_source(files)} union all by name {stand_in(t)})"
             for t, files in found.items() if files}
 

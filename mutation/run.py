@@ -8,8 +8,9 @@ the targeted tests that called the mutated function). The copy comes first on sy
 tests import the mutated module; child servers started with `python -m pipeline.cli` from
 that directory import it too.
 
-Survivors judged equivalent are listed in docs/testing.md, one line each, starting with the
-mutant's name in backticks; the kill rate is reported over the mutants that are not.
+Survivors judged equivalent are listed in mutation/equivalents.toml, one entry per mutant with
+what it changes and why no test can tell; the kill rate is reported over the mutants that are
+not (docs/testing.md).
 
     .venv/bin/python mutation/run.py [MODULE ...]     # default: every module below
 """
@@ -28,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".mutation"
-DOC = ROOT / "docs" / "testing.md"
+EQUIVALENTS = Path(__file__).resolve().with_name("equivalents.toml")
 MUTMUT = str(Path(sys.executable).with_name("mutmut"))  # not `python -m mutmut`: it warns
 
 # The checks and the transactions asset share their tests: the rules on their own first, then
@@ -134,12 +135,33 @@ def prepare(module: str, tests: list[str]) -> Path:
     return work
 
 
-def equivalents() -> dict[str, str]:
-    """Mutant names docs/testing.md judges equivalent, each with its line there."""
-    if not DOC.exists():
-        return {}
-    return {m.group(1): line.strip() for line in DOC.read_text().splitlines()
-            if (m := re.match(r"^\s*[-*|]\s*`([\w.ǁ]+__mutmut_\d+)`", line))}
+def equivalents(path: Path = EQUIVALENTS) -> dict[str, str]:
+    """The mutants judged equivalent, each with its judgement in one line (change: reason).
+
+    Raises ValueError naming the entry that is not as the file's header describes.
+    """
+    import tomllib
+
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    kinds = data.pop("kinds", {})
+    judged: dict[str, str] = {}
+    for module, entries in data.items():
+        if module not in MODULES:
+            raise ValueError(f"[{module}] is not a module `make mutation` runs")
+        for name, entry in entries.items():
+            where = f"[{module}] {name}"
+            if not (name.startswith(slug(module) + ".") and re.search(r"__mutmut_\d+$", name)):
+                raise ValueError(f"{where}: not the name of one of this module's mutants")
+            fields = set(entry) if isinstance(entry, dict) else set()
+            if "change" not in fields or not fields & {"kind", "why"} or fields - {
+                    "change", "kind", "why"}:
+                raise ValueError(f"{where}: needs a change and a kind or a why, nothing else")
+            if "kind" in entry and entry["kind"] not in kinds:
+                raise ValueError(f"{where}: kind {entry['kind']!r} is not one of [kinds]")
+            reasons = [kinds.get(entry.get("kind"), ""), entry.get("why", "")]
+            judged[name] = f"{entry['change']}: {'; '.join(r for r in reasons if r)}"
+    return judged
 
 
 def results(work: Path, module: str) -> dict[str, str]:
@@ -165,7 +187,7 @@ def report(module: str, work: Path, seconds: float, floor: float | None,
         text=True).stdout.split("\0")
     with open(work / "survivors.txt", "w") as out:
         for name, diff in zip(survivors, shown, strict=False):
-            tag = "  (equivalent)" if name in judged else ""
+            tag = f"  (equivalent: {judged[name]})" if name in judged else ""
             out.write(f"{name}: {got[name]}{tag}\n{diff}\n\n")
     ok = floor is None or rate >= floor
     text = (f"{module}: {len(got)} mutants, {killed} killed, {len(equivalent)} equivalent, "
@@ -174,7 +196,7 @@ def report(module: str, work: Path, seconds: float, floor: float | None,
             + f"; {seconds:.0f}s\n    by status: {dict(sorted(counts.items()))}\n"
             + f"    survivors and their diffs: {work.relative_to(ROOT)}/survivors.txt")
     if stale:
-        text += ("\n    listed as equivalent in docs/testing.md but not a survivor now "
+        text += ("\n    listed in mutation/equivalents.toml but not a survivor now "
                  "(renumbered or killed): " + ", ".join(stale))
     return ok, text
 
@@ -198,7 +220,11 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown module(s) {unknown}; known: {list(MODULES)}", file=sys.stderr)
         return 2
-    judged = equivalents()
+    try:
+        judged = equivalents()
+    except (OSError, ValueError) as exc:  # tomllib's TOMLDecodeError is a ValueError
+        print(f"{EQUIVALENTS.relative_to(ROOT)}: {exc}", file=sys.stderr)
+        return 2
     lines, ok, begun = [], True, time.monotonic()
     for module in chosen:
         tests, floor = MODULES[module]

@@ -503,7 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("sandbox", help="serve the connection-service sandbox")
-    p.add_argument("--host", type=_loopback, default="127.0.0.1")
+    p.add_argument("--host", type=_loopback, default="127.0.0.1",
+                   help="loopback address to listen on (default %(default)s)")
     p.add_argument("--port", type=_port, default=8765, help="0 picks a free port")
     p.add_argument("--data-dir", default="data/sandbox", help="state on disk (default %(default)s)")
     p.add_argument("--production-key", help="secret key of /v2/ (or LEDGERLAKE_PRODUCTION_KEY)")
@@ -627,7 +628,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_reveal)
 
     p = sub.add_parser("demo", help="run the pipeline end to end on a fresh sandbox")
-    p.add_argument("--customers", type=_number(int, 1, 100, "customers"), default=3)
+    p.add_argument("--customers", type=_number(int, 1, 100, "customers"), default=3,
+                   help="customers to create, 1 to 100 (default %(default)s)")
     p.add_argument("--home", help="data folder (default $LEDGERLAKE_HOME or ./data)")
     p.set_defaults(func=cmd_demo)
 
@@ -636,6 +638,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--customers", type=_number(int, 0, 100, "customers"), default=3,
                    help="customers to create at start (default %(default)s)")
     p.set_defaults(func=cmd_dev)
+    from .cli_help import explain
+
+    explain(parser, sub)  # each command's prose (pipeline/cli_help.py), also docs/cli.md's
     return parser
 
 

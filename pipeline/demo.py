@@ -197,7 +197,7 @@ def run_dev(port: int = 3000, customers: int = 3) -> int:
     try:
         if customers:
             create_customers(api, customers)
-        # the hosted connect page: a user links a bank in the browser (README, "The connect page")
+        # the hosted connect page, where a user links a bank (docs/interface.md)
         connect = api.post("settings/connect", json={}).json()["data"]
     finally:
         api.close()

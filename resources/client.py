@@ -47,8 +47,8 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 @functools.cache
 def tls_context():
-    """The trust store, loaded once a process (~20 ms a client otherwise; forked workers that
-    build their own clients inherit it)."""
+    """The trust store, loaded once a process: it costs ~20 ms to build, which every client
+    would otherwise pay."""
     return httpx.create_ssl_context()
 
 
@@ -277,11 +277,11 @@ class ConnectionClient(ConfigurableResource):
         or those of pages `first_page` to `last_page`.
 
         The pages' bytes go to Arrow's JSON reader PARSE_PAGES at a time, not through orjson
-        and Python dicts (~4 against ~7 us of CPU a row, bench/README.md). Once a page has
-        said how many pages there are, the next ones are asked for before the last is parsed;
-        each page's own pagination is checked when it is parsed, and one that disagrees
-        (the data changed while we read) drops the pages asked for after it and paging
-        goes on from its nextPage, as `pages` does.
+        and Python dicts (~4 against ~7 us of CPU a row). Once a page has said how many pages
+        there are, the next ones are asked for before the last is parsed; each page's own
+        pagination is checked when it is parsed, and one that disagrees (the data changed
+        while we read) drops the pages asked for after it and paging goes on from its
+        nextPage, as `pages` does.
         """
         body = self._transactions_body(record, account, from_date, to_date)
         path = "transactions/get"

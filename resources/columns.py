@@ -1,6 +1,6 @@
 """Pages of the service as Arrow columns: one C++ pass per page, no per-row Python.
 
-The columns are the lake's (docs/lake.md); `record_id` is not one, the partition names it.
+The columns are the lake's (docs/lake.md) but `record_id`, which the lake adds per record.
 
 Money is exact: naira as `decimal(18,2)` (MONEY) from the JSON to the lake. Arrow's JSON
 reader parses the numbers' text straight into decimals (and refuses a third decimal); values

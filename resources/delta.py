@@ -437,8 +437,7 @@ def _refuse_float_money(schema: pa.Schema, data: pa.Table, where: str = "") -> N
 
 
 def with_record_id(schema: pa.Schema) -> pa.Schema:
-    """The table's schema: the product's columns, then the record's id (where the folder
-    layout's hive column came)."""
+    """The table's schema: the product's columns, then the record's id."""
     if "record_id" in schema.names:
         return schema
     return schema.append(pa.field("record_id", pa.string(), nullable=False))

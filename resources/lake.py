@@ -1,7 +1,6 @@
 """The lake: one Delta table per product at `<root>/<table>`, each record's rows in it.
 
-Dagster keeps one partition per record; the files do not. A run replaces exactly its records'
-rows of a table in one commit (`resources/delta.py`), so readers see the table before or after
+A run replaces exactly its records' rows of a table in one commit (`resources/delta.py`), so readers see the table before or after
 it, never between, and a query costs what the rows cost, not what the records do
 (docs/lake.md). Tables that only grow (balance snapshots) are appended to; tables not kept by
 record (`records`) are replaced whole. `record_id` is a column of every table but `records`'

@@ -29,22 +29,3 @@ def test_bad_arguments(tmp_path, args, message):
     assert out.returncode == 2, out.stderr
     assert message in out.stderr
     assert list(tmp_path.iterdir()) == []  # nothing was created
-
-
-@pytest.mark.parametrize("command", ["sql", "report"])
-def test_the_readme_options_table_is_the_commands(command):
-    """README's option table of `ledgerlake <command>` lists exactly the parser's options."""
-    import argparse
-    import re
-    from pathlib import Path
-
-    from pipeline.cli import build_parser
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split(f"### `ledgerlake {command}`", 1)[1].split("\n### ", 1)[0]
-    rows = [ln for ln in section.splitlines() if ln.startswith("| `--")]
-    documented = {opt for ln in rows for opt in re.findall(r"`(--[a-z-]+)", ln.split("|")[1])}
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    options = {o for a in sub.choices[command]._actions for o in a.option_strings
-               if o.startswith("--") and o != "--help"}
-    assert documented == options
