@@ -44,15 +44,8 @@ from dagster import (
 
 from resources import object_store
 from resources.lake import Lake, fsync
-from resources.privacy import ERASURES
+from resources.tables import TABLES, columns, schema
 
-from . import accounts as accounts_module
-from . import balances as balances_module
-from . import identity as identity_module
-from . import income as income_module
-from . import payments as payments_module
-from . import record_status as record_status_module
-from . import transactions as transactions_module
 from .accounts import accounts
 from .balances import balances
 from .catalog import OWNERS, view_descriptions
@@ -64,25 +57,13 @@ from .transactions import transactions
 
 SQL_DIR = Path(__file__).parent / "sql"
 
-# tables kept as one file, `<lake>/<table>/part-0.parquet`, not one per record (docs/lake.md)
-UNPARTITIONED = {"records", "erasures"}
+# tables not kept by record: the lake adds no `record_id` to their rows (docs/lake.md)
+UNPARTITIONED = {t for t, declared in TABLES.items() if not declared.by_record}
 
-# The lake's tables as their assets write them (docs/lake.md, "Tables"): a table not there yet
+# The lake's tables as their assets write them (resources/tables.py): a table not there yet
 # is stood in for by an empty relation of these columns and types, so every view exists over
-# any lake, even an empty one, and types the same with rows as without. A partitioned table's
-# files hold no `record_id`: the hive folder adds it, last, as DuckDB's read_parquet does.
-LAKE_TABLES: dict[str, pa.Schema] = {
-    "accounts": accounts_module.SCHEMA,
-    "balance_history": balances_module.HISTORY,
-    "balance_periodic": balances_module.PERIODIC,
-    "transactions": transactions_module.SCHEMA,
-    "income": income_module.SUMMARY,
-    "income_streams": income_module.STREAMS,
-    "identity": identity_module.SCHEMA,
-    "payments": payments_module.SCHEMA,
-    "records": record_status_module.SCHEMA,
-    "erasures": ERASURES,
-}
+# any lake, even an empty one, and types the same with rows as without.
+LAKE_TABLES: dict[str, pa.Schema] = {t: schema(t) for t in TABLES}
 
 # Views need no newer storage: written as DuckDB 1.0 reads it, any DuckDB from 1.0 on (the
 # `duckdb` CLI, other drivers) opens the file, not only the version that built it.
@@ -224,13 +205,9 @@ def duckdb_type(t: pa.DataType) -> str:
 
 
 def lake_columns(table: str) -> dict[str, str]:
-    """A lake table's columns as a view reads them: name -> DuckDB type."""
-    if table not in LAKE_TABLES:
-        raise ValueError(f"no schema for lake table {table!r}: add it to LAKE_TABLES")
-    cols = {f.name: duckdb_type(f.type) for f in LAKE_TABLES[table]}
-    if table not in UNPARTITIONED:
-        cols["record_id"] = "varchar"  # the lake's, after the product's columns
-    return cols
+    """A lake table's columns as a view reads them (`record_id` last, where the lake adds it):
+    name -> DuckDB type."""
+    return {name: duckdb_type(c.type) for name, c in columns(table).items()}
 
 
 def stand_in(table: str) -> str:
@@ -397,3 +374,4 @@ def warehouse(context: AssetExecutionContext, lake: Lake,
         "lake_tables_not_landed": ", ".join(empty),  # their views exist, empty
         "lake_versions": MetadataValue.json({t: v for t, v in versions.items() if v is not None}),
     })
+
