@@ -8,23 +8,18 @@ is the first paragraph of the comment heading its SQL file. From there they reac
   (`dagster/column_schema`, built by `column_schema`);
 - DuckDB: `COMMENT ON VIEW` and `COMMENT ON COLUMN` in every warehouse build, so
   `duckdb_columns()` and `duckdb_views()` show them to any client (assets/warehouse.py);
-- docs/columns.md, written by `python -m assets.catalog` and checked against them by a test.
+- docs/columns.md, written by `python -m assets.warehouse` and checked against them by a test.
 """
 
 from __future__ import annotations
 
-import sys
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 
 import pyarrow as pa
 from dagster import TableColumn, TableSchema
 
 from resources.privacy import CLASSES, classify
 from resources.tables import CLASS_ORDER, columns
-
-DOC = Path(__file__).resolve().parents[1] / "docs" / "columns.md"
 
 # Who answers for the assets, and the tags the catalog filters on (`tag:product`, `tag:pii`)
 OWNERS = ["team:data-engineering"]
@@ -103,47 +98,3 @@ def view_classes(name: str, reads: Reads) -> dict[str, str]:
             if column not in out or CLASS_ORDER.index(cls) > CLASS_ORDER.index(out[column]):
                 out[column] = cls
     return out
-
-
-def _cell(text: str | None) -> str:
-    return (text or "").replace("|", "\\|").replace("\n", " ")
-
-
-def markdown() -> str:
-    """docs/columns.md: every view and its columns, with their DuckDB types, as the warehouse
-    built over an empty lake has them (the same as over any lake)."""
-    from .warehouse import build, load_views, warehouse_columns
-
-    views = {v.name: v for v in load_views()}
-    reads = {v.name: (set(v.tables | v.optional), v.needs) for v in views.values()}
-    with tempfile.TemporaryDirectory(prefix="ledgerlake-columns-") as scratch:
-        target = Path(scratch) / "w.duckdb"
-        build(Path(scratch) / "lake", target)
-        columns = warehouse_columns(target)
-    lines = [
-        "# The warehouse's columns",
-        "",
-        "Written by `python -m assets.catalog` from the lake's column declarations",
-        "(`resources/tables.py`), what each view adds (`assets/catalog.py`) and the comment",
-        "heading each view's SQL file (`assets/sql/`); a test fails when this file differs.",
-        "The same text is on every view and column in DuckDB (`select * from duckdb_columns()`)",
-        "and in the Dagster UI's column tables.",
-        "Money is `decimal(18,2)` naira; times are UTC (`timestamp with time zone`).",
-        "A column's class (`public`, `personal`, `sensitive`) is that of the lake column it",
-        "shows (docs/privacy.md): sensitive columns hold masked values.",
-    ]
-    for name in sorted(views):
-        lines += ["", f"## `{name}`", "", views[name].comment, "",
-                  "| column | type | class | description |", "|---|---|---|---|"]
-        classes = view_classes(name, reads)
-        lines += [f"| `{c}` | {t.lower()} | {classes.get(c, 'public')} | {_cell(d)} |"
-                  for c, t, d in columns[name]]
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":  # python -m assets.catalog [--check]
-    text = markdown()
-    if sys.argv[1:] == ["--check"]:
-        sys.exit(0 if DOC.read_text() == text else f"{DOC} is stale: python -m assets.catalog")
-    DOC.write_text(text)
-    print(f"wrote {DOC}")

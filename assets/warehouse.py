@@ -25,6 +25,8 @@ import glob
 import os
 import re
 import struct
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -46,16 +48,11 @@ from resources import object_store
 from resources.lake import Lake, fsync
 from resources.tables import TABLES, columns, schema
 
-from .accounts import accounts
-from .balances import balances
-from .catalog import OWNERS, view_descriptions
-from .identity import identity
-from .income import income
-from .payments import payments
-from .record_status import record_status
-from .transactions import transactions
+from .catalog import OWNERS, view_classes, view_descriptions
+from .record_status import PRODUCT_ASSETS, record_status
 
 SQL_DIR = Path(__file__).parent / "sql"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "columns.md"
 
 # tables not kept by record: the lake adds no `record_id` to their rows (docs/lake.md)
 UNPARTITIONED = {t for t, declared in TABLES.items() if not declared.by_record}
@@ -357,8 +354,7 @@ def _locked(path: Path) -> bool | None:
 
 # the views read what these write; the warehouse is rebuilt after them, never during
 # after maintenance too: compaction retires the files the views name, vacuum removes them
-@asset(deps=[accounts, balances, transactions, income, identity, payments, record_status,
-             "lake_maintenance"],
+@asset(deps=[*PRODUCT_ASSETS, record_status, "lake_maintenance"],
        pool="duckdb", group_name="warehouse", kinds={"duckdb"}, owners=OWNERS)
 def warehouse(context: AssetExecutionContext, lake: Lake,
               warehouse_db: Warehouse) -> MaterializeResult:
@@ -375,3 +371,44 @@ def warehouse(context: AssetExecutionContext, lake: Lake,
         "lake_versions": MetadataValue.json({t: v for t, v in versions.items() if v is not None}),
     })
 
+
+def markdown() -> str:
+    """docs/columns.md: every view and its columns, with their DuckDB types, as the warehouse
+    built over an empty lake has them (the same as over any lake)."""
+    views = {v.name: v for v in load_views()}
+    reads = {v.name: (set(v.tables | v.optional), v.needs) for v in views.values()}
+    with tempfile.TemporaryDirectory(prefix="ledgerlake-columns-") as scratch:
+        target = Path(scratch) / "w.duckdb"
+        build(Path(scratch) / "lake", target)
+        shown = warehouse_columns(target)
+    lines = [
+        "# The warehouse's columns",
+        "",
+        "Written by `python -m assets.warehouse` from the lake's column declarations",
+        "(`resources/tables.py`), what each view adds (`assets/catalog.py`) and the comment",
+        "heading each view's SQL file (`assets/sql/`); a test fails when this file differs.",
+        "The same text is on every view and column in DuckDB (`select * from duckdb_columns()`)",
+        "and in the Dagster UI's column tables.",
+        "Money is `decimal(18,2)` naira; times are UTC (`timestamp with time zone`).",
+        "A column's class (`public`, `personal`, `sensitive`) is that of the lake column it",
+        "shows (docs/privacy.md): sensitive columns hold masked values.",
+    ]
+    for name in sorted(views):
+        lines += ["", f"## `{name}`", "", views[name].comment, "",
+                  "| column | type | class | description |", "|---|---|---|---|"]
+        classes = view_classes(name, reads)
+        lines += [f"| `{c}` | {t.lower()} | {classes.get(c, 'public')} | {_cell(d)} |"
+                  for c, t, d in shown[name]]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str | None) -> str:
+    return (text or "").replace("|", "\\|").replace("\n", " ")
+
+
+if __name__ == "__main__":  # python -m assets.warehouse [--check]: docs/columns.md
+    text = markdown()
+    if sys.argv[1:] == ["--check"]:
+        sys.exit(0 if DOC.read_text() == text else f"{DOC} is stale: python -m assets.warehouse")
+    DOC.write_text(text)
+    print(f"wrote {DOC}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from assets import catalog
+from assets import catalog, warehouse
 from assets.warehouse import build, load_views
 from resources import privacy, tables
 
@@ -75,8 +75,8 @@ def test_duckdb_shows_every_view_and_column_description(empty_warehouse):
 
 
 def test_docs_columns_md_is_what_the_declarations_say():
-    assert catalog.DOC.read_text() == catalog.markdown(), \
-        "docs/columns.md is stale: run `.venv/bin/python -m assets.catalog`"
+    assert warehouse.DOC.read_text() == warehouse.markdown(), \
+        "docs/columns.md is stale: run `.venv/bin/python -m assets.warehouse`"
 
 
 def test_the_dagster_column_tables_carry_the_descriptions():
