@@ -23,6 +23,8 @@ import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import orjson
 import pyarrow as pa
@@ -94,9 +96,7 @@ class Keys:
                 raise KeyUnusable(f"{KEY_VAR} must be 64 hex digits (32 bytes): make one with "
                                 "`python -c 'import secrets; print(secrets.token_hex(32))'`")
             return cls(bytes.fromhex(value.strip()))
-        from pipeline.config import home_from_env
-
-        path = Path(env.get(KEY_FILE_VAR) or (home or home_from_env(env)) / "pii.key")
+        path = Path(env.get(KEY_FILE_VAR) or (home or _home(env)) / "pii.key")
         if not path.exists():
             if not local_lake and KEY_FILE_VAR not in env:
                 raise _no_key_for_object_storage()
@@ -140,6 +140,14 @@ class Keys:
         except InvalidTag:
             raise KeyUnusable("sealed values are damaged or belong to another customer") \
                 from None
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    """LEDGERLAKE_HOME (default `./data`), a path or `file://` (pipeline/config.py checks it
+    when the code location loads)."""
+    home = env.get("LEDGERLAKE_HOME", "data")
+    local = url2pathname(urlsplit(home).path) if home.startswith("file:") else home
+    return Path(local).resolve()
 
 
 def check_key(environ: Mapping[str, str] | None = None, local_lake: bool = True) -> None:
