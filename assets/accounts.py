@@ -6,6 +6,7 @@ from dagster import AssetExecutionContext
 from resources.client import ConnectionClient
 from resources.columns import ref
 from resources.lake import Lake
+from resources.tables import UTC_MS, schema
 
 from .checks import accounts_belong_to_record
 from .metadata import record_metadata
@@ -17,21 +18,7 @@ ACCOUNT_HAS_RECORD = Check("account_has_record", "every account names its record
                                                  "record is a known partition; a record that "
                                                  "fails keeps its previously published accounts")
 
-UTC_MS = pa.timestamp("ms", tz="UTC")
-SCHEMA = pa.schema([
-    ("account_id", pa.string()),
-    ("nuban", pa.string()),
-    ("name", pa.string()),
-    ("type", pa.string()),
-    ("currency", pa.string()),
-    ("bank_id", pa.string()),
-    ("customer_id", pa.string()),
-    ("customer_name", pa.string()),
-    ("balance_id", pa.string()),
-    ("env", pa.string()),
-    ("created_at", UTC_MS),
-    ("last_updated", UTC_MS),
-])
+SCHEMA = schema("accounts")
 
 
 def to_table(accounts: list[dict]) -> pa.Table:

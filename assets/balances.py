@@ -13,8 +13,9 @@ import pyarrow as pa
 from dagster import AssetExecutionContext
 
 from resources.client import ConnectionClient
-from resources.columns import MONEY, money, ref
+from resources.columns import money, ref
 from resources.lake import Lake
+from resources.tables import UTC_MS, schema
 
 from .charts import add_charts
 from .metadata import record_metadata
@@ -22,22 +23,7 @@ from .partitions import source_of
 from .publish import Landing, land_each, product
 from .schemas import BalanceHistory, BalancePeriodic, validate
 
-UTC_MS = pa.timestamp("ms", tz="UTC")
-HISTORY = pa.schema([
-    ("account_id", pa.string()),
-    ("fetched_at", UTC_MS),
-    ("available_balance", MONEY),
-    ("ledger_balance", MONEY),
-    ("currency", pa.string()),
-    ("source", pa.string()),
-    ("service_updated_at", UTC_MS),
-])
-PERIODIC = pa.schema([
-    ("account_id", pa.string()),
-    ("date", pa.date32()),
-    ("available_balance", MONEY),
-    ("ledger_balance", MONEY),
-])
+HISTORY, PERIODIC = schema("balance_history"), schema("balance_periodic")
 
 
 

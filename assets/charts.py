@@ -25,6 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import MetadataValue
 
+from resources.tables import schema
+
+from .warehouse import DEFAULT_TIMEZONE, load_views, render
+
 if TYPE_CHECKING:
     from .publish import Landing
 
@@ -41,12 +45,11 @@ CHART_RECORDS = _chart_records()
 # the lake's columns the daily_balances SQL reads, each table with the record's id
 _READS = {"transactions": ["account_id", "cleared_date", "transaction_id", "balance"],
           "balance_periodic": ["account_id", "date", "available_balance", "ledger_balance"]}
+ACCOUNTS, PERIODIC, TRANSACTIONS = map(schema, ["accounts", "balance_periodic", "transactions"])
 
 
 def timezone() -> str:
     """The customers' zone (LEDGERLAKE_TIMEZONE, checked when the code location loads)."""
-    from .warehouse import DEFAULT_TIMEZONE
-
     return os.environ.get("LEDGERLAKE_TIMEZONE") or DEFAULT_TIMEZONE
 
 
@@ -54,8 +57,6 @@ def daily_balances(tables: Mapping[str, Mapping[str, pa.Table]], zone: str | Non
                    ) -> dict[str, pa.Table]:
     """Per record, its `daily_balances` rows (account_id, date, balance, ...) sorted by
     account and day, from `tables`: lake table -> record -> that record's rows."""
-    from .warehouse import load_views, render
-
     view = next(v for v in load_views() if v.name == "daily_balances")
     with duckdb.connect() as con:
         sources = {}
@@ -187,10 +188,6 @@ def record_charts(lake, record_ids: Sequence[str],
     more than CHART_RECORDS records: there the charts would cost more than the landing."""
     if not record_ids or len(record_ids) > CHART_RECORDS:
         return {}
-    from .accounts import SCHEMA as ACCOUNTS
-    from .balances import PERIODIC
-    from .transactions import SCHEMA as TRANSACTIONS
-
     # only the columns the chart reads: a record's topics or narrations are not worth a read
     full = {"transactions": TRANSACTIONS, "balance_periodic": PERIODIC}
     schemas = {t: pa.schema([full[t].field(c) for c in cols]) for t, cols in _READS.items()}

@@ -12,6 +12,7 @@ from resources.client import ConnectionClient
 from resources.columns import ref
 from resources.lake import Lake
 from resources.privacy import Keys, protect
+from resources.tables import schema
 
 from .catalog import PII
 from .metadata import record_metadata
@@ -22,19 +23,10 @@ TEXT = ["bvn", "nin", "firstname", "middlename", "lastname", "fullname", "gender
         "marital_status", "nationality", "state_of_origin", "state_of_residence",
         "lga_of_origin", "lga_of_residence"]
 LISTS = {"phones": "phone", "emails": "email", "addresses": "address", "aliases": "aliases"}
-# as the service sends it: what validation checks, and what is sealed
-RAW = pa.schema(
-    [("customer_id", pa.string())] + [(c, pa.string()) for c in TEXT[:6]]
-    + [("dob", pa.date32())] + [(c, pa.string()) for c in TEXT[6:]]
-    + [(c, pa.list_(pa.string())) for c in LISTS])
-# as the lake keeps it: bvn, nin, phones, emails, addresses masked; dob as its year; the raw
-# values in `sealed`
-SCHEMA = pa.schema(
-    [("customer_id", pa.string()), ("bvn", pa.string()), ("bvn_hash", pa.string()),
-     ("nin", pa.string()), ("nin_hash", pa.string())]
-    + [(c, pa.string()) for c in TEXT[2:6]] + [("birth_year", pa.int32())]
-    + [(c, pa.string()) for c in TEXT[6:]]
-    + [(c, pa.list_(pa.string())) for c in LISTS] + [("sealed", pa.binary())])
+# as the service sends it (what validation checks, and what is sealed), and as the lake
+# keeps it: bvn, nin, phones, emails, addresses masked; dob as its year; the raw values in
+# `sealed`
+RAW, SCHEMA = schema("identity", sent=True), schema("identity")
 
 
 def to_table(items: list[dict]) -> pa.Table:

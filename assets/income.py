@@ -10,8 +10,9 @@ import pyarrow as pa
 from dagster import AssetExecutionContext
 
 from resources.client import ConnectionClient
-from resources.columns import MONEY, TRANSACTION_SCHEMA, money, ref
+from resources.columns import money, ref
 from resources.lake import Lake
+from resources.tables import MONEY, UTC_MS, schema
 
 from .checks import income_matches_transactions
 from .metadata import record_metadata
@@ -19,40 +20,12 @@ from .partitions import record_ids
 from .publish import Check, Landing, evaluate, land_each, product
 from .schemas import Income, IncomeStreams, validate
 
-TRANSACTIONS = pa.schema([f for f in TRANSACTION_SCHEMA if f.name != "record_id"])
 INCOME_MATCHES = Check(
     "income_matches_transactions",
     "income's stream counts equal the income-tagged credits among the record's transactions; "
     "checked when both have landed, whichever came first", blocking=False)
-UTC_MS = pa.timestamp("ms", tz="UTC")
-SUMMARY = pa.schema([
-    ("income_id", pa.string()),
-    ("customer_id", pa.string()),
-    ("confidence", pa.float64()),
-    ("number_of_transactions", pa.int64()),
-    ("average_monthly_income", MONEY),
-    ("last_year_income", MONEY),
-    ("account_age_months", pa.int64()),
-    ("number_of_streams", pa.int64()),
-    ("past_three_months_total", MONEY),
-    ("past_six_months_total", MONEY),
-    ("past_twelve_months_total", MONEY),
-    ("past_twelve_months_average", MONEY),
-    ("created_at", UTC_MS),
-])
-STREAMS = pa.schema([
-    ("stream_id", pa.string()),
-    ("account_ids", pa.list_(pa.string())),
-    ("type", pa.string()),
-    ("monthly_amount", MONEY),
-    ("number_of_transactions", pa.int64()),
-    ("source_name", pa.string()),
-    ("source_type", pa.string()),
-    ("first_date", pa.date32()),
-    ("last_date", pa.date32()),
-    ("total_count", pa.int64()),
-    ("primary_stream", pa.bool_()),
-])
+SUMMARY, STREAMS = schema("income"), schema("income_streams")
+TRANSACTIONS = schema("transactions")
 
 
 

@@ -10,32 +10,15 @@ import pyarrow as pa
 from dagster import AssetExecutionContext
 
 from resources.callbacks import PAYMENT_METHODS, CallbackLog
-from resources.columns import MONEY, money_from_kobo
+from resources.columns import money_from_kobo
 from resources.lake import Lake
+from resources.tables import MONEY, UTC_MS, schema
 
 from .metadata import record_metadata
 from .publish import Landing, land_each, product
 from .schemas import Payments, validate
 
-UTC_MS = pa.timestamp("ms", tz="UTC")
-SCHEMA = pa.schema([
-    ("payment_id", pa.string()),
-    ("callback_type", pa.string()),
-    ("status", pa.string()),
-    ("amount", MONEY),
-    ("fee", MONEY),
-    ("currency", pa.string()),
-    ("ref", pa.string()),
-    ("debit_account", pa.string()),
-    ("credit_account", pa.string()),
-    ("source", pa.string()),
-    ("interbank_response_code", pa.string()),
-    ("bank_response_code", pa.string()),
-    ("bank_response_message", pa.string()),
-    ("schedule_interval", pa.string()),
-    ("created_at", UTC_MS),
-    ("last_updated", UTC_MS),
-])
+SCHEMA = schema("payments")
 
 
 def _text(value) -> str | None:

@@ -10,13 +10,13 @@ from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from resources.callbacks import CallbackLog
 from resources.lake import Lake
+from resources.tables import schema
 
 from .catalog import OWNERS, column_schema
 from .metadata import describe
 
 PRODUCT_ASSETS = ["accounts", "balances", "transactions", "income", "identity", "payments"]
 
-UTC_MS = pa.timestamp("ms", tz="UTC")
 # product -> the callback methods that report it (the spec's Events table)
 PRODUCTS = {
     "auth": ("AUTH",), "identity": ("IDENTITY",), "accounts": ("ACCOUNTS",),
@@ -24,14 +24,7 @@ PRODUCTS = {
     "transactions": ("TRANSACTIONS", "PERIODIC_TRANSACTIONS"),
     "income": ("INCOME",), "payment": ("PAYMENT", "PAYMENT_RECURRING"),
 }
-SCHEMA = pa.schema([
-    ("record_id", pa.string()),
-    ("status", pa.string()),
-    ("status_at", UTC_MS),
-    ("last_method", pa.string()),
-    ("last_code", pa.string()),
-    ("last_callback_at", UTC_MS),
-] + [f for p in PRODUCTS for f in ((f"{p}_code", pa.string()), (f"{p}_at", UTC_MS))])
+SCHEMA = schema("records")
 
 
 def last_per_product(methods: dict[str, tuple[str, str]]) -> dict[str, str | None]:

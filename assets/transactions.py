@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 from dagster import AssetExecutionContext, Config
 
 from resources.client import ConnectionClient, tls_context
-from resources.columns import TRANSACTION_SCHEMA, UTC_MS
 from resources.lake import Lake
+from resources.tables import UTC_MS, schema
 
 from .charts import add_charts
 from .checks import chain_breaks, ledger_mismatches, posted_in_order
@@ -33,8 +33,7 @@ from .metadata import record_metadata
 from .publish import Check, Landing, announce, commit, product, raise_failed, to_land
 from .schemas import Transactions, ValidationFailed, checked_columns, validate
 
-# the lake adds record_id to each row (resources/lake.py)
-SCHEMA = pa.schema([f for f in TRANSACTION_SCHEMA if f.name != "record_id"])
+SCHEMA = schema("transactions")  # the lake adds record_id to each row (resources/lake.py)
 OVERLAP = dt.timedelta(days=3)
 ORDER = [("trans_date", "ascending"), ("transaction_id", "ascending")]
 # Speed (bench/README.md): the next AHEAD records are fetched by FETCHERS threads, two
@@ -47,7 +46,7 @@ FETCHERS = 2
 VALIDATE_ROWS = 200_000
 LOG_EACH = 10  # records a run logs one by one; more get one line
 # validated columns only: to_pandas of the others (topics: a list a row) would cost time
-CHECKED = [n for n in checked_columns(Transactions) if n in SCHEMA.names]
+CHECKED = checked_columns(Transactions)
 
 RUNNING_BALANCE = Check(
     "running_balance_reconciles",

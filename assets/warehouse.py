@@ -24,6 +24,8 @@ import glob
 import os
 import re
 import struct
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -43,45 +45,21 @@ from dagster import (
 
 from resources import object_store
 from resources.lake import Lake, fsync
-from resources.privacy import ERASURES
+from resources.tables import TABLES, columns, schema
 
-from . import accounts as accounts_module
-from . import balances as balances_module
-from . import identity as identity_module
-from . import income as income_module
-from . import payments as payments_module
-from . import record_status as record_status_module
-from . import transactions as transactions_module
-from .accounts import accounts
-from .balances import balances
-from .catalog import OWNERS, view_descriptions
-from .identity import identity
-from .income import income
-from .payments import payments
-from .record_status import record_status
-from .transactions import transactions
+from .catalog import OWNERS, view_classes, view_descriptions
+from .record_status import PRODUCT_ASSETS, record_status
 
 SQL_DIR = Path(__file__).parent / "sql"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "columns.md"
 
-# tables not kept by record: no `record_id` column, replaced whole (docs/lake.md)
-UNPARTITIONED = {"records", "erasures"}
+# tables not kept by record: the lake adds no `record_id` to their rows (docs/lake.md)
+UNPARTITIONED = {t for t, declared in TABLES.items() if not declared.by_record}
 
-# The lake's tables as their assets write them (docs/lake.md, "Tables"): a table not there yet
+# The lake's tables as their assets write them (resources/tables.py): a table not there yet
 # is stood in for by an empty relation of these columns and types, so every view exists over
-# any lake, even an empty one, and types the same with rows as without. A table kept by
-# record has `record_id` after these columns (resources/lake.py).
-LAKE_TABLES: dict[str, pa.Schema] = {
-    "accounts": accounts_module.SCHEMA,
-    "balance_history": balances_module.HISTORY,
-    "balance_periodic": balances_module.PERIODIC,
-    "transactions": transactions_module.SCHEMA,
-    "income": income_module.SUMMARY,
-    "income_streams": income_module.STREAMS,
-    "identity": identity_module.SCHEMA,
-    "payments": payments_module.SCHEMA,
-    "records": record_status_module.SCHEMA,
-    "erasures": ERASURES,
-}
+# any lake, even an empty one, and types the same with rows as without.
+LAKE_TABLES: dict[str, pa.Schema] = {t: schema(t) for t in TABLES}
 
 # Views need no newer storage: written as DuckDB 1.0 reads it, any DuckDB from 1.0 on (the
 # `duckdb` CLI, other drivers) opens the file, not only the version that built it.
@@ -223,13 +201,9 @@ def duckdb_type(t: pa.DataType) -> str:
 
 
 def lake_columns(table: str) -> dict[str, str]:
-    """A lake table's columns as a view reads them: name -> DuckDB type."""
-    if table not in LAKE_TABLES:
-        raise ValueError(f"no schema for lake table {table!r}: add it to LAKE_TABLES")
-    cols = {f.name: duckdb_type(f.type) for f in LAKE_TABLES[table]}
-    if table not in UNPARTITIONED:
-        cols["record_id"] = "varchar"  # the lake's, after the product's columns
-    return cols
+    """A lake table's columns as a view reads them (`record_id` last, where the lake adds it):
+    name -> DuckDB type."""
+    return {name: duckdb_type(c.type) for name, c in columns(table).items()}
 
 
 def stand_in(table: str) -> str:
@@ -379,8 +353,7 @@ def _locked(path: Path) -> bool | None:
 
 # the views read what these write; the warehouse is rebuilt after them, never during
 # after maintenance too: compaction retires the files the views name, vacuum removes them
-@asset(deps=[accounts, balances, transactions, income, identity, payments, record_status,
-             "lake_maintenance"],
+@asset(deps=[*PRODUCT_ASSETS, record_status, "lake_maintenance"],
        pool="duckdb", group_name="warehouse", kinds={"duckdb"}, owners=OWNERS)
 def warehouse(context: AssetExecutionContext, lake: Lake,
               warehouse_db: Warehouse) -> MaterializeResult:
@@ -396,3 +369,45 @@ def warehouse(context: AssetExecutionContext, lake: Lake,
         "lake_tables_not_landed": ", ".join(empty),  # their views exist, empty
         "lake_versions": MetadataValue.json({t: v for t, v in versions.items() if v is not None}),
     })
+
+
+def markdown() -> str:
+    """docs/columns.md: every view and its columns, with their DuckDB types, as the warehouse
+    built over an empty lake has them (the same as over any lake)."""
+    views = {v.name: v for v in load_views()}
+    reads = {v.name: (set(v.tables | v.optional), v.needs) for v in views.values()}
+    with tempfile.TemporaryDirectory(prefix="ledgerlake-columns-") as scratch:
+        target = Path(scratch) / "w.duckdb"
+        build(Path(scratch) / "lake", target)
+        shown = warehouse_columns(target)
+    lines = [
+        "# The warehouse's columns",
+        "",
+        "Written by `python -m assets.warehouse` from the lake's column declarations",
+        "(`resources/tables.py`), what each view adds (`assets/catalog.py`) and the comment",
+        "heading each view's SQL file (`assets/sql/`); a test fails when this file differs.",
+        "The same text is on every view and column in DuckDB (`select * from duckdb_columns()`)",
+        "and in the Dagster UI's column tables.",
+        "Money is `decimal(18,2)` naira; times are UTC (`timestamp with time zone`).",
+        "A column's class (`public`, `personal`, `sensitive`) is that of the lake column it",
+        "shows (docs/privacy.md): sensitive columns hold masked values.",
+    ]
+    for name in sorted(views):
+        lines += ["", f"## `{name}`", "", views[name].comment, "",
+                  "| column | type | class | description |", "|---|---|---|---|"]
+        classes = view_classes(name, reads)
+        lines += [f"| `{c}` | {t.lower()} | {classes.get(c, 'public')} | {_cell(d)} |"
+                  for c, t, d in shown[name]]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str | None) -> str:
+    return (text or "").replace("|", "\\|").replace("\n", " ")
+
+
+if __name__ == "__main__":  # python -m assets.warehouse [--check]: docs/columns.md
+    text = markdown()
+    if sys.argv[1:] == ["--check"]:
+        sys.exit(0 if DOC.read_text() == text else f"{DOC} is stale: python -m assets.warehouse")
+    DOC.write_text(text)
+    print(f"wrote {DOC}")

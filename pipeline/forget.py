@@ -23,13 +23,13 @@ from dagster import Config, OpExecutionContext, op
 from assets.warehouse import LAKE_TABLES, UNPARTITIONED, Warehouse, build
 from resources import delta
 from resources.lake import Lake, check_record_id
-from resources.privacy import ERASURES as AUDIT_SCHEMA
 from resources.privacy import stats_columns
 
 from .inbox import DISCONNECTED
 from .inbox_resource import InboxResource
 
 AUDIT = "erasures"
+AUDIT_SCHEMA = LAKE_TABLES[AUDIT]
 # the lake tables a record's rows are erased from: every one kept by record
 TABLES = tuple(t for t in LAKE_TABLES if t not in UNPARTITIONED)
 # the tables that name a customer, where `--customer` looks for their records

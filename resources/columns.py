@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-UTC_MS = pa.timestamp("ms", tz="UTC")
-MONEY = pa.decimal128(18, 2)  # naira, exact to the kobo
+from .tables import MONEY, UTC_MS, schema
+
 _MAX_KOBO = 10**16  # what decimal(18,2) holds
 
 
@@ -110,27 +110,7 @@ TRANSACTION_WIRE = pa.struct([
     ("last_updated", pa.string()),
 ])
 
-TRANSACTION_SCHEMA = pa.schema([
-    pa.field("transaction_id", pa.string(), nullable=False),
-    pa.field("account_id", pa.string()),
-    pa.field("customer_id", pa.string()),
-    pa.field("bank_id", pa.string()),
-    pa.field("trans_date", UTC_MS),
-    pa.field("cleared_date", UTC_MS),
-    pa.field("debit", MONEY),
-    pa.field("credit", MONEY),
-    pa.field("amount", MONEY),  # signed: credit - debit
-    pa.field("balance", MONEY),  # running balance after the line (null: a pending line)
-    pa.field("currency", pa.string()),
-    pa.field("narration", pa.string()),  # notes.desc
-    pa.field("topics", pa.list_(pa.string())),  # notes.topics
-    pa.field("ref", pa.string()),
-    pa.field("branch", pa.string()),
-    pa.field("code", pa.string()),
-    pa.field("env", pa.string()),
-    pa.field("created_at", UTC_MS),
-    pa.field("last_updated", UTC_MS),
-])
+TRANSACTION_SCHEMA = schema("transactions")  # the lake's columns, in the order built below
 
 
 def ref(value: object) -> object:

@@ -1,14 +1,11 @@
 """Personal data: the class of every lake column, and how the sensitive ones are kept.
 
-Classes (docs/privacy.md):
-
-- `public`: the service's ids, amounts, dates, codes;
-- `personal`: about a person, readable by analysts (names, account numbers, narrations);
-- `sensitive`: identifies a person on its own (BVN, NIN, date of birth, phones, emails,
-  addresses). Never written in clear: the lake holds a masked form analysts read
-  (`*******1234`, `a***@example.com`, the year of birth), a keyed hash of the BVN and NIN
-  (HMAC-SHA256) so joins on them still work, and the raw values sealed (AES-256-GCM) in one
-  column, `sealed`, which only `ledgerlake reveal` opens, with the key.
+Each column's class is declared with it (resources/tables.py; docs/privacy.md). A `sensitive`
+one identifies a person on its own (BVN, NIN, date of birth, phones, emails, addresses) and is
+never written in clear: the lake holds a masked form analysts read (`*******1234`,
+`a***@example.com`, the year of birth), a keyed hash of the BVN and NIN (HMAC-SHA256) so joins
+on them still work, and the raw values sealed (AES-256-GCM) in one column, `sealed`, which only
+`ledgerlake reveal` opens, with the key.
 
 The key: LEDGERLAKE_PII_KEY (64 hex digits), or for a local lake a key file,
 LEDGERLAKE_PII_KEY_FILE (default `$LEDGERLAKE_HOME/pii.key`, made on first use, mode 0600).
@@ -26,72 +23,17 @@ import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-PUBLIC, PERSONAL, SENSITIVE = "public", "personal", "sensitive"
-CLASS_ORDER = (PUBLIC, PERSONAL, SENSITIVE)
+from .tables import PUBLIC, TABLES, columns
 
-
-def _declare(**classes: str) -> dict[str, str]:
-    return {column: cls for cls, columns in classes.items() for column in columns.split()}
-
-
-# Every column of every lake table, once (a test holds this to the tables' schemas)
-CLASSES: dict[str, dict[str, str]] = {
-    "accounts": _declare(
-        public="account_id type currency bank_id customer_id balance_id env created_at "
-               "last_updated record_id",
-        personal="nuban name customer_name"),
-    "transactions": _declare(
-        public="transaction_id account_id customer_id bank_id trans_date cleared_date debit "
-               "credit amount balance currency topics ref branch code env created_at "
-               "last_updated record_id",
-        personal="narration"),  # a narration may name a person or hold a phone number
-    "balance_history": _declare(
-        public="account_id fetched_at available_balance ledger_balance currency source "
-               "service_updated_at record_id"),
-    "balance_periodic": _declare(
-        public="account_id date available_balance ledger_balance record_id"),
-    "income": _declare(
-        public="income_id customer_id confidence number_of_transactions average_monthly_income "
-               "last_year_income account_age_months number_of_streams past_three_months_total "
-               "past_six_months_total past_twelve_months_total past_twelve_months_average "
-               "created_at record_id"),
-    "income_streams": _declare(
-        public="stream_id account_ids type monthly_amount number_of_transactions source_type "
-               "first_date last_date total_count primary_stream record_id",
-        personal="source_name"),  # an employer, or a person paying
-    "identity": _declare(
-        public="customer_id record_id",
-        personal="bvn_hash nin_hash firstname middlename lastname fullname birth_year gender "
-                 "marital_status nationality state_of_origin state_of_residence lga_of_origin "
-                 "lga_of_residence aliases",
-        sensitive="bvn nin phones emails addresses sealed"),
-    "payments": _declare(
-        public="payment_id callback_type status amount fee currency ref source "
-               "interbank_response_code bank_response_code bank_response_message "
-               "schedule_interval created_at last_updated record_id",
-        personal="debit_account credit_account"),  # account numbers
-    "records": _declare(
-        public="record_id status status_at last_method last_code last_callback_at auth_code "
-               "auth_at identity_code identity_at accounts_code accounts_at balance_code "
-               "balance_at transactions_code transactions_at income_code income_at "
-               "payment_code payment_at"),
-    # ledgerlake's own record of what `forget` erased: ids and counts, nothing personal
-    "erasures": _declare(
-        public="erasure_id requested_at finished_at subject subject_id record_id lake_table "
-               "rows_deleted files_purged reason"),
-}
-
-# the lake's `erasures` table: what `ledgerlake forget` erased (pipeline/forget.py)
-ERASURES = pa.schema([
-    ("erasure_id", pa.string()), ("requested_at", pa.timestamp("us", tz="UTC")),
-    ("finished_at", pa.timestamp("us", tz="UTC")), ("subject", pa.string()),
-    ("subject_id", pa.string()), ("record_id", pa.string()), ("lake_table", pa.string()),
-    ("rows_deleted", pa.int64()), ("files_purged", pa.int64()), ("reason", pa.string())])
+# the class of every lake column, from its declaration (resources/tables.py)
+CLASSES = {t: {name: c.privacy for name, c in columns(t).items()} for t in TABLES}
 
 # sensitive values as the lake keeps them: the masked column, and what is sealed
 SEALED = ("bvn", "nin", "dob", "phones", "emails", "addresses")
@@ -104,7 +46,7 @@ def classify(table: str, column: str) -> str:
         return CLASSES[table][column]
     except KeyError:
         raise ValueError(f"column {table}.{column} has no class: declare it in "
-                         f"resources/privacy.py CLASSES") from None
+                         f"resources/tables.py") from None
 
 
 def stats_columns(table: str) -> list[str] | None:
@@ -154,9 +96,7 @@ class Keys:
                 raise KeyUnusable(f"{KEY_VAR} must be 64 hex digits (32 bytes): make one with "
                                 "`python -c 'import secrets; print(secrets.token_hex(32))'`")
             return cls(bytes.fromhex(value.strip()))
-        from pipeline.config import home_from_env
-
-        path = Path(env.get(KEY_FILE_VAR) or (home or home_from_env(env)) / "pii.key")
+        path = Path(env.get(KEY_FILE_VAR) or (home or _home(env)) / "pii.key")
         if not path.exists():
             if not local_lake and KEY_FILE_VAR not in env:
                 raise _no_key_for_object_storage()
@@ -200,6 +140,14 @@ class Keys:
         except InvalidTag:
             raise KeyUnusable("sealed values are damaged or belong to another customer") \
                 from None
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    """LEDGERLAKE_HOME (default `./data`), a path or `file://` (pipeline/config.py checks it
+    when the code location loads)."""
+    home = env.get("LEDGERLAKE_HOME", "data")
+    local = url2pathname(urlsplit(home).path) if home.startswith("file:") else home
+    return Path(local).resolve()
 
 
 def check_key(environ: Mapping[str, str] | None = None, local_lake: bool = True) -> None:

@@ -1,15 +1,15 @@
-"""Every column described once (assets/schemas.py) and shown everywhere: the Dagster asset
-column tables, DuckDB's catalog of the warehouse file, docs/columns.md."""
+"""Every column declared once (resources/tables.py) and shown everywhere: the Dagster asset
+column tables with each column's class, DuckDB's catalog of the warehouse file,
+docs/columns.md."""
 
 from __future__ import annotations
 
 import duckdb
 import pytest
 
-from assets import catalog
-from assets.schemas import LAKE_MODELS, VIEW_MODELS, descriptions
-from assets.warehouse import LAKE_TABLES, build, lake_columns, load_views
-from resources import privacy
+from assets import catalog, warehouse
+from assets.warehouse import build, load_views
+from resources import privacy, tables
 
 
 @pytest.fixture(scope="module")
@@ -18,22 +18,6 @@ def empty_warehouse(tmp_path_factory):
     folder = tmp_path_factory.mktemp("catalog")
     build(folder / "lake", folder / "w.duckdb")
     return folder / "w.duckdb"
-
-
-@pytest.mark.parametrize("table", sorted(LAKE_TABLES))
-def test_every_lake_column_is_described_and_nothing_else(table):
-    told = catalog.lake_descriptions(table)
-    columns = list(lake_columns(table))
-    assert [c for c in columns if not told.get(c)] == []
-    # no description of a column that is gone (identity's date of birth: validated, sealed)
-    assert sorted(set(told) - set(columns)) == (["dob"] if table == "identity" else [])
-    assert set(LAKE_MODELS) == set(LAKE_TABLES)
-
-
-@pytest.mark.parametrize("table", sorted(LAKE_TABLES))
-def test_every_lake_column_has_a_class_in_one_place(table):
-    assert set(privacy.CLASSES[table]) == set(lake_columns(table))
-    assert set(privacy.CLASSES[table].values()) <= set(privacy.CLASS_ORDER)
 
 
 def test_the_named_personal_data_is_never_public():
@@ -61,10 +45,10 @@ def test_the_dagster_column_table_shows_each_class():
 
 def test_what_the_views_add_is_theirs(empty_warehouse):
     with duckdb.connect(str(empty_warehouse), read_only=True) as con:
-        for view, model in VIEW_MODELS.items():
+        for view, told in catalog.VIEW_COLUMNS.items():
             have = {r[0] for r in con.execute("select column_name from duckdb_columns() "
                                               "where table_name = ?", [view]).fetchall()}
-            assert set(descriptions(model)) <= have, view
+            assert set(told) <= have, view
 
 
 def test_duckdb_shows_every_view_and_column_description(empty_warehouse):
@@ -81,18 +65,18 @@ def test_duckdb_shows_every_view_and_column_description(empty_warehouse):
         assert missing == []
         told = dict(con.execute("select column_name, comment from duckdb_columns() "
                                 "where table_name = 'daily_balances'").fetchall())
-    assert told["balance"] == descriptions(VIEW_MODELS["daily_balances"])["balance"]
-    assert told["record_id"] == catalog.RECORD_ID
+    assert told["balance"] == catalog.VIEW_COLUMNS["daily_balances"]["balance"]
+    assert told["record_id"] == tables.RECORD_ID.description
     # a view reading a lake table through another view takes the lake's descriptions
     assert catalog.view_descriptions("balances", {v.name: (set(v.tables | v.optional),
                                                            v.needs) for v in views.values()}
                                      )["ledger_balance"] == \
-        descriptions(LAKE_MODELS["balance_history"])["ledger_balance"]
+        tables.columns("balance_history")["ledger_balance"].description
 
 
-def test_docs_columns_md_is_what_the_models_say():
-    assert catalog.DOC.read_text() == catalog.markdown(), \
-        "docs/columns.md is stale: run `.venv/bin/python -m assets.catalog`"
+def test_docs_columns_md_is_what_the_declarations_say():
+    assert warehouse.DOC.read_text() == warehouse.markdown(), \
+        "docs/columns.md is stale: run `.venv/bin/python -m assets.warehouse`"
 
 
 def test_the_dagster_column_tables_carry_the_descriptions():
@@ -109,5 +93,5 @@ def test_the_dagster_column_tables_carry_the_descriptions():
     assert products | {"record_status"} <= set(shown)
     for asset, columns in shown.items():
         assert [c for c, d in columns.items() if not d] == [], asset
-    assert shown["transactions"]["amount"] == descriptions(LAKE_MODELS["transactions"])["amount"]
+    assert shown["transactions"]["amount"] == tables.columns("transactions")["amount"].description
     assert "record_id" in shown["balances"] and "fetched_at" in shown["balances"]

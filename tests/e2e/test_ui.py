@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from assets.schemas import LAKE_MODELS, descriptions
+from assets.catalog import lake_descriptions
 
 CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
 if not CHROMIUM:
@@ -79,7 +79,7 @@ def test_the_catalog_lists_every_asset_with_its_description(page, webserver, sho
 
 def test_transactions_shows_column_descriptions_and_passed_checks(page, webserver, shots):
     page.goto(f"{webserver.url}/assets/transactions")
-    told = descriptions(LAKE_MODELS["transactions"])
+    told = lake_descriptions("transactions")
     page.get_by_text(told["amount"]).first.wait_for()
     text = page.inner_text("body")
     assert [c for c, d in told.items() if d not in text] == []
@@ -96,7 +96,7 @@ def test_transactions_shows_column_descriptions_and_passed_checks(page, webserve
 def test_identity_shows_each_column_class_and_a_masked_preview(page, webserver, shots):
     """Issue 20: the classification in the column table, masked values in the preview."""
     page.goto(f"{webserver.url}/assets/identity")
-    page.get_by_text(descriptions(LAKE_MODELS["identity"])["bvn_hash"]).first.wait_for()
+    page.get_by_text(lake_descriptions("identity")["bvn_hash"]).first.wait_for()
     text = page.inner_text("body")
     page.screenshot(path=str(shots / "identity.png"), full_page=True)
     for cls in ("public", "personal", "sensitive"):  # a tag on each column
