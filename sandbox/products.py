@@ -59,6 +59,43 @@ def public(rec: dict) -> dict:
     return {k: v for k, v in rec.items() if k != INTERNAL}
 
 
+# -- what a record is made of
+
+def customer_doc(env: str, seed: int, customer_id: str, name: str, stamp: str) -> dict:
+    return {"_id": customer_id, "id": customer_id, "name": name, "env": env,
+            "created_at": stamp, "identity": datagen.identity(seed, customer_id, name)}
+
+
+def account_doc(env: str, seed: int, account_id: str, name_type: list | None,
+                account_type: str, bank: dict, customer: dict, record_id: str,
+                stamp: str) -> dict:
+    """`name_type`: the account's name and type as the connect page offered them, if it did."""
+    name, kind = name_type or datagen.account_name_type(seed, account_id, customer["name"],
+                                                        account_type)
+    return {"_id": account_id, "id": account_id, "nuban": datagen.nuban(seed, account_id),
+            "name": name, "type": kind, "currency": "NGN", "bank": bank["_id"],
+            "customer": customer, "record": record_id,
+            "balance": datagen.object_id(seed, "balance", account_id), "env": env,
+            "created_at": stamp, "last_updated": stamp}
+
+
+def record_doc(env: str, record_id: str, customer_id: str, bank: dict, spec: dict,
+               account_ids: list[str], now: float, *, auth: str, gen: dict,
+               error: str | None = None, status: str = "pending", **internal) -> dict:
+    """A record of `spec`'s login_type, account_type and products; its products `status`."""
+    verified = spec["login_type"] != "account_number"  # manual: micro-deposits first
+    stamp = iso(now)
+    return {
+        "_id": record_id, "id": record_id, "customer": customer_id, "bank": bank["_id"],
+        "env": env, "login_type": spec["login_type"], "account_type": spec["account_type"],
+        "products": spec["products"], "status": {p: status for p in spec["products"]},
+        "verified": verified, "created_at": stamp, "last_updated": stamp,
+        INTERNAL: {"state": "active" if verified else "unverified", "error": error,
+                   "accounts": account_ids, "created_ts": now, "verify_failures": 0,
+                   "auth": auth, "gen": gen, **internal},
+    }
+
+
 class Products:
     def _init_products(self, rate_limit: float, addition_limit: int) -> None:
         self.limiter = RateLimiter(rate_limit)
@@ -101,6 +138,9 @@ class Products:
                     self._customers.clear()
                 self._customers[(env, customer_id)] = cust
         return cust
+
+    def _account_doc(self, env: str, account_id: str) -> dict | None:
+        return self.store.get("accounts", env, account_id)
 
     def _save(self, rec: dict) -> None:
         self.store.put("records", rec, customer=rec["customer"])
@@ -254,8 +294,7 @@ class Products:
             recs = self._customer_records(env, body["customer"])
             for rec in recs:
                 self._check(rec, "accounts")
-        accounts = [self.store.get("accounts", env, a) for r in recs
-                    for a in r[INTERNAL]["accounts"]]
+        accounts = [self._account_doc(env, a) for r in recs for a in r[INTERNAL]["accounts"]]
         items, pagination = self.paginate(accounts, body.get("page", 1), body.get("limit", 20))
         return {"pagination": pagination, "accounts": items}
 
@@ -266,7 +305,7 @@ class Products:
                 if r[INTERNAL]["state"] != "removed"]
 
     def _account(self, env: str, account_id: str) -> tuple[dict, int]:
-        acct = self.store.get("accounts", env, account_id)
+        acct = self._account_doc(env, account_id)
         rec = acct and self.records.get((env, acct["record"]))
         if acct is None or rec is None or rec[INTERNAL]["state"] == "removed":
             raise ServiceError("INVALID_ACCOUNT_ID", "account does not exist")
@@ -282,8 +321,7 @@ class Products:
         docs = []
         for i, (account_id, h, upto) in enumerate(self._histories(rec, self.clock.now())):
             if k is None or i == k:
-                docs.append(self._balance_doc(rec, self.store.get("accounts", env, account_id),
-                                              h, upto))
+                docs.append(self._balance_doc(rec, self._account_doc(env, account_id), h, upto))
         items, pagination = self.paginate(docs, body.get("page", 1), body.get("limit", 20))
         return {"pagination": pagination, "balance": items}
 
@@ -366,7 +404,7 @@ class Products:
         rec = self._target(env, body)
         self._inject(rec, "auth")
         self._check(rec, "auth", auth_call=True)
-        accounts = [self.store.get("accounts", env, a) for a in rec[INTERNAL]["accounts"]]
+        accounts = [self._account_doc(env, a) for a in rec[INTERNAL]["accounts"]]
         return {"auth": {**self._auth_doc(rec), "accounts": [
             {"account_id": a["_id"], "nuban": a["nuban"], "name": a["name"], "type": a["type"],
              "bank_code": self.bank_by_id[rec["bank"]]["code"]} for a in accounts]}}
@@ -516,42 +554,25 @@ class Products:
         else:
             bank = self.bank_by_id[spec["bank"]]
         if not known:  # the connect page links a known customer's further banks to them
-            self.store.put("customers", {"_id": customer_id, "id": customer_id, "name": name,
-                                         "env": env, "created_at": stamp,
-                                         "identity": datagen.identity(seed, customer_id, name)})
+            self.store.put("customers", customer_doc(env, seed, customer_id, name, stamp))
         chosen = spec.get("offers")  # the connect page's accounts, as the user saw them
         record_id = datagen.object_id(seed, env, "record", n)
         account_ids = []
         for k in range(spec["accounts"]):
             account_id = datagen.object_id(seed, env, "account", n, k)
-            acct_name, acct_type = (chosen[k] if chosen else datagen.account_name_type(
-                seed, account_id, name, spec["account_type"]))
-            self.store.put("accounts", {
-                "_id": account_id, "id": account_id, "nuban": datagen.nuban(seed, account_id),
-                "name": acct_name, "type": acct_type, "currency": "NGN", "bank": bank["_id"],
-                "customer": {"_id": customer_id, "name": name}, "record": record_id,
-                "balance": datagen.object_id(seed, "balance", account_id), "env": env,
-                "created_at": stamp, "last_updated": stamp,
-            }, record=record_id)
+            self.store.put("accounts", account_doc(
+                env, seed, account_id, chosen[k] if chosen else None, spec["account_type"],
+                bank, {"_id": customer_id, "name": name}, record_id, stamp), record=record_id)
             account_ids.append(account_id)
         pw = spec["password"] or ""
-        error = pw[6:] if pw.startswith("error_") else None
-        verified = spec["login_type"] != "account_number"  # manual: micro-deposits first
         created_month = datagen.month_index(now)
-        rec = {
-            "_id": record_id, "id": record_id, "customer": customer_id, "bank": bank["_id"],
-            "env": env, "login_type": spec["login_type"], "account_type": spec["account_type"],
-            "products": spec["products"],
-            "status": {p: "pending" for p in spec["products"]}, "verified": verified,
-            "created_at": stamp, "last_updated": stamp,
-            INTERNAL: {"state": "active" if verified else "unverified", "error": error,
-                       "accounts": account_ids, "created_ts": now, "verify_failures": 0,
-                       "auth": datagen.object_id(seed, env, "auth", n),
-                       "gen": {"seed": seed, "months": spec["months"], "volume": spec["volume"],
-                               "income": spec["income"], "settlement": spec["settlement"],
-                               "created_month": created_month,
-                               "first_month": created_month - spec["months"]}},
-        }
+        rec = record_doc(env, record_id, customer_id, bank, spec, account_ids, now,
+                         auth=datagen.object_id(seed, env, "auth", n),
+                         error=pw[6:] if pw.startswith("error_") else None,
+                         gen={"seed": seed, "months": spec["months"], "volume": spec["volume"],
+                              "income": spec["income"], "settlement": spec["settlement"],
+                              "created_month": created_month,
+                              "first_month": created_month - spec["months"]})
         self._save(rec)
         public_token = f"public-{self.short(env)}-{secrets.token_hex(12)}"
         tok = {"_id": public_token, "env": env, "kind": "public", "record": record_id}
@@ -702,7 +723,7 @@ class Products:
             schedule.setdefault("paymentId", pid)  # the schedule's first payment names it
         payment = callbacks.payment_object(
             pid=pid, rec=rec, bank=self.bank_by_id[rec["bank"]], amount=amount, ok=ok,
-            debit_account=self.store.get("accounts", env, account_id), available=available,
+            debit_account=self._account_doc(env, account_id), available=available,
             now=now, env=env, ref=f"PAY{n:010d}", schedule=schedule,
             dest_name="SANDBOX MERCHANT")
         self.store.put("payments", {**payment, "env": env}, record=rec["_id"])
@@ -781,15 +802,21 @@ class Products:
             log.exception("connection of %s failed", record_id)
 
     def _send_product_callbacks(self, env: str, rec: dict) -> None:
+        out = self._connection_callbacks(env, rec)
+        rec["status"] = {p: "ready" for p in rec["products"]}
+        if any(payload["code"] == "INCOME_FAILED" for _, payload in out):
+            rec["status"]["income"] = "failed"
+        rec["last_updated"] = iso(self.clock.now())
+        self._save(rec)
+        for method, payload in out:
+            self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
+
+    def _connection_callbacks(self, env: str, rec: dict) -> list[tuple[str, dict]]:
+        """(method, payload) of each callback a completed connection sends, in order."""
         now = self.clock.now()
         parts = self._histories(rec, now)
-        accounts = [self.store.get("accounts", env, a) for a, _, _ in parts]
+        accounts = [self._account_doc(env, a) for a, _, _ in parts]
         value = datagen.income(parts, now) if "income" in rec["products"] else None
-        rec["status"] = {p: "ready" for p in rec["products"]}
-        if "income" in rec["products"] and value is None:
-            rec["status"]["income"] = "failed"
-        rec["last_updated"] = iso(now)
-        self._save(rec)
         out: list[tuple[str, dict]] = []
         products = rec["products"]
         if "auth" in products:
@@ -822,8 +849,7 @@ class Products:
             else:
                 out.append(("INCOME", self.callback(env, rec, "INCOME", "PRODUCT_IS_READY",
                                                     message="Income ready")))
-        for method, payload in out:
-            self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
+        return out
 
     def daily(self, now: float) -> None:
         """What the calendar does: periodic products once a day, the 7-day verification window.
@@ -865,7 +891,7 @@ class Products:
         parts = self._histories(rec, end)
         if "balance" in rec["products"]:
             for account_id, h, upto in parts:
-                acct = self.store.get("accounts", env, account_id)
+                acct = self._account_doc(env, account_id)
                 bal = self._balance_doc(rec, acct, h, upto, with_periodic=False)
                 self.webhooks.enqueue(env, self.callback(
                     env, rec, "PERIODIC_BALANCE", "BALANCE_SUCCESS", callback_type="BALANCE",
