@@ -59,7 +59,7 @@ def public(rec: dict) -> dict:
     return {k: v for k, v in rec.items() if k != INTERNAL}
 
 
-# -- what a record is made of
+# -- what a record is made of: customers/create stores these, records/bulk_create derives them
 
 def customer_doc(env: str, seed: int, customer_id: str, name: str, stamp: str) -> dict:
     return {"_id": customer_id, "id": customer_id, "name": name, "env": env,
@@ -122,8 +122,12 @@ class Products:
         status = self.bank_status(env)
         return [{**b, "status": status.get(b["_id"], "healthy")} for b in self.banks]
 
+    def _find(self, env: str, record_id: str) -> dict | None:
+        """A stored record (a bulk record's stored copy wins), else a bulk record, else None."""
+        return self.records.get((env, record_id)) or self._bulk_record(env, record_id)
+
     def _record(self, env: str, record_id: str) -> dict:
-        rec = self.records.get((env, record_id))
+        rec = self._find(env, record_id)
         if rec is None or rec[INTERNAL]["state"] == "removed":
             raise ServiceError("INVALID_FIELD", "record does not exist")
         return rec
@@ -132,7 +136,8 @@ class Products:
         """Customers never change once made, so they are kept after the first read."""
         cust = self._customers.get((env, customer_id))
         if cust is None:
-            cust = self.store.get("customers", env, customer_id)
+            cust = (self.store.get("customers", env, customer_id)
+                    or self._bulk_customer(env, customer_id))
             if cust is not None:
                 if len(self._customers) > 50_000:
                     self._customers.clear()
@@ -140,7 +145,7 @@ class Products:
         return cust
 
     def _account_doc(self, env: str, account_id: str) -> dict | None:
-        return self.store.get("accounts", env, account_id)
+        return self._bulk_account(env, account_id) or self.store.get("accounts", env, account_id)
 
     def _save(self, rec: dict) -> None:
         self.store.put("records", rec, customer=rec["customer"])
@@ -148,6 +153,8 @@ class Products:
 
     def _by_token(self, env: str, token: str) -> dict:
         doc = self.tokens.get(token)
+        if doc is None and (rec := self._bulk_token(env, token)) is not None:
+            return rec
         if doc is None or doc["kind"] != "access" or doc["env"] != env or doc.get("dead"):
             raise ServiceError("INVALID_TOKEN",
                                "access_token is invalid, of another environment or removed")
@@ -206,13 +213,15 @@ class Products:
             seed=g["seed"], account_id=account_id, bank_short=bank["slug"][:3].upper(),
             business=rec["account_type"] == "business", income=g["income"], primary=k == 0,
             volume=g["volume"], first_month=g["first_month"], created_month=g["created_month"],
-            settlement=g.get("settlement", True))
+            settlement=g.get("settlement", True), since=g.get("since", 0))
 
     def _histories(self, rec: dict, now: float) -> list[tuple[str, datagen.History, int]]:
         last = max(datagen.month_index(now), rec[INTERNAL]["gen"]["created_month"])
         specs = self._specs.get((rec["env"], rec["_id"]))
         if specs is None:
             specs = [self._spec(rec, k, a) for k, a in enumerate(rec[INTERNAL]["accounts"])]
+            if len(self._specs) > 50_000:  # a million bulk records are read one by one
+                self._specs.clear()
             self._specs[(rec["env"], rec["_id"])] = specs
         lead = datagen.lead(last, now)
         out = []
@@ -299,14 +308,15 @@ class Products:
         return {"pagination": pagination, "accounts": items}
 
     def _customer_records(self, env: str, customer: str) -> list[dict]:
-        if self.store.get("customers", env, customer) is None:
+        if self._customer(env, customer) is None:
             raise ServiceError("INVALID_FIELD", "customer does not exist")
-        return [r for r in self.store.find("records", env, "customer", customer)
-                if r[INTERNAL]["state"] != "removed"]
+        recs = (self._bulk_records_of(env, customer)
+                + self.store.find("records", env, "customer", customer))
+        return [r for r in recs if r[INTERNAL]["state"] != "removed"]
 
     def _account(self, env: str, account_id: str) -> tuple[dict, int]:
         acct = self._account_doc(env, account_id)
-        rec = acct and self.records.get((env, acct["record"]))
+        rec = acct and self._find(env, acct["record"])
         if acct is None or rec is None or rec[INTERNAL]["state"] == "removed":
             raise ServiceError("INVALID_ACCOUNT_ID", "account does not exist")
         return rec, rec[INTERNAL]["accounts"].index(account_id)
@@ -462,16 +472,23 @@ class Products:
         if not 1 <= len(specs) <= 100:
             raise ServiceError("INVALID_FIELD", "customers must hold 1 to 100 objects")
         specs = [self._customer_spec(env, i, s) for i, s in enumerate(specs)]
-        live = sum(1 for (e, _), r in self.records.items() if e == env)
-        if live + len(specs) > self.addition_limit:
-            raise ServiceError("ADDITION_LIMIT", f"this environment holds at most "
-                               f"{self.addition_limit} records (--addition-limit)")
+        self._check_addition(env, len(specs))
         with self.store.transaction():
             created = [self._create_customer(env, s) for s in specs]
         loop = asyncio.get_running_loop()
         for c in created:
             loop.call_soon(self._complete_connection, env, c["record"])
         return {"customers": created}
+
+    def _check_addition(self, env: str, count: int) -> None:
+        """ADDITION_LIMIT unless `count` more records fit: stored records (a bulk record's
+        stored copy aside) and bulk batches' records count, removed ones too."""
+        held = (sum(1 for (e, _), r in self.records.items()
+                    if e == env and "bulk" not in r[INTERNAL])
+                + sum(b["count"] for b in self.batches if b["env"] == env))
+        if held + count > self.addition_limit:
+            raise ServiceError("ADDITION_LIMIT", f"this environment holds at most "
+                               f"{self.addition_limit} records (--addition-limit)")
 
     def _customer_spec(self, env: str, i: int, spec) -> dict:
         where = f"customers[{i}]"
@@ -762,7 +779,7 @@ class Products:
                 continue
             due = {"daily": True, "weekly": (when - start).days % 7 == 0,
                    "monthly": when.day == start.day}[sched["interval"]]
-            rec = self.records.get((doc["env"], doc["record"]))
+            rec = self._find(doc["env"], doc["record"])
             if not due or rec is None or rec[INTERNAL]["state"] != "active":
                 continue
             try:
@@ -879,6 +896,7 @@ class Products:
             self._recur(day - 1)
             for (env, _), rec in list(self.records.items()):
                 if (rec[INTERNAL]["state"] != "active" or rec[INTERNAL].get("error")
+                        or "bulk" in rec[INTERNAL]  # bulk records send no periodic callbacks
                         or rec["status"].get("transactions", rec["status"].get("balance"))
                         != "ready"):
                     continue
