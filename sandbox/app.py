@@ -24,11 +24,12 @@ from starlette.routing import Route
 
 from . import datagen
 from .auth import PRODUCTION, SANDBOX, Keys
+from .bulk import Bulk
 from .clock import Clock, iso
 from .connect import Connect
 from .errors import ServiceError
 from .faults import REFUSALS, Faults
-from .products import Products
+from .products import INTERNAL, Products
 from .store import Store
 from .webhooks import METHODS, PRODUCT_MEMBERS, Dispatcher
 
@@ -180,7 +181,7 @@ def pagination(total: int, page: int, limit: int) -> dict:
 
 # -- the service -------------------------------------------------------------------------------
 
-class Service(Products):
+class Service(Products, Bulk):
     paginate = staticmethod(paginate)
     pages = staticmethod(pagination)
 
@@ -196,6 +197,7 @@ class Service(Products):
                                    faults=self.faults)
         self.banks = datagen.bank_objects(seed)
         self.public_base = ""  # learnt from the first request, for callback_url
+        self._init_bulk()
         self._init_products(rate_limit, addition_limit)
         self.clock.on_advance(self._clock_moved)
         self.connect = Connect(self)
@@ -281,6 +283,11 @@ class Service(Products):
             Endpoint("sandbox/customers/create", self.customers_create,
                      {"customers": _array}, [("customers",)], sandbox_only=True,
                      summary="Create customers whose connections then complete"),
+            Endpoint("sandbox/records/bulk_create", self.records_bulk_create,
+                     {k: _any for k in ("count", "accounts", "volume", "days", "seed",
+                                        "callbacks", "rate")}, [("count",)],
+                     sandbox_only=True,
+                     summary="Create up to a million thin connected records in one call"),
             Endpoint("callback", self.callback_get,
                      {"record": _string, "method": _callback_method}, [("record",), ("method",)],
                      method="GET", summary="Callback status of a record for one method"),
@@ -349,12 +356,18 @@ class Service(Products):
         records = body["records"] if "records" in body else [body["record"]]
         if not 1 <= len(records) <= 100:
             raise ServiceError("INVALID_FIELD", "records must hold 1 to 100 record ids")
-        for i, record in enumerate(records):
-            self._record(env, _string(f"records[{i}]", record))
+        recs = [self._record(env, _string(f"records[{i}]", r)) for i, r in enumerate(records)]
+        # a bulk record whose connection callbacks were never raised raises them now
+        fresh = {r["_id"]: r for r in recs if "bulk" in r[INTERNAL]
+                 and self.webhooks.callback_status(env, r["_id"], "AUTH") is None}
         try:
             self.webhooks.trigger(env, records, body.get("url"))
         except LookupError as exc:
             raise ServiceError("INVALID_FIELD", f"url: {exc}") from None
+        for rec in fresh.values():
+            for method, payload in self._connection_callbacks(env, rec):
+                self.webhooks.enqueue(env, payload, record=rec["_id"], method=method,
+                                      url=body.get("url"))
         return {}
 
     async def fire_webhook(self, env: str, body: dict) -> dict:
@@ -534,11 +547,12 @@ def create_app(data_dir: Path, keys: Keys, *, seed: int = 42,
     @contextlib.asynccontextmanager
     async def lifespan(app):
         await service.webhooks.start()
-        task = asyncio.create_task(calendar())
+        tasks = [asyncio.create_task(calendar()), asyncio.create_task(service.pace())]
         try:
             yield
         finally:
-            task.cancel()
+            for task in tasks:
+                task.cancel()
             await service.webhooks.stop()
             service.store.close()
 

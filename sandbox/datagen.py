@@ -224,10 +224,12 @@ class AccountSpec:
     business: bool
     income: bool       # has an income stream at all
     primary: bool      # the salary goes to the record's first account
-    volume: int        # transactions per day, on average
+    volume: float      # transactions per day, on average
     first_month: int   # month index where the history starts
     created_month: int  # the opening balance is fixed from the months up to this one
     settlement: bool = True  # pending, reversed and back-dated lines (customers/create)
+    since: int = 0     # no line posts before this second: a history that starts on a day
+    # (sandbox/records/bulk_create; a line pending before it is gone before the record is made)
 
 
 class _Fill(dict):
@@ -361,7 +363,8 @@ def _opening(spec: AccountSpec) -> int:
     low = 0
     running = 0
     for m in range(spec.first_month, spec.created_month + 1):
-        signed = _month(spec, m)["signed"]
+        mo = _month(spec, m)
+        signed = mo["signed"][mo["ts"] >= spec.since]
         if len(signed):
             low = min(low, running + int(np.cumsum(signed).min()))
             running += int(signed.sum())
@@ -547,8 +550,6 @@ def history(spec: AccountSpec, last_month: int, lead: bool = False) -> History:
     stream = np.concatenate([mo["stream"] for mo in months]) if months else np.zeros(0, np.int8)
     seq = np.concatenate([(np.int64(mo["month"]) << 20) + np.arange(len(mo["ts"]))
                           for mo in months]) if months else np.zeros(0, np.int64)
-    opening = _opening(spec)
-    balance = opening + np.cumsum(signed)
     pools = prof["pools"]
     descs: list = []
     for mo in months:
@@ -557,6 +558,12 @@ def history(spec: AccountSpec, last_month: int, lead: bool = False) -> History:
                      for c, p in zip(mo["cat"].tolist(), mo["pool"].tolist(), strict=True))
     trans = (np.concatenate([_settle(spec, mo["month"])["trans"] for mo in months])
              if months else ts)
+    cut = int(ts.searchsorted(spec.since))  # the first month's lines before `since` go
+    ts, signed, cat, pool, stream, seq, trans = (
+        a[cut:] for a in (ts, signed, cat, pool, stream, seq, trans))
+    descs = descs[cut:]
+    opening = _opening(spec)
+    balance = opening + np.cumsum(signed)
     return History(spec, ts, signed, balance, cat, pool, stream, seq, descs, opening, trans,
                    _pending(spec, last_month, lead))
 
@@ -681,7 +688,7 @@ def periodic(h: History, upto: int) -> dict:
     if upto == 0:
         return {"available_balance": [], "ledger_balance": []}
     ts = h.ts[:upto]
-    first_day = int(month_start(h.spec.first_month)) // DAY
+    first_day = max(month_start(h.spec.first_month), h.spec.since) // DAY
     last_day = int(ts[-1]) // DAY
     days = np.arange(first_day, last_day + 1, dtype=np.int64)
     idx = np.searchsorted(ts, (days + 1) * DAY, side="left") - 1

@@ -59,6 +59,43 @@ def public(rec: dict) -> dict:
     return {k: v for k, v in rec.items() if k != INTERNAL}
 
 
+# -- what a record is made of: customers/create stores these, records/bulk_create derives them
+
+def customer_doc(env: str, seed: int, customer_id: str, name: str, stamp: str) -> dict:
+    return {"_id": customer_id, "id": customer_id, "name": name, "env": env,
+            "created_at": stamp, "identity": datagen.identity(seed, customer_id, name)}
+
+
+def account_doc(env: str, seed: int, account_id: str, name_type: list | None,
+                account_type: str, bank: dict, customer: dict, record_id: str,
+                stamp: str) -> dict:
+    """`name_type`: the account's name and type as the connect page offered them, if it did."""
+    name, kind = name_type or datagen.account_name_type(seed, account_id, customer["name"],
+                                                        account_type)
+    return {"_id": account_id, "id": account_id, "nuban": datagen.nuban(seed, account_id),
+            "name": name, "type": kind, "currency": "NGN", "bank": bank["_id"],
+            "customer": customer, "record": record_id,
+            "balance": datagen.object_id(seed, "balance", account_id), "env": env,
+            "created_at": stamp, "last_updated": stamp}
+
+
+def record_doc(env: str, record_id: str, customer_id: str, bank: dict, spec: dict,
+               account_ids: list[str], now: float, *, auth: str, gen: dict,
+               error: str | None = None, status: str = "pending", **internal) -> dict:
+    """A record of `spec`'s login_type, account_type and products; its products `status`."""
+    verified = spec["login_type"] != "account_number"  # manual: micro-deposits first
+    stamp = iso(now)
+    return {
+        "_id": record_id, "id": record_id, "customer": customer_id, "bank": bank["_id"],
+        "env": env, "login_type": spec["login_type"], "account_type": spec["account_type"],
+        "products": spec["products"], "status": {p: status for p in spec["products"]},
+        "verified": verified, "created_at": stamp, "last_updated": stamp,
+        INTERNAL: {"state": "active" if verified else "unverified", "error": error,
+                   "accounts": account_ids, "created_ts": now, "verify_failures": 0,
+                   "auth": auth, "gen": gen, **internal},
+    }
+
+
 class Products:
     def _init_products(self, rate_limit: float, addition_limit: int) -> None:
         self.limiter = RateLimiter(rate_limit)
@@ -85,8 +122,12 @@ class Products:
         status = self.bank_status(env)
         return [{**b, "status": status.get(b["_id"], "healthy")} for b in self.banks]
 
+    def _find(self, env: str, record_id: str) -> dict | None:
+        """A stored record (a bulk record's stored copy wins), else a bulk record, else None."""
+        return self.records.get((env, record_id)) or self._bulk_record(env, record_id)
+
     def _record(self, env: str, record_id: str) -> dict:
-        rec = self.records.get((env, record_id))
+        rec = self._find(env, record_id)
         if rec is None or rec[INTERNAL]["state"] == "removed":
             raise ServiceError("INVALID_FIELD", "record does not exist")
         return rec
@@ -95,12 +136,16 @@ class Products:
         """Customers never change once made, so they are kept after the first read."""
         cust = self._customers.get((env, customer_id))
         if cust is None:
-            cust = self.store.get("customers", env, customer_id)
+            cust = (self.store.get("customers", env, customer_id)
+                    or self._bulk_customer(env, customer_id))
             if cust is not None:
                 if len(self._customers) > 50_000:
                     self._customers.clear()
                 self._customers[(env, customer_id)] = cust
         return cust
+
+    def _account_doc(self, env: str, account_id: str) -> dict | None:
+        return self._bulk_account(env, account_id) or self.store.get("accounts", env, account_id)
 
     def _save(self, rec: dict) -> None:
         self.store.put("records", rec, customer=rec["customer"])
@@ -108,6 +153,8 @@ class Products:
 
     def _by_token(self, env: str, token: str) -> dict:
         doc = self.tokens.get(token)
+        if doc is None and (rec := self._bulk_token(env, token)) is not None:
+            return rec
         if doc is None or doc["kind"] != "access" or doc["env"] != env or doc.get("dead"):
             raise ServiceError("INVALID_TOKEN",
                                "access_token is invalid, of another environment or removed")
@@ -166,13 +213,15 @@ class Products:
             seed=g["seed"], account_id=account_id, bank_short=bank["slug"][:3].upper(),
             business=rec["account_type"] == "business", income=g["income"], primary=k == 0,
             volume=g["volume"], first_month=g["first_month"], created_month=g["created_month"],
-            settlement=g.get("settlement", True))
+            settlement=g.get("settlement", True), since=g.get("since", 0))
 
     def _histories(self, rec: dict, now: float) -> list[tuple[str, datagen.History, int]]:
         last = max(datagen.month_index(now), rec[INTERNAL]["gen"]["created_month"])
         specs = self._specs.get((rec["env"], rec["_id"]))
         if specs is None:
             specs = [self._spec(rec, k, a) for k, a in enumerate(rec[INTERNAL]["accounts"])]
+            if len(self._specs) > 50_000:  # a million bulk records are read one by one
+                self._specs.clear()
             self._specs[(rec["env"], rec["_id"])] = specs
         lead = datagen.lead(last, now)
         out = []
@@ -254,20 +303,20 @@ class Products:
             recs = self._customer_records(env, body["customer"])
             for rec in recs:
                 self._check(rec, "accounts")
-        accounts = [self.store.get("accounts", env, a) for r in recs
-                    for a in r[INTERNAL]["accounts"]]
+        accounts = [self._account_doc(env, a) for r in recs for a in r[INTERNAL]["accounts"]]
         items, pagination = self.paginate(accounts, body.get("page", 1), body.get("limit", 20))
         return {"pagination": pagination, "accounts": items}
 
     def _customer_records(self, env: str, customer: str) -> list[dict]:
-        if self.store.get("customers", env, customer) is None:
+        if self._customer(env, customer) is None:
             raise ServiceError("INVALID_FIELD", "customer does not exist")
-        return [r for r in self.store.find("records", env, "customer", customer)
-                if r[INTERNAL]["state"] != "removed"]
+        recs = (self._bulk_records_of(env, customer)
+                + self.store.find("records", env, "customer", customer))
+        return [r for r in recs if r[INTERNAL]["state"] != "removed"]
 
     def _account(self, env: str, account_id: str) -> tuple[dict, int]:
-        acct = self.store.get("accounts", env, account_id)
-        rec = acct and self.records.get((env, acct["record"]))
+        acct = self._account_doc(env, account_id)
+        rec = acct and self._find(env, acct["record"])
         if acct is None or rec is None or rec[INTERNAL]["state"] == "removed":
             raise ServiceError("INVALID_ACCOUNT_ID", "account does not exist")
         return rec, rec[INTERNAL]["accounts"].index(account_id)
@@ -282,8 +331,7 @@ class Products:
         docs = []
         for i, (account_id, h, upto) in enumerate(self._histories(rec, self.clock.now())):
             if k is None or i == k:
-                docs.append(self._balance_doc(rec, self.store.get("accounts", env, account_id),
-                                              h, upto))
+                docs.append(self._balance_doc(rec, self._account_doc(env, account_id), h, upto))
         items, pagination = self.paginate(docs, body.get("page", 1), body.get("limit", 20))
         return {"pagination": pagination, "balance": items}
 
@@ -366,7 +414,7 @@ class Products:
         rec = self._target(env, body)
         self._inject(rec, "auth")
         self._check(rec, "auth", auth_call=True)
-        accounts = [self.store.get("accounts", env, a) for a in rec[INTERNAL]["accounts"]]
+        accounts = [self._account_doc(env, a) for a in rec[INTERNAL]["accounts"]]
         return {"auth": {**self._auth_doc(rec), "accounts": [
             {"account_id": a["_id"], "nuban": a["nuban"], "name": a["name"], "type": a["type"],
              "bank_code": self.bank_by_id[rec["bank"]]["code"]} for a in accounts]}}
@@ -424,16 +472,23 @@ class Products:
         if not 1 <= len(specs) <= 100:
             raise ServiceError("INVALID_FIELD", "customers must hold 1 to 100 objects")
         specs = [self._customer_spec(env, i, s) for i, s in enumerate(specs)]
-        live = sum(1 for (e, _), r in self.records.items() if e == env)
-        if live + len(specs) > self.addition_limit:
-            raise ServiceError("ADDITION_LIMIT", f"this environment holds at most "
-                               f"{self.addition_limit} records (--addition-limit)")
+        self._check_addition(env, len(specs))
         with self.store.transaction():
             created = [self._create_customer(env, s) for s in specs]
         loop = asyncio.get_running_loop()
         for c in created:
             loop.call_soon(self._complete_connection, env, c["record"])
         return {"customers": created}
+
+    def _check_addition(self, env: str, count: int) -> None:
+        """ADDITION_LIMIT unless `count` more records fit: stored records (a bulk record's
+        stored copy aside) and bulk batches' records count, removed ones too."""
+        held = (sum(1 for (e, _), r in self.records.items()
+                    if e == env and "bulk" not in r[INTERNAL])
+                + sum(b["count"] for b in self.batches if b["env"] == env))
+        if held + count > self.addition_limit:
+            raise ServiceError("ADDITION_LIMIT", f"this environment holds at most "
+                               f"{self.addition_limit} records (--addition-limit)")
 
     def _customer_spec(self, env: str, i: int, spec) -> dict:
         where = f"customers[{i}]"
@@ -516,42 +571,25 @@ class Products:
         else:
             bank = self.bank_by_id[spec["bank"]]
         if not known:  # the connect page links a known customer's further banks to them
-            self.store.put("customers", {"_id": customer_id, "id": customer_id, "name": name,
-                                         "env": env, "created_at": stamp,
-                                         "identity": datagen.identity(seed, customer_id, name)})
+            self.store.put("customers", customer_doc(env, seed, customer_id, name, stamp))
         chosen = spec.get("offers")  # the connect page's accounts, as the user saw them
         record_id = datagen.object_id(seed, env, "record", n)
         account_ids = []
         for k in range(spec["accounts"]):
             account_id = datagen.object_id(seed, env, "account", n, k)
-            acct_name, acct_type = (chosen[k] if chosen else datagen.account_name_type(
-                seed, account_id, name, spec["account_type"]))
-            self.store.put("accounts", {
-                "_id": account_id, "id": account_id, "nuban": datagen.nuban(seed, account_id),
-                "name": acct_name, "type": acct_type, "currency": "NGN", "bank": bank["_id"],
-                "customer": {"_id": customer_id, "name": name}, "record": record_id,
-                "balance": datagen.object_id(seed, "balance", account_id), "env": env,
-                "created_at": stamp, "last_updated": stamp,
-            }, record=record_id)
+            self.store.put("accounts", account_doc(
+                env, seed, account_id, chosen[k] if chosen else None, spec["account_type"],
+                bank, {"_id": customer_id, "name": name}, record_id, stamp), record=record_id)
             account_ids.append(account_id)
         pw = spec["password"] or ""
-        error = pw[6:] if pw.startswith("error_") else None
-        verified = spec["login_type"] != "account_number"  # manual: micro-deposits first
         created_month = datagen.month_index(now)
-        rec = {
-            "_id": record_id, "id": record_id, "customer": customer_id, "bank": bank["_id"],
-            "env": env, "login_type": spec["login_type"], "account_type": spec["account_type"],
-            "products": spec["products"],
-            "status": {p: "pending" for p in spec["products"]}, "verified": verified,
-            "created_at": stamp, "last_updated": stamp,
-            INTERNAL: {"state": "active" if verified else "unverified", "error": error,
-                       "accounts": account_ids, "created_ts": now, "verify_failures": 0,
-                       "auth": datagen.object_id(seed, env, "auth", n),
-                       "gen": {"seed": seed, "months": spec["months"], "volume": spec["volume"],
-                               "income": spec["income"], "settlement": spec["settlement"],
-                               "created_month": created_month,
-                               "first_month": created_month - spec["months"]}},
-        }
+        rec = record_doc(env, record_id, customer_id, bank, spec, account_ids, now,
+                         auth=datagen.object_id(seed, env, "auth", n),
+                         error=pw[6:] if pw.startswith("error_") else None,
+                         gen={"seed": seed, "months": spec["months"], "volume": spec["volume"],
+                              "income": spec["income"], "settlement": spec["settlement"],
+                              "created_month": created_month,
+                              "first_month": created_month - spec["months"]})
         self._save(rec)
         public_token = f"public-{self.short(env)}-{secrets.token_hex(12)}"
         tok = {"_id": public_token, "env": env, "kind": "public", "record": record_id}
@@ -702,7 +740,7 @@ class Products:
             schedule.setdefault("paymentId", pid)  # the schedule's first payment names it
         payment = callbacks.payment_object(
             pid=pid, rec=rec, bank=self.bank_by_id[rec["bank"]], amount=amount, ok=ok,
-            debit_account=self.store.get("accounts", env, account_id), available=available,
+            debit_account=self._account_doc(env, account_id), available=available,
             now=now, env=env, ref=f"PAY{n:010d}", schedule=schedule,
             dest_name="SANDBOX MERCHANT")
         self.store.put("payments", {**payment, "env": env}, record=rec["_id"])
@@ -741,7 +779,7 @@ class Products:
                 continue
             due = {"daily": True, "weekly": (when - start).days % 7 == 0,
                    "monthly": when.day == start.day}[sched["interval"]]
-            rec = self.records.get((doc["env"], doc["record"]))
+            rec = self._find(doc["env"], doc["record"])
             if not due or rec is None or rec[INTERNAL]["state"] != "active":
                 continue
             try:
@@ -781,15 +819,21 @@ class Products:
             log.exception("connection of %s failed", record_id)
 
     def _send_product_callbacks(self, env: str, rec: dict) -> None:
+        out = self._connection_callbacks(env, rec)
+        rec["status"] = {p: "ready" for p in rec["products"]}
+        if any(payload["code"] == "INCOME_FAILED" for _, payload in out):
+            rec["status"]["income"] = "failed"
+        rec["last_updated"] = iso(self.clock.now())
+        self._save(rec)
+        for method, payload in out:
+            self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
+
+    def _connection_callbacks(self, env: str, rec: dict) -> list[tuple[str, dict]]:
+        """(method, payload) of each callback a completed connection sends, in order."""
         now = self.clock.now()
         parts = self._histories(rec, now)
-        accounts = [self.store.get("accounts", env, a) for a, _, _ in parts]
+        accounts = [self._account_doc(env, a) for a, _, _ in parts]
         value = datagen.income(parts, now) if "income" in rec["products"] else None
-        rec["status"] = {p: "ready" for p in rec["products"]}
-        if "income" in rec["products"] and value is None:
-            rec["status"]["income"] = "failed"
-        rec["last_updated"] = iso(now)
-        self._save(rec)
         out: list[tuple[str, dict]] = []
         products = rec["products"]
         if "auth" in products:
@@ -822,8 +866,7 @@ class Products:
             else:
                 out.append(("INCOME", self.callback(env, rec, "INCOME", "PRODUCT_IS_READY",
                                                     message="Income ready")))
-        for method, payload in out:
-            self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
+        return out
 
     def daily(self, now: float) -> None:
         """What the calendar does: periodic products once a day, the 7-day verification window.
@@ -853,6 +896,7 @@ class Products:
             self._recur(day - 1)
             for (env, _), rec in list(self.records.items()):
                 if (rec[INTERNAL]["state"] != "active" or rec[INTERNAL].get("error")
+                        or "bulk" in rec[INTERNAL]  # bulk records send no periodic callbacks
                         or rec["status"].get("transactions", rec["status"].get("balance"))
                         != "ready"):
                     continue
@@ -865,7 +909,7 @@ class Products:
         parts = self._histories(rec, end)
         if "balance" in rec["products"]:
             for account_id, h, upto in parts:
-                acct = self.store.get("accounts", env, account_id)
+                acct = self._account_doc(env, account_id)
                 bal = self._balance_doc(rec, acct, h, upto, with_periodic=False)
                 self.webhooks.enqueue(env, self.callback(
                     env, rec, "PERIODIC_BALANCE", "BALANCE_SUCCESS", callback_type="BALANCE",

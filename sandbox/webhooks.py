@@ -172,6 +172,12 @@ class Deliveries(SqliteFile):
             f"and target = ? and next_attempt <= ? {skip}order by next_attempt, id limit ?",
             (target, now, *ids, limit))
 
+    def pending(self) -> int:
+        """How many deliveries are waiting for an attempt or a redelivery."""
+        with self._lock:
+            return self._db.execute(
+                "select count(*) from deliveries where state = 'pending'").fetchone()[0]
+
     def next_due(self, skip_targets: Iterable[str], skip_ids: Iterable[int]) -> float | None:
         targets, ids = list(skip_targets), list(skip_ids)
         sql = "select min(next_attempt) from deliveries where state = 'pending'"

@@ -24,12 +24,13 @@ PATHS = ["auth/getByCustomer", "auth/get", "accounts/get", "balance/get", "trans
          "sandbox/customers/create", "sandbox/records/fire_webhook",
          "sandbox/records/reset_login", "sandbox/records/verify", "sandbox/banks/status",
          "sandbox/payments/initiate", "sandbox/clock/advance", "sandbox/records/fail",
-         "sandbox/records/corrupt", "sandbox/records/ledger"]
+         "sandbox/records/corrupt", "sandbox/records/ledger", "sandbox/records/bulk_create"]
 FIELDS = ["record", "customer", "account", "access_token", "public_token", "page", "limit",
           "from", "to", "records", "url", "token", "customers", "method", "code", "amounts",
           "bank", "status", "amount", "recurring", "seconds", "accounts", "months", "volume",
           "seed", "products", "login_type", "account_type", "income", "name", "password",
-          "settlement", "product", "times", "error_code", "line"]
+          "settlement", "product", "times", "error_code", "line", "count", "days", "callbacks",
+          "rate"]
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False)

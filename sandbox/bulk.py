@@ -1,0 +1,181 @@
+"""Records made in bulk (`sandbox/records/bulk_create`): a million thin records for the price
+of one stored row.
+
+A call stores its batch (its parameters, in the store's meta); each record of the batch, its
+customer and its accounts are derived from (batch, index) whenever they are asked for, by the
+builders and generators that make the records of customers/create, so every endpoint serves
+them as it serves those. Bulk records are numbered in the order they were made, across
+batches, and ids say which one they belong to, in 24 lower-case hex digits:
+
+    kind (2: b0 record, b1 customer, c0-c2 account k) | number (10) | check (12)
+
+where the check is fixed by the sandbox's seed, so an id is decoded, never looked up. A record
+that has had an action that changes it (record/remove, reset_login, records/fail,
+records/corrupt) is stored as any record is, and that copy wins.
+
+Connection callbacks: none, or raised by `pace` at the batch's rate, oldest batch first,
+through the webhook Dispatcher, a few at a time and only while fewer than BACKLOG deliveries
+are pending; the cursor is kept with the batch, so a restart resumes where it stood. Bulk
+records send no periodic callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+
+from . import datagen
+from .clock import iso
+from .errors import ServiceError
+from .products import INTERNAL, _int_in, account_doc, customer_doc, record_doc
+
+log = logging.getLogger("sandbox.bulk")
+
+DAY = 86400
+MAX_COUNT = 1_000_000   # records per call
+LISTED = 10_000         # a batch up to this size answers every id
+BACKLOG = 1_000         # pending deliveries beyond which paced callbacks wait for receivers
+TICK_S = 0.05           # the pacer's shortest step; it works for at most half of each
+SPEC = {"login_type": "bank", "account_type": "personal", "products": datagen.PRODUCTS}
+
+
+class Bulk:
+    def _init_bulk(self) -> None:
+        self.batches: list[dict] = self.store.get_meta("bulk_batches", [])
+        self._bulk_check = datagen.object_id(self.seed, "bulk")[:12]
+
+    def _bulk_id(self, b: dict, kind: str, i: int) -> str:
+        return f"{kind}{b['start'] + i:010x}{self._bulk_check}"
+
+    def _bulk_of(self, env: str, some_id: str, kind: str) -> tuple[dict, int] | None:
+        """(batch, index) of a bulk id of `kind` in `env`; None for any other id."""
+        try:
+            number = int(some_id[2:12], 16)
+        except ValueError:
+            return None
+        at = bisect.bisect_right(self.batches, number, key=lambda b: b["start"]) - 1
+        b = self.batches[at] if at >= 0 else None
+        if (b is None or b["env"] != env or number - b["start"] >= b["count"]
+                or self._bulk_id(b, kind, number - b["start"]) != some_id):
+            return None
+        return b, number - b["start"]
+
+    def _bulk_record(self, env: str, record_id: str) -> dict | None:
+        hit = self._bulk_of(env, record_id, "b0")
+        if hit is None:
+            return None
+        b, i = hit
+        since = (int(b["created_ts"]) // DAY - b["days"]) * DAY
+        return record_doc(
+            env, record_id, self._bulk_id(b, "b1", i), self.banks[i % len(self.banks)], SPEC,
+            [self._bulk_id(b, f"c{k}", i) for k in range(b["accounts"])], b["created_ts"],
+            auth=datagen.object_id(b["seed"], "auth", record_id), status="ready",
+            bulk=b["batch"], gen={"seed": b["seed"], "volume": b["volume"] / b["accounts"],
+                                  "income": True, "settlement": True, "since": since,
+                                  "first_month": datagen.month_index(since),
+                                  "created_month": datagen.month_index(b["created_ts"])})
+
+    def _bulk_customer(self, env: str, customer_id: str) -> dict | None:
+        hit = self._bulk_of(env, customer_id, "b1")
+        if hit is None:
+            return None
+        b = hit[0]
+        return customer_doc(env, b["seed"], customer_id,
+                            datagen.person(b["seed"], customer_id)["name"],
+                            iso(b["created_ts"]))
+
+    def _bulk_records_of(self, env: str, customer_id: str) -> list[dict]:
+        """A bulk customer's record, unless it is stored (the store then lists it)."""
+        record_id = "b0" + customer_id[2:]
+        rec = None if (env, record_id) in self.records else self._bulk_record(env, record_id)
+        return [rec] if rec else []
+
+    def _bulk_account(self, env: str, account_id: str) -> dict | None:
+        kind = account_id[:2]
+        hit = self._bulk_of(env, account_id, kind) if kind in ("c0", "c1", "c2") else None
+        if hit is None or int(kind[1]) >= hit[0]["accounts"]:
+            return None
+        b, i = hit
+        customer = self._customer(env, self._bulk_id(b, "b1", i))
+        return account_doc(env, b["seed"], account_id, None, SPEC["account_type"],
+                           self.banks[i % len(self.banks)],
+                           {"_id": customer["_id"], "name": customer["name"]},
+                           self._bulk_id(b, "b0", i), iso(b["created_ts"]))
+
+    def _bulk_token(self, env: str, token: str) -> dict | None:
+        """A bulk record's access token is `access-<env>-<record>`; it dies with the record."""
+        prefix = f"access-{self.short(env)}-"
+        rec = self._find(env, token[len(prefix):]) if token.startswith(prefix) else None
+        if rec is None or "bulk" not in rec[INTERNAL] or rec[INTERNAL]["state"] == "removed":
+            return None
+        return rec
+
+    # -- the control -------------------------------------------------------------------------
+    async def records_bulk_create(self, env: str, body: dict) -> dict:
+        count = _int_in("count", body["count"], 1, MAX_COUNT)
+        b = {"env": env, "count": count,
+             "accounts": _int_in("accounts", body.get("accounts", 2), 1, 3),
+             "volume": _int_in("volume", body.get("volume", 30), 1, 200),
+             "days": _int_in("days", body.get("days", 31), 31, 366),
+             "seed": _int_in("seed", body.get("seed", self.seed), 0, 2**32 - 1),
+             "callbacks": body.get("callbacks", "none"), "rate": None, "sent": [0, 0]}
+        if b["callbacks"] not in ("none", "paced"):
+            raise ServiceError("INVALID_FIELD", "callbacks must be none or paced")
+        if b["callbacks"] == "paced":
+            b["rate"] = _int_in("rate", body.get("rate", 100), 1, 5000)
+            if not (self.webhooks.settings(env) or {}).get("url"):
+                raise ServiceError("INVALID_FIELD", "callbacks: paced needs a webhook URL "
+                                                    "(settings/webhook)")
+        elif "rate" in body:
+            raise ServiceError("INVALID_FIELD", "rate is for callbacks: paced only")
+        self._check_addition(env, count)
+        n = len(self.batches) + 1
+        b.update(batch=n, start=sum(x["count"] for x in self.batches),
+                 created_ts=self.clock.now())
+        self.batches.append(b)
+        self.store.set_meta("bulk_batches", self.batches)
+        return {"batch": n, "count": count, "first": self._bulk_id(b, "b0", 0),
+                "last": self._bulk_id(b, "b0", count - 1),
+                "records": ([self._bulk_id(b, "b0", i) for i in range(count)]
+                            if count <= LISTED else None)}
+
+    # -- paced callbacks ---------------------------------------------------------------------
+    async def pace(self) -> None:
+        """Raise paced batches' connection callbacks, at most `rate` a second (wall time)."""
+        tokens, last = 0.0, time.monotonic()
+        while True:
+            b = next((b for b in self.batches if b["callbacks"] == "paced"
+                      and b["sent"][0] < b["count"]), None)
+            tick = max(TICK_S, 1 / b["rate"]) if b else 1.0
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            if b is not None:  # a bucket of one tick's callbacks: no burst after a pause
+                tokens = min(tokens + b["rate"] * (now - last), b["rate"] * tick)
+            last = now
+            if b is None or tokens < 1 or self.webhooks.db.pending() >= BACKLOG:
+                continue
+            try:
+                tokens -= self._raise_paced(b, int(tokens))
+            except Exception:  # the next tick tries again
+                log.exception("paced callbacks of batch %s failed", b["batch"])
+
+    def _raise_paced(self, b: dict, n: int) -> int:
+        """Raise up to `n` callbacks of `b` from its cursor, for half a tick at most (a record's
+        callbacks take milliseconds: the API is served meanwhile); returns how many."""
+        env, (i, j), raised = b["env"], b["sent"], 0
+        until = time.monotonic() + TICK_S / 2
+        with self.webhooks.db.transaction():
+            while raised < n and i < b["count"] and time.monotonic() < until:
+                rec = self._find(env, self._bulk_id(b, "b0", i))
+                out = (self._connection_callbacks(env, rec)
+                       if rec[INTERNAL]["state"] == "active" else [])  # removed: nothing
+                for method, payload in out[j:j + n - raised]:
+                    self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
+                    raised, j = raised + 1, j + 1
+                if j >= len(out):
+                    i, j = i + 1, 0
+        b["sent"] = [i, j]
+        self.store.set_meta("bulk_batches", self.batches)
+        return raised
