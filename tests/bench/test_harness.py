@@ -6,7 +6,16 @@ import os
 
 import pytest
 
-from bench.harness import family, percentile, ratios, rotated, spread, table, write_marked
+from bench.harness import (
+    cpu_seconds,
+    family,
+    percentile,
+    ratios,
+    rotated,
+    spread,
+    table,
+    write_marked,
+)
 
 
 def test_rounds_rotate_so_none_always_goes_first():
@@ -26,8 +35,10 @@ def test_spread_and_percentile():
     assert percentile(values, 0.5) == 6.0 and percentile([3.0], 0.99) == 3.0
 
 
-def test_a_process_family_holds_this_process():
+def test_a_process_family_holds_this_process_and_its_cpu():
     assert os.getpid() in family(os.getppid())
+    sum(range(3_000_000))
+    assert cpu_seconds([os.getpid(), 2**22 + 1]) > 0  # a pid that is gone counts nothing
 
 
 def test_a_marked_table_is_replaced_and_nothing_else(tmp_path):
