@@ -46,13 +46,13 @@ demo: setup
 bench: setup
 	$(VENV)/bin/python bench/run.py $(BENCH_ARGS)
 
-# exactly once under faults: 10 seeds of bench/chaos.py (both environments, a few hundred
+# exactly once under faults: 10 seeds of tests/chaos/run.py (both environments, a few hundred
 # records, processes SIGKILLed, the sandbox's faults), each checked against the sandbox's
-# ground truth; writes bench/results/chaos.json and the table in docs/operations.md. About
+# ground truth; writes tests/chaos/results.json and the table in docs/operations.md. About
 # 25 minutes a seed on 2 cores (about 4 hours). `make test` runs one short seed
 # (tests/e2e/test_chaos.py).
 chaos: setup
-	$(VENV)/bin/python bench/chaos.py --seeds 10 --records 300 --window 240 --docs $(CHAOS_ARGS)
+	$(VENV)/bin/python tests/chaos/run.py --seeds 10 --records 300 --window 240 --docs $(CHAOS_ARGS)
 
 # mutmut on pipeline/inbox.py, resources/client.py, assets/checks.py, assets/transactions.py,
 # each with its own tests (mutation/run.py); not part of `make test`. MODULES=... picks some.

@@ -44,9 +44,10 @@ labels and the physical layout change with the number of records, and `daily_bal
     .venv/bin/python bench/lake_scale.py                 # full: about 25 minutes
     .venv/bin/python bench/lake_scale.py --quick         # 200,000 rows, 20/200/2,000 records
     .venv/bin/python bench/lake_scale.py --huge          # adds 100,000 records
+    .venv/bin/python bench/lake_scale.py --rows 2000 --sizes 10,20 --out /tmp/x.json  # smoke
 
-Writes bench/results/lake_scale.json (with --quick: /tmp/lake_scale_quick.json unless --out)
-and prints Markdown tables. If writing a size in the folder layout passes --write-budget seconds
+Writes bench/results/lake_scale.json and its table in bench/README.md (with --quick:
+/tmp/lake_scale_quick.json unless --out) and prints Markdown tables. If writing a size in the folder layout passes --write-budget seconds
 it stops there and that size's `folders` figures are left out (the rate is kept).
 """
 
@@ -54,31 +55,25 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.metadata as md
-import json
 import os
-import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from decimal import Decimal
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import duckdb
+import harness
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-import duckdb  # noqa: E402
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
-
-from assets import warehouse  # noqa: E402
-from resources import delta  # noqa: E402
-from resources.columns import TRANSACTION_SCHEMA, UTC_MS, money_from_kobo  # noqa: E402
-from resources.lake import Lake  # noqa: E402
+from assets import warehouse
+from resources import delta
+from resources.columns import TRANSACTION_SCHEMA, UTC_MS, money_from_kobo
+from resources.lake import Lake
 
 SEED = 20261122
 START_MS = int(dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
@@ -238,16 +233,6 @@ def build_over_delta(tables: dict[str, str], target: Path,
 
 # ---------------------------------------------------------------- measuring
 
-def spread(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "runs": values}
-
-
-def rotated(rep: int, names: list[str]) -> list[str]:
-    k = rep % len(names)
-    return names[k:] + names[:k]
-
-
 def tree_sizes(path: Path) -> dict[str, int]:
     out = {}
     for folder, _, names in os.walk(path):
@@ -316,7 +301,7 @@ def measure_size(idx: int, size: int, table: pa.Table, extra: pa.Table, work: Pa
     layouts = {name: Layout(name, work / f"{name}-{size}") for name in LAYOUTS}
     out: dict = {"records": size, "rows_per_record": table.num_rows // size,
                  "load_before": os.getloadavg()[0], "layouts": {}}
-    order = rotated(idx, list(LAYOUTS))    # who writes first moves with the size
+    order = harness.rotated(LAYOUTS, idx)    # who writes first moves with the size
     for name in order:
         lay = layouts[name]
         lay.root.mkdir(parents=True)
@@ -333,7 +318,7 @@ def measure_size(idx: int, size: int, table: pa.Table, extra: pa.Table, work: Pa
     samples = {n: {f: [] for f in FIGURES} for n in live}
     answers = {n: {} for n in live}
     for rep in range(REPS):
-        for name in rotated(rep, live):
+        for name in harness.rotated(live, rep):
             lay = layouts[name]
             t0 = time.perf_counter()
             views = lay.build()
@@ -354,15 +339,15 @@ def measure_size(idx: int, size: int, table: pa.Table, extra: pa.Table, work: Pa
                       ("rerun", [rids[size // 3], rids[size // 4], rids[size // 5]])):
         for rep in range(REPS):
             rows = extra.slice((rep + (REPS if kind == "rerun" else 0)) * LAND_ROWS, LAND_ROWS)
-            for name in rotated(rep, live):
+            for name in harness.rotated(live, rep):
                 took, written = layouts[name].land(ids[rep], rows)
                 land[name][kind].append(took)
                 land[name][kind + "_bytes"].append(written)
     for name in live:
         res = out["layouts"][name]
-        res["figures"] = {f: spread(v) for f, v in samples[name].items()}
+        res["figures"] = {f: harness.spread(v) for f, v in samples[name].items()}
         for kind in ("land_new", "rerun"):
-            res["figures"][kind] = spread(land[name][kind])
+            res["figures"][kind] = harness.spread(land[name][kind])
             res[kind + "_bytes"] = statistics.median(land[name][kind + "_bytes"])
         res["answers"] = answers[name]
         res["data_files_after_landing"] = layouts[name].data_files()
@@ -411,68 +396,54 @@ def ratios(results: dict, small: int, big: int) -> dict:
 
 
 def markdown(results: dict) -> str:
-    lines = [f"Measured {results['measured_at']} on {results['machine']['cores']} cores, "
-             f"load {results['load_start']:.2f} at the start, {results['load_end']:.2f} at the "
-             f"end; {results['rows']:,} transactions, {results['accounts']:,} accounts; medians "
-             f"of {REPS} (range).", f"Command: `{results['command']}`", "",
-             "| records | layout | data files | write s | build s | sum(amount) s | "
-             "daily_balances s | monthly_cashflow s | one record s | land a new record s (bytes) "
-             "| rerun a record s (bytes) |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    """Every size and layout, medians (range); then the ratios."""
+    def cell(fig: dict) -> str:
+        return f"{fig['median']:.3f} ({fig['min']:.3f}–{fig['max']:.3f})"
+
+    rows = []
     for size in results["sizes"]:
-        for name in LAYOUTS:
-            r = size["layouts"].get(name)
-            if r is None:
-                continue
-            if "figures" not in r:
-                lines.append(f"| {size['records']:,} | {name} | | {r['write_s']:.1f} (stopped at "
-                             f"{r['records_written']:,} records; projected "
-                             f"{r['projected_write_s']:.0f}) | | | | | | | |")
-                continue
-            fig = r["figures"]
-            cell = lambda f, fig=fig: (f"{fig[f]['median']:.3f} ({fig[f]['min']:.3f}–"  # noqa: E731
-                              f"{fig[f]['max']:.3f})")
+        for name, r in sorted(size["layouts"].items(), key=lambda x: LAYOUTS.index(x[0])):
             write = f"{r['write_s']:.1f}" + (f" + {r['compact_s']:.1f} compact"
                                              if "compact_s" in r else "")
-            lines.append(f"| {size['records']:,} | {name} | {r['data_files']:,} | {write} | "
-                         + " | ".join(cell(f) for f in FIGURES)
-                         + f" | {cell('land_new')} ({r['land_new_bytes']:,.0f}) | "
-                         f"{cell('rerun')} ({r['rerun_bytes']:,.0f}) |")
-    for key, rat in results["ratios"].items():
-        if not rat:
-            continue
-        lines += ["", f"Ratios {key} (median / median; range: worst pairing to best)", "",
-                  "| layout | " + " | ".join(f"{f} (≤ {TARGETS[f]}×)" if f in TARGETS else f
-                                             for f in (*FIGURES, "land_new", "rerun")) + " |",
-                  "|---|" + "---:|" * (len(FIGURES) + 2)]
-        for name, figs in rat.items():
-            cells = []
-            for f in (*FIGURES, "land_new", "rerun"):
-                v = figs[f]
-                mark = "" if v["holds"] is None else (" ✓" if v["holds"] else " ✗")
-                cells.append(f"{v['ratio']:.2f}×{mark} ({v['range'][0]:.2f}–{v['range'][1]:.2f})")
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            if "figures" not in r:
+                rows.append((f"{size['records']:,}", name, "", f"{write} (stopped at "
+                             f"{r['records_written']:,} records; projected "
+                             f"{r['projected_write_s']:.0f})", *[""] * 7))
+                continue
+            fig = r["figures"]
+            rows.append((f"{size['records']:,}", name, f"{r['data_files']:,}", write,
+                         *(cell(fig[f]) for f in FIGURES),
+                         f"{cell(fig['land_new'])} ({r['land_new_bytes']:,.0f})",
+                         f"{cell(fig['rerun'])} ({r['rerun_bytes']:,.0f})"))
+    text = harness.table(["records", "layout", "data files", "write s", "build s",
+                          "sum(amount) s", "daily_balances s", "monthly_cashflow s",
+                          "one record s", "land a new record s (bytes)",
+                          "rerun a record s (bytes)"], rows, left=2)
+    for key in results["ratios"]:
+        text += f"\n\nRatios {key}\n\n" + ratio_table(results, key)
+    return text
 
 
-def versions() -> dict:
-    out = {"python": platform.python_version()}
-    for dist in ("deltalake", "duckdb", "pyarrow", "numpy", "dagster"):
-        try:
-            out[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            out[dist] = None
-    return out
+def ratio_table(results: dict, key: str) -> str:
+    """The ratios of `key` by layout, with issue 13's targets (✓ held, ✗ missed)."""
+    figures = (*FIGURES, "land_new", "rerun")
+    return harness.table(
+        ["layout", *(f"{f} (≤ {TARGETS[f]}×)" if f in TARGETS else f for f in figures)],
+        [(name, *(f"{v[f]['ratio']:.2f}×" + {None: "", True: " ✓", False: " ✗"}[v[f]["holds"]]
+                  for f in figures)) for name, v in results["ratios"][key].items()])
 
 
-def cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
+def table_md(results: dict) -> str:
+    """For bench/README.md: the largest size against the smallest, and its seconds."""
+    key = list(results["ratios"])[-1]
+    big = results["sizes"][-1]
+    return (f"{results['rows']:,} transactions; ratios {key} (medians of {REPS}):\n\n"
+            + ratio_table(results, key) + f"\n\nSeconds at {big['records']:,} records:\n\n"
+            + harness.table(["layout", *FIGURES, "land_new", "rerun"], [
+                (name, *(f"{r['figures'][f]['median']:.3f}" for f in (*FIGURES, "land_new",
+                                                                        "rerun")))
+                for name, r in sorted(big["layouts"].items(), key=lambda x: LAYOUTS.index(x[0]))
+                if "figures" in r]))
 
 
 def main() -> None:
@@ -481,20 +452,23 @@ def main() -> None:
                     help="200,000 rows over 20/200/2,000 records (under 2 minutes)")
     ap.add_argument("--huge", action="store_true", help="also 100,000 records")
     ap.add_argument("--rows", type=int, help="transactions (default 2,000,000; quick 200,000)")
+    ap.add_argument("--sizes", help="records of each size, smallest first (default 200,2000,"
+                                    "20000; quick 20,200,2000)")
     ap.add_argument("--write-budget", type=float, default=600.0,
                     help="seconds to write one size in the folder layout before giving up on it")
     ap.add_argument("--data", type=Path, help="work folder (default: a new one in /tmp)")
     ap.add_argument("--keep", action="store_true", help="keep the lakes written")
-    ap.add_argument("--out", type=Path)
-    ap.add_argument("--note", default="", help="kept in the JSON (e.g. which commit's code ran)")
+    ap.add_argument("--note", default="", help="kept in the JSON")
+    harness.arguments(ap, "lake_scale")
     args = ap.parse_args()
+    if args.quick and not args.out:
+        args.out = Path("/tmp/lake_scale_quick.json")
     rows = args.rows or (200_000 if args.quick else 2_000_000)
-    sizes = [20, 200, 2_000] if args.quick else [200, 2_000, 20_000]
+    sizes = ([int(n) for n in args.sizes.split(",")] if args.sizes
+             else [20, 200, 2_000] if args.quick else [200, 2_000, 20_000])
     if args.huge:
         sizes.append(sizes[-1] * 5)
     accounts = sizes[-1] if rows // sizes[-1] >= 20 else rows // 20
-    out_path = args.out or (Path("/tmp/lake_scale_quick.json") if args.quick
-                            else ROOT / "bench" / "results" / "lake_scale.json")
     work = args.data or Path(tempfile.mkdtemp(prefix="ledgerlake-lake-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     started, load_start = time.perf_counter(), os.getloadavg()[0]
@@ -503,10 +477,7 @@ def main() -> None:
     extra = generate(LAND_ROWS * 2 * REPS, 2 * REPS, SEED + 1, first_account=10**7)
     expected = kobo_total(table)
     results = {
-        "measured_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": "bench/lake_scale.py" + "".join(f" {a}" for a in sys.argv[1:]),
-        "machine": {"cores": os.cpu_count(), "cpu": cpu_model(), "system": platform.platform()},
-        "versions": versions(), "note": args.note, "load_start": load_start, "seed": SEED, "rows": rows,
+        "note": args.note, "load_start": load_start, "seed": SEED, "rows": rows,
         "accounts": accounts, "rows_per_account": rows // accounts, "run_records": RUN,
         "land_rows": LAND_ROWS, "repetitions": REPS, "timezone": warehouse.DEFAULT_TIMEZONE,
         "expected_sum": str(Decimal(expected) / 100), "queries": QUERIES, "targets": TARGETS,
@@ -523,11 +494,10 @@ def main() -> None:
     results["ratios"] = {f"{big:,} / {sizes[0]:,} records": ratios(results, sizes[0], big)
                          for big in sizes[1:]}
     results["answers_agree"] = all(s["answers_agree"] for s in results["sizes"])
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    harness.publish(results, args, "lake_scale", table_md(results))
     print()
     print(markdown(results))
-    print(f"\nwall {results['wall_s']:.0f} s; written {out_path}")
+    print(f"\nwall {results['wall_s']:.0f} s")
 
 
 if __name__ == "__main__":

@@ -23,16 +23,13 @@ imports and Definitions (`start_cost`, CPU and wall, median of 5).
     .venv/bin/python bench/launched_runs.py [--records 1000] [--rows-per-record 1000] [--dlt]
         [--concurrent-runs 2]
 
-Writes bench/results/launched_runs.json and prints it.
+Writes bench/results/launched_runs.json and its table in bench/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
-import secrets
 import statistics
 import subprocess
 import sys
@@ -40,16 +37,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness
 import orjson
+import run  # bench/run.py: its records and contenders
 import yaml
-
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-sys.path[:0] = [str(ROOT), str(BENCH)]
-
-import run as core  # noqa: E402  bench/run.py: records, contenders, machine facts
-
-RESULTS = BENCH / "results" / "launched_runs.json"
+from harness import ROOT
 
 
 def ready(record: str, i: int) -> dict:
@@ -61,7 +53,7 @@ def ready(record: str, i: int) -> dict:
             "recordId": record, "customerId": f"bench-{i}", "message": "", "meta": {}}
 
 
-def launched(box: dict, records: list[str], work: Path, timeout_s: float,
+def launched(box: harness.Sandbox, records: list[str], work: Path, timeout_s: float,
              concurrent_runs: int) -> dict:
     """The daemon launches the sensor's runs, each in its own process; seconds until landed."""
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
@@ -91,8 +83,8 @@ def launched(box: dict, records: list[str], work: Path, timeout_s: float,
     inbox_path = home / "inbox.sqlite3"
     Inbox(inbox_path, create=True).close()
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "LEDGERLAKE_HOME": str(home),
-           "LEDGERLAKE_INBOX": str(inbox_path), "LEDGERLAKE_API_URL": box["url"],
-           "LEDGERLAKE_ENVIRONMENT": "sandbox", "LEDGERLAKE_SECRET_KEY": box["key"]}
+           "LEDGERLAKE_INBOX": str(inbox_path), "LEDGERLAKE_API_URL": box.url,
+           "LEDGERLAKE_ENVIRONMENT": "sandbox", "LEDGERLAKE_SECRET_KEY": box.key}
     dagster = Path(sys.executable).with_name("dagster")
     # the warehouse would follow the lake as it lands: real work, but not the peer's work
     subprocess.run([str(dagster), "sensor", "stop", "warehouse_follows_lake", "-w",
@@ -147,8 +139,9 @@ def launched(box: dict, records: list[str], work: Path, timeout_s: float,
     del os.environ["DAGSTER_HOME"]
     return {"seconds": seconds, "runs": len(runs), "failed_runs": len(failed),
             "concurrent_runs": concurrent_runs,
-            "launch_to_run_start_s": _spread(start_cost),
-            "run_start_to_first_step_s": _spread(plan_cost), "run_wall_s": _spread(steps)}
+            "launch_to_run_start_s": harness.spread(start_cost, 2),
+            "run_start_to_first_step_s": harness.spread(plan_cost, 2),
+            "run_wall_s": harness.spread(steps, 2)}
 
 
 STAGES = {"interpreter": "pass", "dagster": "import dagster",
@@ -175,13 +168,17 @@ def start_cost(times: int = 5) -> dict:
     return out
 
 
-def _spread(values: list[float]) -> dict:
-    if not values:
-        return {}
-    values = sorted(values)
-    return {"n": len(values), "median": round(statistics.median(values), 2),
-            "p90": round(values[int(0.9 * (len(values) - 1))], 2),
-            "max": round(values[-1], 2), "sum": round(sum(values), 1)}
+def table_md(result: dict) -> str:
+    names = [n for n in ("floor", "in_process", "launched", "dlt") if n in result]
+    floor_s = result["floor"]["seconds"]
+    rows = [(n.replace("_", " "), round(result[n]["seconds"], 1),
+             f"{result[n]['rows_per_s']:,}", round(floor_s / result[n]["seconds"], 2),
+             result[n].get("runs", "")) for n in names]
+    start = result["launched"]["launch_to_run_start_s"]
+    return (harness.table([f"{result['records']:,} records, {result['rows']:,} rows", "seconds",
+                           "rows/s", "over the floor", "runs"], rows)
+            + f"\n\nLaunched: {result['launched']['concurrent_runs']} runs at once; launch to "
+              f"RUN_START median {start['median']} s, p90 {start['p90']} s.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,50 +190,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrent-runs", type=int, default=2,
                     help="the launched runs' max_concurrent_runs (default: this machine's 2 "
                          "cores)")
-    ap.add_argument("--out", default=str(RESULTS))
+    harness.arguments(ap, "launched_runs")
     args = ap.parse_args(argv)
 
-    import httpx
-
-    from pipeline.local import Server
     from pipeline.sensors import NEW_PER_RUN
 
     result: dict = {"what": __doc__.splitlines()[0], "records": args.records,
-                    "rows_per_record": args.rows_per_record, "new_per_run": NEW_PER_RUN,
-                    "command": " ".join(["bench/launched_runs.py", *(argv or sys.argv[1:])])}
+                    "rows_per_record": args.rows_per_record, "new_per_run": NEW_PER_RUN}
     with tempfile.TemporaryDirectory(prefix="ledgerlake-launched-",
                                      ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
-        key = "sk_test_" + secrets.token_hex(12)
-        server = Server("sandbox", "--data-dir", str(work / "sandbox"), "--seed",
-                        str(args.seed), "--rate-limit", "0", "--addition-limit", "1000000",
-                        "--freeze-clock",
-                        env={"LEDGERLAKE_SANDBOX_KEY": key,
-                             "LEDGERLAKE_PRODUCTION_KEY": "sk_live_" + secrets.token_hex(12)},
-                        log_path=work / "sandbox.log").start()
-        try:
-            box = {"url": server.url, "key": key}
-            with httpx.Client(base_url=server.url + "/sandbox/v2/", timeout=120,
-                              headers={"Authorization": f"Bearer {key}"}) as api:
-                records, total = core.make_records(api, args.records, args.rows_per_record,
-                                                   args.seed)
+        with harness.sandbox(work, args.seed, *harness.STILL) as box:
+            records, total = run.make_records(box, args.records, args.rows_per_record,
+                                              args.seed)
             result["rows"] = total
             print(f"[launched] {len(records)} records, {total:,} transactions", flush=True)
-            job = {"url": box["url"], "key": key, "records": records}
+            job = {"url": box.url, "key": box.key, "records": records}
             result["start_cost"] = start_cost()
             print(f"[launched] start cost: {result['start_cost']}", flush=True)
             for name in ("floor", "in_process", "launched", "dlt"):
                 if name == "launched":
                     result[name] = launched(box, records, work, timeout_s=3600,
                                             concurrent_runs=args.concurrent_runs)
-                elif name == "dlt" and not (args.dlt and core.dlt_available()):
+                elif name == "dlt" and not (args.dlt and run.dlt_available()):
                     continue
                 else:
                     child = "ledgerlake" if name == "in_process" else name
-                    result[name] = core.run_child(child, job, work, timeout_s=3600)
+                    result[name] = run.run_child(child, job, work, timeout_s=3600)
                 print(f"[launched] {name}: {result[name]['seconds']:.1f}s", flush=True)
-        finally:
-            server.stop()
     for name in ("floor", "in_process", "launched", "dlt"):
         if name in result:
             result[name]["rows_per_s"] = round(total / result[name]["seconds"])
@@ -248,12 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     if "dlt" in result:
         result["launched_over_dlt"] = round(result["dlt"]["seconds"]
                                             / result["launched"]["seconds"], 3)
-    result["measured_at"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    result["machine"] = core.machine()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2), flush=True)
+    harness.publish(result, args, "launched_runs", table_md(result))
+    print(table_md(result), flush=True)
     return 0
 
 

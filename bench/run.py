@@ -19,9 +19,9 @@ transactions Parquet file appearing.
 
     .venv/bin/python bench/run.py                      # what `make bench` runs
     .venv/bin/python bench/run.py --records 3 --rows-per-record 1000 --big 0 --runs 1 \\
-        --skip-dlt --latency-samples 2 --out /tmp/x.json --no-readme   # a smoke run
+        --skip-dlt --latency-samples 2 --out /tmp/x.json   # a smoke run
 
-Writes bench/results/latest.json and the table between the markers in bench/README.md.
+Writes bench/results/latest.json and its table in bench/README.md.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import secrets
 import shutil
 import statistics
@@ -41,14 +40,12 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import harness
+from harness import ROOT
 
 DLT_VERSION = "1.31.0"
 PAGE = 100
 DAYS_PER_MONTH = 30.44
-BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
 # -- children: one contender each, JSON on the last stdout line ----------------------------------
@@ -187,7 +184,7 @@ def child_main(name: str, job_path: str) -> None:
 class TreeMemory:
     """The peak of a process tree's memory, sampled: the sum of PSS (shared pages split
     between the processes sharing them) over a process and all its descendants, every
-    `every_s`. ledgerlake forks workers, and a process's own VmHWM would leave them out."""
+    `every_s`: a contender's own VmHWM would leave out any process it starts (dlt's, uv's)."""
 
     def __init__(self, pid: int, every_s: float = 0.25) -> None:
         self.pid, self.every_s, self.peak_kib = pid, every_s, 0
@@ -206,27 +203,10 @@ class TreeMemory:
     def peak_mb(self) -> float:
         return self.peak_kib / 1024
 
-    def _tree(self) -> list[int]:
-        children: dict[int, list[int]] = {}
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                try:
-                    stat = Path(entry.path, "stat").read_text()
-                except OSError:
-                    continue
-                ppid = int(stat.rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry.name))
-        tree, todo = [], [self.pid]
-        while todo:
-            pid = todo.pop()
-            tree.append(pid)
-            todo += children.get(pid, [])
-        return tree
-
     def _run(self) -> None:
         while True:  # a sample first: a child that ends within one interval still has one
             total = 0
-            for pid in self._tree():
+            for pid in harness.family(self.pid):
                 try:
                     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                         if line.startswith("Pss:"):
@@ -290,45 +270,42 @@ def dlt_available() -> bool:
     return probe.returncode == 0
 
 
-def make_records(api, count: int, rows_per_record: int, seed: int) -> tuple[list[str], int]:
+def make_records(box: harness.Sandbox, count: int, rows_per_record: int,
+                 seed: int) -> tuple[list[str], int]:
     """`count` customers of one account whose histories hold about `rows_per_record` lines."""
     today = dt.datetime.now(dt.UTC)
     # the history runs from `months` whole months back to today
     days_now = today.day - 1 + today.hour / 24
     months = max(1, round((rows_per_record / 200 - days_now) / DAYS_PER_MONTH + 0.5))
     volume = max(1, min(200, round(rows_per_record / (months * DAYS_PER_MONTH + days_now))))
-    records = []
-    for start in range(0, count, 100):
-        specs = [{"accounts": 1, "months": months, "volume": volume, "seed": seed + start + i,
-                  "income": True} for i in range(min(100, count - start))]
-        resp = api.post("sandbox/customers/create", json={"customers": specs})
-        resp.raise_for_status()
-        records += [c["record"] for c in resp.json()["data"]["customers"]]
-    total = 0
-    deadline = time.monotonic() + 120
-    for record in records:  # connections complete on their own, right after creation
-        while True:
-            resp = api.post("transactions/get", json={"record": record, "limit": 1})
-            if resp.status_code == 200:
-                total += resp.json()["data"]["pagination"]["totalDocs"]
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"record {record} not ready: {resp.text[:300]}")
-            time.sleep(0.1)
+    records, total = [], 0
+    with box.api() as api:
+        for start in range(0, count, 100):
+            specs = [{"accounts": 1, "months": months, "volume": volume,
+                      "seed": seed + start + i, "income": True}
+                     for i in range(min(100, count - start))]
+            resp = api.post("sandbox/customers/create", json={"customers": specs})
+            resp.raise_for_status()
+            records += [c["record"] for c in resp.json()["data"]["customers"]]
+        deadline = time.monotonic() + 120
+        for record in records:  # connections complete on their own, right after creation
+            while True:
+                resp = api.post("transactions/get", json={"record": record, "limit": 1})
+                if resp.status_code == 200:
+                    total += resp.json()["data"]["pagination"]["totalDocs"]
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"record {record} not ready: {resp.text[:300]}")
+                time.sleep(0.1)
     return records, total
 
 
-def median_of(runs: list[dict], key: str) -> float:
-    return statistics.median(r[key] for r in runs)
-
-
-def bench_size(label: str, box, records: list[str], total: int, contenders: list[str],
-               runs: int, work: Path, dlt_runs: int) -> dict:
-    job = {"url": box["url"], "key": box["key"], "records": records}
+def bench_size(label: str, box: harness.Sandbox, records: list[str], total: int,
+               contenders: list[str], runs: int, work: Path, dlt_runs: int) -> dict:
+    job = {"url": box.url, "key": box.key, "records": records}
     per: dict[str, list[dict]] = {c: [] for c in contenders}
     for n in range(runs):
-        order = contenders[n % len(contenders):] + contenders[:n % len(contenders)]
-        for name in order:
+        for name in harness.rotated(contenders, n):
             if name == "dlt" and len(per["dlt"]) >= dlt_runs:
                 continue
             r = run_child(name, job, work, timeout_s=1800)
@@ -338,48 +315,42 @@ def bench_size(label: str, box, records: list[str], total: int, contenders: list
             per[name].append(r)
             print(f"[bench] {label} run {n + 1}: {name:10s} {r['rows_per_s']:>8,} rows/s "
                   f"{r['seconds']:7.2f}s peak {r['peak_rss_mb']:7.1f} MiB", flush=True)
-    out = {"records": len(records), "rows": total, "contenders": {}}
+    out: dict = {"records": len(records), "rows": total, "contenders": {}}
     for name, rs in per.items():
+        def median(key: str, rs=rs) -> float:
+            return statistics.median(r[key] for r in rs)
+
         out["contenders"][name] = {
-            "runs": len(rs),
-            "rows_per_s": round(median_of(rs, "rows_per_s")),
-            "seconds": round(median_of(rs, "seconds"), 2),
-            "peak_rss_mb": round(median_of(rs, "peak_rss_mb"), 1),
+            "runs": len(rs), "rows_per_s": round(median("rows_per_s")),
+            "seconds": round(median("seconds"), 2),
+            "peak_rss_mb": round(median("peak_rss_mb"), 1),
             "peak_rss_mb_max": max(r["peak_rss_mb"] for r in rs),
-            "peak_tree_mb": round(median_of(rs, "peak_tree_mb"), 1),
+            "peak_tree_mb": round(median("peak_tree_mb"), 1),
             "peak_tree_mb_max": max(r["peak_tree_mb"] for r in rs),
             "each_rows_per_s": [r["rows_per_s"] for r in rs],
         }
-    c = out["contenders"]
-    ll = c["ledgerlake"]["rows_per_s"]
-    out["ledgerlake_over_floor"] = round(ll / c["floor"]["rows_per_s"], 3)
-    # the same ratio taken within each round, then its median: this machine's speed drifts
-    # by tens of percent over minutes, and a round's two runs are seconds apart
-    paired = [a["rows_per_s"] / b["rows_per_s"]
-              for a, b in zip(per["ledgerlake"], per["floor"], strict=False)]
-    out["ledgerlake_over_floor_paired"] = round(statistics.median(paired), 3)
-    out["ledgerlake_over_floor_each_round"] = [round(x, 3) for x in paired]
-    out["ledgerlake_over_dlt"] = (round(ll / c["dlt"]["rows_per_s"], 2) if "dlt" in c
-                                  else None)
-    if per.get("dlt"):  # dlt runs in the first rounds only: pair it with those rounds
-        with_dlt = [a["rows_per_s"] / b["rows_per_s"]
-                    for a, b in zip(per["ledgerlake"], per["dlt"], strict=False)]
-        out["ledgerlake_over_dlt_paired"] = round(statistics.median(with_dlt), 2)
-        out["ledgerlake_over_dlt_each_round"] = [round(x, 2) for x in with_dlt]
+    mine = out["contenders"]["ledgerlake"]
+    for peer, digits in (("floor", 3), ("dlt", 2)):
+        if per.get(peer):  # dlt runs in the first rounds only: paired with those rounds
+            within = harness.ratios(mine["each_rows_per_s"],
+                                    out["contenders"][peer]["each_rows_per_s"], digits)
+            out[f"ledgerlake_over_{peer}"] = round(
+                mine["rows_per_s"] / out["contenders"][peer]["rows_per_s"], digits)
+            out[f"ledgerlake_over_{peer}_paired"] = within["median"]
+            out[f"ledgerlake_over_{peer}_each_round"] = within["rounds"]
     return out
 
 
 def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
     """Callback-to-Parquet: create customers, tick the sensor, watch for their files."""
     import dagster as dg
-    import httpx
 
     from pipeline.local import QUIET, Server, tick
 
     home = work / "latency"
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
-    key, token = "sk_test_" + secrets.token_hex(12), secrets.token_hex(16)
+    token = secrets.token_hex(16)
     os.environ.update({"LEDGERLAKE_HOME": str(home), "LEDGERLAKE_INBOX":
                        str(home / "inbox.sqlite3"), "LEDGERLAKE_LAKE": str(home / "lake")})
     from assets.transactions import transactions
@@ -390,24 +361,16 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
     from resources.client import ConnectionClient
     from resources.lake import Lake
 
-    sandbox = Server("sandbox", "--data-dir", str(home / "sandbox"), "--seed", str(seed),
-                     env={"LEDGERLAKE_SANDBOX_KEY": key,
-                          "LEDGERLAKE_PRODUCTION_KEY": "sk_live_" + secrets.token_hex(12)},
-                     log_path=home / "sandbox.log").start()
-    receiver = None
-    try:
-        receiver = Server("receiver", "--inbox", str(home / "inbox.sqlite3"),
-                          env={"LEDGERLAKE_RECEIVER_TOKEN": token},
-                          log_path=home / "receiver.log").start()
+    with harness.sandbox(home, seed) as box, box.api(30) as api, Server(
+            "receiver", "--inbox", str(home / "inbox.sqlite3"),
+            env={"LEDGERLAKE_RECEIVER_TOKEN": token}, log_path=home / "receiver.log") as receiver:
         lake = Lake(root=str(home / "lake"))
         defs = dg.Definitions(
             assets=[transactions], jobs=[ingest_job], sensors=[inbox_sensor],
-            resources={"client": ConnectionClient(base_url=sandbox.url, secret_key=key),
+            resources={"client": ConnectionClient(base_url=box.url, secret_key=box.key),
                        "lake": lake, "inbox": InboxResource(),
                        # forget_job's, a target of the sensor (it never runs here)
                        "warehouse_db": Warehouse(path=str(home / "warehouse.duckdb"))})
-        api = httpx.Client(base_url=sandbox.url + "/sandbox/v2/", timeout=30,
-                           headers={"Authorization": f"Bearer {key}"})
         api.post("settings/webhook", json={"url": receiver.url + "/callbacks/",
                                            "token": token}).raise_for_status()
         sent: dict[str, float] = {}
@@ -448,11 +411,6 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
                     break
         done.set()
         watcher.join()
-        api.close()
-    finally:
-        if receiver is not None:
-            receiver.stop()
-        sandbox.stop()
     waits = sorted(landed[r] - sent[r] for r in landed)
     if len(waits) < samples:
         raise RuntimeError(f"only {len(waits)} of {samples} callbacks became Parquet")
@@ -464,56 +422,26 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
             "to": "the record's transactions are committed to the lake's Delta table"}
 
 
-def machine() -> dict:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "load_avg_1m": round(os.getloadavg()[0], 2)}
-
-
 def table_md(result: dict) -> str:
-    lines = [f"Measured {result['measured_at']} on {result['machine']['cpus']} cores "
-             f"({result['machine']['cpu']}), Python {result['machine']['python']}, "
-             f"load {result['machine']['load_avg_1m']} at the end; sandbox seed "
-             f"{result['seed']}, rate limit off; medians of the runs counted below.",
-             f"Command: `{result['command']}`", "",
-             "| size | rows | contender | rows/s | median s | peak MiB, all its processes "
-             "(PSS) | peak RSS MiB, main process | runs |",
-             "|---|---:|---|---:|---:|---:|---:|---:|"]
-    for label, size in result["sizes"].items():
-        for name, c in size["contenders"].items():
-            lines.append(f"| {label} | {size['rows']:,} | {name} | {c['rows_per_s']:,} | "
-                         f"{c['seconds']} | {c['peak_tree_mb']} | {c['peak_rss_mb']} | "
-                         f"{c['runs']} |")
-    lines += ["", "| size | ledgerlake / floor (target >= 0.7) | same, median of rounds | "
-                  "ledgerlake / dlt (target >= 4) | same, median of rounds |",
-              "|---|---:|---:|---:|---:|"]
-    for label, size in result["sizes"].items():
-        dlt = size["ledgerlake_over_dlt"]
-        lines.append(f"| {label} | {size['ledgerlake_over_floor']} | "
-                     f"{size['ledgerlake_over_floor_paired']} | {dlt if dlt else 'n/a'} | "
-                     f"{size.get('ledgerlake_over_dlt_paired', 'n/a')} |")
+    rows = [(label, name, f"{size['rows']:,}", f"{c['rows_per_s']:,}", c["seconds"],
+             c["peak_tree_mb"], c["peak_rss_mb"], c["runs"])
+            for label, size in result["sizes"].items()
+            for name, c in size["contenders"].items()]
+    text = harness.table(["size", "contender", "rows", "rows/s", "median s",
+                          "peak MiB, all its processes (PSS)", "peak RSS MiB, main process",
+                          "runs"], rows, left=2)
+    text += "\n\n" + harness.table(
+        ["size", "ledgerlake / floor (target >= 0.7)", "same, median of rounds",
+         "ledgerlake / dlt (target >= 4)", "same, median of rounds"],
+        [(label, size["ledgerlake_over_floor"], size["ledgerlake_over_floor_paired"],
+          size.get("ledgerlake_over_dlt") or "n/a", size.get("ledgerlake_over_dlt_paired", "n/a"))
+         for label, size in result["sizes"].items()])
     lat = result.get("latency")
     if lat:
-        lines += ["", f"Callback to Parquet ({lat['samples']} samples, sensor ticked every "
-                      f"{lat['sensor_interval_s']} s): p50 {lat['p50_s']} s, p95 "
-                      f"{lat['p95_s']} s, max {lat['max_s']} s."]
-    return "\n".join(lines)
-
-
-def write_readme(path: Path, text: str) -> None:
-    old = path.read_text() if path.exists() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
-    if BEGIN not in old or END not in old:
-        old += f"\n{BEGIN}\n{END}\n"
-    head, rest = old.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    path.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+        text += (f"\n\nCallback to Parquet ({lat['samples']} samples, sensor ticked every "
+                 f"{lat['sensor_interval_s']} s): p50 {lat['p50_s']} s, p95 {lat['p95_s']} s, "
+                 f"max {lat['max_s']} s.")
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -532,18 +460,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-samples", type=int, default=30, help="0 to skip")
     ap.add_argument("--sensor-interval", type=float, default=5.0,
                     help="seconds between sensor ticks (the sensor's minimum_interval_seconds)")
-    ap.add_argument("--out", default=str(ROOT / "bench/results/latest.json"))
-    ap.add_argument("--readme", default=str(ROOT / "bench/README.md"))
-    ap.add_argument("--no-readme", action="store_true")
+    harness.arguments(ap, "latest")
     ap.add_argument("--child", nargs=2, metavar=("NAME", "JOB"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         child_main(*args.child)
         return 0
-
-    import httpx
-
-    from pipeline.local import Server
 
     contenders = ["floor", "ledgerlake"]
     if not args.skip_dlt:
@@ -557,37 +479,20 @@ def main(argv: list[str] | None = None) -> int:
                                  "one_record": min(args.runs, 3)}
                     if "dlt" in contenders else None,
                     "dlt_version": DLT_VERSION if "dlt" in contenders else None,
-                    "page_size": PAGE, "command": " ".join(["bench/run.py", *(argv or
-                                                                             sys.argv[1:])]),
-                    "sizes": {}}
+                    "page_size": PAGE, "sizes": {}}
+    sizes = [(f"{args.records} records", args.records, args.rows_per_record)] * bool(args.records)
+    sizes += [("1 record", 1, args.big)] * bool(args.big)
     with tempfile.TemporaryDirectory(prefix="ledgerlake-bench-") as tmp:
         work = Path(tmp)
-        key = "sk_test_" + secrets.token_hex(12)
-        server = Server("sandbox", "--data-dir", str(work / "sandbox"), "--seed",
-                        str(args.seed), "--rate-limit", "0", "--addition-limit", "1000000",
-                        "--freeze-clock",  # no new lines appear while the contenders read
-                        env={"LEDGERLAKE_SANDBOX_KEY": key,
-                             "LEDGERLAKE_PRODUCTION_KEY": "sk_live_" + secrets.token_hex(12)},
-                        log_path=work / "sandbox.log").start()
-        try:
-            box = {"url": server.url, "key": key}
-            sizes = []
-            if args.records:
-                sizes.append((f"{args.records} records", args.records, args.rows_per_record))
-            if args.big:
-                sizes.append(("1 record", 1, args.big))
-            with httpx.Client(base_url=server.url + "/sandbox/v2/", timeout=120,
-                              headers={"Authorization": f"Bearer {key}"}) as api:
-                for label, count, per in sizes:
-                    t0 = time.perf_counter()
-                    records, total = make_records(api, count, per, args.seed)
-                    print(f"[bench] {label}: {total:,} transactions "
-                          f"({time.perf_counter() - t0:.1f}s to create)", flush=True)
-                    dlt_runs = args.dlt_runs if count > 1 else min(args.runs, 3)
-                    result["sizes"][label] = bench_size(label, box, records, total,
-                                                        contenders, args.runs, work, dlt_runs)
-        finally:
-            server.stop()
+        with harness.sandbox(work, args.seed, *harness.STILL) as box:
+            for label, count, per in sizes:
+                t0 = time.perf_counter()
+                records, total = make_records(box, count, per, args.seed)
+                print(f"[bench] {label}: {total:,} transactions "
+                      f"({time.perf_counter() - t0:.1f}s to create)", flush=True)
+                dlt_runs = args.dlt_runs if count > 1 else min(args.runs, 3)
+                result["sizes"][label] = bench_size(label, box, records, total, contenders,
+                                                    args.runs, work, dlt_runs)
         if args.latency_samples:
             result["latency"] = latency(args.latency_samples, args.sensor_interval, work,
                                         args.seed)
@@ -595,14 +500,8 @@ def main(argv: list[str] | None = None) -> int:
         "ledgerlake_over_dlt_at_least": 4, "ledgerlake_over_floor_at_least": 0.7,
         "one_record_peak_mb_below": 1024}  # all its processes, PSS
     result["wall_s"] = round(time.perf_counter() - started, 1)
-    result["measured_at"] = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    result["machine"] = machine()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
     text = table_md(result)
-    if not args.no_readme:
-        write_readme(Path(args.readme), text)
+    harness.publish(result, args, "latest", text)
     print(text, flush=True)
     return 0
 

@@ -1,6 +1,6 @@
 """The sandbox's own data of a record, read over its API with the environment's secret key,
 and the lake's rows of the same records, in the same shape: what the end-to-end tests and the
-chaos suite (bench/chaos.py) compare.
+chaos suite (tests/chaos/run.py) compare.
 
 Every figure is exact: amounts are summed as decimals (a two-decimal JSON number read as a float
 converts back exactly through its shortest repr), never as floats.

@@ -1,8 +1,8 @@
-"""The bench harness at a tiny size, so `make bench` cannot rot between the times it is run.
+"""The benches at their smallest, so that none can rot between the times it is run.
 
-Runs bench/run.py as a real process (its own sandbox and child processes) on 3 records of
-about 1,000 transactions and one of 2,000, one run each, dlt only if uv can provide it, and
-checks the JSON it writes. No figure is asserted: speed is the bench's business.
+Each runs as a real process (bench/run.py with its own sandbox and child processes, dlt only
+if uv can provide it) and its JSON and README table are checked. No figure is asserted: speed
+is the bench's business. bench/launched_runs.py is left out: its daemon alone takes minutes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_bench_writes_its_results(tmp_path):
     out, readme = tmp_path / "latest.json", tmp_path / "README.md"
-    readme.write_text("# Benchmarks\n\nkept\n\n<!-- bench:begin -->\nold\n<!-- bench:end -->\n"
+    readme.write_text("# Benchmarks\n\nkept\n\n<!-- latest:begin -->\nold\n<!-- latest:end -->\n"
                       "\ntail kept\n")
     args = [sys.executable, str(ROOT / "bench/run.py"), "--records", "3",
             "--rows-per-record", "1000", "--big", "2000", "--runs", "1",
@@ -32,7 +32,7 @@ def test_bench_writes_its_results(tmp_path):
 
     result = json.loads(out.read_text())
     assert {"seed", "runs", "sizes", "latency", "targets", "machine", "measured_at",
-            "command"} <= result.keys()
+            "commit", "command"} <= result.keys()
     assert set(result["sizes"]) == {"3 records", "1 record"}
     for size in result["sizes"].values():
         assert size["rows"] > 0
@@ -49,6 +49,23 @@ def test_bench_writes_its_results(tmp_path):
     text = readme.read_text()
     assert "kept" in text and "tail kept" in text and "old" not in text
     assert "| 3 records |" in text and "ledgerlake / floor" in text
+    assert f"at {result['commit']}" in text
+
+
+def test_lake_scale_checks_its_answers(tmp_path):
+    """bench/lake_scale.py over 2,000 rows at 10 and 20 records: every layout gives the same
+    exact answers, and the README gets the ratios."""
+    out, readme = tmp_path / "lake_scale.json", tmp_path / "README.md"
+    readme.write_text("<!-- lake_scale:begin -->\n<!-- lake_scale:end -->\n")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench/lake_scale.py"), "--rows", "2000", "--sizes", "10,20",
+         "--out", str(out), "--readme", str(readme)],
+        cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["answers_agree"] and [s["records"] for s in result["sizes"]] == [10, 20]
+    assert set(result["ratios"]["20 / 10 records"]) == {"folders", "delta_month", "delta_flat"}
+    assert "| delta_flat |" in readme.read_text()
 
 
 def test_receiver_bench_measures_the_pipeline_and_the_receiver(tmp_path):

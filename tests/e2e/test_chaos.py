@@ -1,4 +1,4 @@
-"""The chaos suite's short run (issue 16): one seed of bench/chaos.py, as `make chaos` runs ten.
+"""The chaos suite's short run (issue 16): one seed of tests/chaos/run.py, as `make chaos` runs ten.
 
 Both of the service's environments, each with its own deployment (receivers, the daemon, runs
 launched in their own processes), a schedule of SIGKILLs, sandbox faults, clock jumps,
@@ -28,7 +28,7 @@ def test_one_seed_of_chaos_ends_exactly_once(tmp_path):
         pytest.skip(INSTALL)
     out = tmp_path / "chaos.json"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench/chaos.py"), "--seed", "1", "--records", "18",
+        [sys.executable, str(ROOT / "tests/chaos/run.py"), "--seed", "1", "--records", "18",
          "--window", "60", "--out", str(out), "--work", str(tmp_path / "work")],
         cwd=ROOT, capture_output=True, text=True, timeout=2300)
     print(done.stdout[-20000:])

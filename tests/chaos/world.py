@@ -1,4 +1,4 @@
-"""The chaos suite's world (bench/chaos.py): every process it runs, and how it finds, kills and
+"""The chaos suite's world (tests/chaos/run.py): every process it runs, and how it finds, kills and
 restarts them.
 
 One sandbox serves both of the service's environments. Each environment has its own
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 MARK = "LEDGERLAKE_CHAOS"
 

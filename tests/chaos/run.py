@@ -1,7 +1,7 @@
 """`make chaos`: exactly once under faults, proven against the sandbox's ground truth.
 
 A sandbox with records in both of the service's environments, each read by its own deployment
-of the pipeline (bench/chaos_world.py: receivers, the Dagster daemon and the runs it launches
+of the pipeline (tests/chaos/world.py: receivers, the Dagster daemon and the runs it launches
 in their own processes). While callbacks flow, runs land and the daily refresh runs, a schedule
 drawn from the seed, and printed first so that a failing seed can be replayed:
 
@@ -17,14 +17,14 @@ drawn from the seed, and printed first so that a failing seed can be replayed:
 
 Then it lets the system settle (the faults off, everything up, the clock advanced until no
 delivery is pending, `ledgerlake replay` for what was lost past the redelivery window, the daily
-refresh), and checks (bench/chaos_checks.py) that every connected record's tables equal the
+refresh), and checks (tests/chaos/checks.py) that every connected record's tables equal the
 sandbox's own data, that nothing is doubled, half-committed or left behind, that disconnected
 records were not refreshed and reauthenticated ones were, that every inbox event was read, and
-that no secret reached a log. Its figures go to bench/results/chaos.json and (with `--docs`)
+that no secret reached a log. Its figures go to tests/chaos/results.json and (with `--docs`)
 the table in docs/operations.md.
 
-    .venv/bin/python bench/chaos.py --seed 7                # one seed, the short run's size
-    .venv/bin/python bench/chaos.py --seeds 10 --records 300 --window 240 --docs   # make chaos
+    .venv/bin/python tests/chaos/run.py --seed 7       # one seed, the short run's size
+    .venv/bin/python tests/chaos/run.py --seeds 10 --records 300 --window 240 --docs  # make chaos
 
 Exit status 0 when every seed passed, 1 otherwise.
 """
@@ -36,7 +36,6 @@ import datetime as dt
 import heapq
 import json
 import os
-import platform
 import random
 import signal
 import sys
@@ -46,12 +45,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-sys.path[:0] = [str(ROOT), str(BENCH)]
-
-import chaos_checks as checks  # noqa: E402
-from chaos_world import (  # noqa: E402
+from bench.harness import machine, write_marked
+from tests.chaos import checks
+from tests.chaos.world import (
+    ROOT,
     Deployment,
     Watch,
     World,
@@ -61,7 +58,7 @@ from chaos_world import (  # noqa: E402
     tidy,
 )
 
-RESULTS = BENCH / "results" / "chaos.json"
+RESULTS = Path(__file__).with_name("results.json")
 DOCS = ROOT / "docs" / "operations.md"
 ENVS = ("production", "sandbox")
 HOUR = 3600
@@ -679,11 +676,6 @@ def refresh_here() -> int:
     return 0
 
 
-def machine() -> dict:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "load_avg_1m": round(os.getloadavg()[0], 2)}
-
-
 def summary(results: list[dict], command: str) -> dict:
     """Every seed's figures and their totals."""
     total: dict = {"faults": {}, "restarts": 0, "events_received": 0, "deliveries": 0,
@@ -699,7 +691,7 @@ def summary(results: list[dict], command: str) -> dict:
         total["mismatches"] += r["mismatches"]
     settle = [r["settle_s"] for r in results]
     return {"what": "Exactly once under faults: the lake against the sandbox's ground truth "
-                    "(bench/chaos.py)",
+                    "(tests/chaos/run.py)",
             "command": command, "seeds": [r["seed"] for r in results],
             "passed": all(r["passed"] for r in results), "totals": total,
             "settle_s": {"min": min(settle), "median": sorted(settle)[len(settle) // 2],
@@ -728,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.refresh_here:  # a child: the daily refresh of the deployment in its environment
         return refresh_here()
     seeds = [args.seed] if args.seed is not None else list(range(1, args.seeds + 1))
-    command = "bench/chaos.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "tests/chaos/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
     results = []
     for seed in seeds:
         work = (args.work or Path(tempfile.mkdtemp(prefix="ledgerlake-chaos-"))) / f"seed-{seed}"
@@ -755,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     if args.docs:
-        checks.write_table(DOCS, out)
+        write_marked(DOCS, "chaos", checks.table(out))
     print(f"{'passed' if out['passed'] else 'FAILED'}: {len(results)} seed(s), "
           f"{out['totals']['mismatches']} mismatches; {args.out}", flush=True)
     return 0 if out["passed"] else 1

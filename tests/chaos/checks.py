@@ -1,4 +1,4 @@
-"""What the chaos suite (bench/chaos.py) checks once the system has settled, and the figures it
+"""What the chaos suite (tests/chaos/run.py) checks once the system has settled, and the figures it
 reports. Every check reads a real store: the sandbox's API with each environment's secret key
 (the ground truth, tests/ground_truth.py), the lake's Delta tables and their logs, the
 warehouse file, each deployment's inbox and Dagster instance, and every file the deployments
@@ -382,11 +382,8 @@ def secrets_shown(chaos, personal: list[str] = ()) -> list[str]:
 
 # -- the table in docs/operations.md ------------------------------------------------------------
 
-BEGIN, END = "<!-- chaos:begin -->", "<!-- chaos:end -->"
-
-
-def write_table(path: Path, out: dict) -> None:
-    """The latest `make chaos` figures between the markers of docs/operations.md."""
+def table(out: dict) -> str:
+    """The figures of a `make chaos` run, for docs/operations.md."""
     t = out["totals"]
     faults = ", ".join(f"{k} {v}" for k, v in sorted(t["faults"].items()))
     rows = [
@@ -404,11 +401,4 @@ def write_table(path: Path, out: dict) -> None:
         ("wall time", f"{out['wall_s'] / 60:.0f} min, measured {out['measured_at']} "
                       f"({out['machine']['cpus']} cores, shared)"),
     ]
-    table = "\n".join(["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
-    text = path.read_text()
-    if BEGIN not in text:
-        raise ValueError(f"{path} has no {BEGIN} marker")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}")
-
+    return "\n".join(["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])
