@@ -5,18 +5,18 @@ from dagster import AssetExecutionContext
 
 from resources.client import ConnectionClient
 from resources.columns import ref
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.tables import UTC_MS, schema
 
+from .batch import Batch
 from .checks import accounts_belong_to_record
-from .metadata import record_metadata
-from .partitions import records
-from .publish import Check, Landing, land_each, product
+from .publish import Check, Landing, land_each, product, report, to_land
 from .schemas import Accounts, validate
 
 ACCOUNT_HAS_RECORD = Check("account_has_record", "every account names its record, and the "
-                                                 "record is a known partition; a record that "
-                                                 "fails keeps its previously published accounts")
+                                                 "inbox knows the record; a record that fails "
+                                                 "keeps its previously published accounts")
 
 SCHEMA = schema("accounts")
 
@@ -44,20 +44,23 @@ def to_table(accounts: list[dict]) -> pa.Table:
     }, schema=SCHEMA)
 
 
-@product("accounts", schema=SCHEMA, checks=[ACCOUNT_HAS_RECORD],
+@product("accounts", checks=[ACCOUNT_HAS_RECORD],
          description="Every account of the record: NUBAN, name, type, currency, bank, owner")
-def accounts(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
-    known = set(context.instance.get_dynamic_partitions(records.name))
+def accounts(context: AssetExecutionContext, batch: Batch, client: ConnectionClient,
+             lake: Lake, inbox: InboxResource):
+    with inbox.open() as db:
+        ids = to_land(context, batch, db, "accounts")
+        known = set(db.records(ids))
 
-    def land(record_id: str) -> Landing:
-        raw = client.accounts(record_id)
-        table = to_table(raw)
-        validate(Accounts, table, f"accounts of record {record_id}")
-        problems = accounts_belong_to_record(record_id, raw, known)
-        context.log.info("record %s: %d accounts%s", record_id, table.num_rows,
-                         " (not published: a check failed)" if problems else "")
-        return Landing(record_id, published=not problems, metadata=record_metadata(table),
-                       problems={ACCOUNT_HAS_RECORD.name: problems}, rows={"accounts": table})
+        def land(record_id: str) -> Landing:
+            raw = client.accounts(record_id)
+            table = to_table(raw)
+            validate(Accounts, table, f"accounts of record {record_id}")
+            problems = accounts_belong_to_record(record_id, raw, known)
+            return Landing(record_id, published=not problems, row_count=table.num_rows,
+                           problems={ACCOUNT_HAS_RECORD.name: problems},
+                           rows={"accounts": table})
 
-    land_each(context, "accounts", land, lake, {"accounts": SCHEMA}, [ACCOUNT_HAS_RECORD])
-    yield from ()
+        landings = land_each(context, "accounts", ids, land, lake, db, {"accounts": SCHEMA},
+                             [ACCOUNT_HAS_RECORD])
+    yield from report(context, "accounts", landings, [ACCOUNT_HAS_RECORD])

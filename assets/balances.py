@@ -14,13 +14,13 @@ from dagster import AssetExecutionContext
 
 from resources.client import ConnectionClient
 from resources.columns import money, ref
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.tables import UTC_MS, schema
 
-from .charts import add_charts
-from .metadata import record_metadata
-from .partitions import source_of
-from .publish import Landing, land_each, product
+from .batch import Batch, source_of
+from .charts import chart_metadata
+from .publish import Landing, land_each, product, report, to_land
 from .schemas import BalanceHistory, BalancePeriodic, validate
 
 HISTORY, PERIODIC = schema("balance_history"), schema("balance_periodic")
@@ -59,10 +59,11 @@ def periodic(items: list[dict]) -> pa.Table:
     }, schema=PERIODIC)
 
 
-@product("balances", schema=HISTORY, table="balance_history",
+@product("balances", table="balance_history",
          description="Available and ledger balance of every account, as a "
                      "history of snapshots beside the service's daily series")
-def balances(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
+def balances(context: AssetExecutionContext, batch: Batch, client: ConnectionClient, lake: Lake,
+             inbox: InboxResource):
     source = source_of(context)
 
     def land(record_id: str) -> Landing:
@@ -73,12 +74,12 @@ def balances(context: AssetExecutionContext, client: ConnectionClient, lake: Lak
         fresh, series = snapshot(items, now, source), periodic(items)
         validate(BalanceHistory, fresh, f"balance snapshot of record {record_id}")
         validate(BalancePeriodic, series, f"periodic balances of record {record_id}")
-        return Landing(record_id, published=True, metadata=record_metadata(
-            fresh, source=source, periodic_days=series.num_rows),
-            rows={"balance_history": fresh, "balance_periodic": series})
+        return Landing(record_id, published=True, row_count=fresh.num_rows,
+                       rows={"balance_history": fresh, "balance_periodic": series})
 
-    land_each(context, "balances", land, lake,
-              {"balance_history": HISTORY, "balance_periodic": PERIODIC},
-              appended={"balance_history"},
-              landed=lambda landings: add_charts(context, lake, landings, "balance_periodic"))
-    yield from ()
+    with inbox.open() as db:
+        landings = land_each(context, "balances", to_land(context, batch, db, "balances"), land,
+                             lake, db, {"balance_history": HISTORY, "balance_periodic": PERIODIC},
+                             appended={"balance_history"})
+    yield from report(context, "balances", landings,
+                      extra={"source": source, **chart_metadata(context, lake, landings)})

@@ -181,18 +181,16 @@ def markdown_image(png: bytes, alt: str) -> str:
     return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
 
 
-def record_charts(lake, record_ids: Sequence[str],
-                  given: Mapping[str, Mapping[str, pa.Table]] | None = None) -> dict[str, str]:
-    """Per record with any balance history, its daily balance chart as Markdown; the rows
-    not `given` (lake table -> record -> rows) are read from the lake. Empty for a run of
-    more than CHART_RECORDS records: there the charts would cost more than the landing."""
+def record_charts(lake, record_ids: Sequence[str]) -> dict[str, str]:
+    """Per record with any balance history, its daily balance chart as Markdown, from the
+    lake's rows. Empty for more than CHART_RECORDS records: there the charts would cost more
+    than the landing."""
     if not record_ids or len(record_ids) > CHART_RECORDS:
         return {}
     # only the columns the chart reads: a record's topics or narrations are not worth a read
     full = {"transactions": TRANSACTIONS, "balance_periodic": PERIODIC}
     schemas = {t: pa.schema([full[t].field(c) for c in cols]) for t, cols in _READS.items()}
-    tables = {t: dict((given or {}).get(t) or lake.read_many(t, record_ids, schemas[t]))
-              for t in schemas}
+    tables = {t: lake.read_many(t, record_ids, schemas[t]) for t in schemas}
     accounts = lake.read_many("accounts", record_ids, pa.schema(
         [ACCOUNTS.field(c) for c in ("account_id", "nuban", "type", "name")]))
     out = {}
@@ -204,20 +202,16 @@ def record_charts(lake, record_ids: Sequence[str],
     return out
 
 
-def add_charts(context, lake, landings: Sequence[Landing], table: str) -> None:
-    """Put each published record's chart in its materialization's metadata (`daily_balance`),
-    in a run of at most CHART_RECORDS records; `table`: the lake table the landings' rows
-    hold (the rest is read from the lake). A chart that fails is logged, never the run's
-    failure: the rows are landed already."""
-    published = [x for x in landings if x.published]
+def chart_metadata(context, lake, landings: Sequence[Landing]) -> dict:
+    """A small batch's daily balance charts, one per published record, for its
+    materialization's metadata (`daily_balance`); none for a batch of more than CHART_RECORDS.
+    A chart that fails is logged, never the run's failure: the rows are landed already."""
+    published = [x.record_id for x in landings if x.published]
     if not published or len(landings) > CHART_RECORDS:
-        return
-    given = {table: {x.record_id: x.rows[table] for x in published if table in x.rows}}
+        return {}
     try:
-        charts = record_charts(lake, [x.record_id for x in published], given)
+        charts = record_charts(lake, published)
     except Exception as exc:  # a chart is a view of landed rows, not part of landing them
         context.log.warning("no balance chart this run: %s: %s", type(exc).__name__, exc)
-        return
-    for x in published:
-        if x.record_id in charts:
-            x.metadata["daily_balance"] = MetadataValue.md(charts[x.record_id])
+        return {}
+    return {"daily_balance": MetadataValue.md("\n\n".join(charts.values()))} if charts else {}

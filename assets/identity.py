@@ -10,13 +10,14 @@ from dagster import AssetExecutionContext
 
 from resources.client import ConnectionClient
 from resources.columns import ref
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import Keys, protect
 from resources.tables import schema
 
+from .batch import Batch
 from .catalog import PII
-from .metadata import record_metadata
-from .publish import Landing, land_each, product
+from .publish import Landing, land_each, product, report, to_land
 from .schemas import Identity, validate
 
 TEXT = ["bvn", "nin", "firstname", "middlename", "lastname", "fullname", "gender",
@@ -43,17 +44,19 @@ def to_table(items: list[dict]) -> pa.Table:
     return pa.table(cols).select(RAW.names).cast(RAW)
 
 
-@product("identity", schema=SCHEMA, tags=PII,
+@product("identity", tags=PII,
          description="Who the record's customer is, as their bank knows them")
-def identity(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
+def identity(context: AssetExecutionContext, batch: Batch, client: ConnectionClient, lake: Lake,
+             inbox: InboxResource):
     keys = Keys.from_env(local_lake=lake.is_local)
 
     def land(record_id: str) -> Landing:
         raw = to_table(client.identity(record_id))
         validate(Identity, raw, f"identity of record {record_id}")
-        table = protect(raw, keys, SCHEMA)
-        return Landing(record_id, published=True, metadata=record_metadata(table.drop_columns(["sealed"])),
-                       rows={"identity": table})
+        return Landing(record_id, published=True, row_count=raw.num_rows,
+                       rows={"identity": protect(raw, keys, SCHEMA)})
 
-    land_each(context, "identity", land, lake, {"identity": SCHEMA})
-    yield from ()
+    with inbox.open() as db:
+        landings = land_each(context, "identity", to_land(context, batch, db, "identity"), land,
+                             lake, db, {"identity": SCHEMA})
+    yield from report(context, "identity", landings)

@@ -11,13 +11,13 @@ from dagster import AssetExecutionContext
 
 from resources.client import ConnectionClient
 from resources.columns import money, ref
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.tables import MONEY, UTC_MS, schema
 
+from .batch import Batch
 from .checks import income_matches_transactions
-from .metadata import record_metadata
-from .partitions import record_ids
-from .publish import Check, Landing, evaluate, land_each, product
+from .publish import Check, Landing, Verdict, land_each, product, report, to_land
 from .schemas import Income, IncomeStreams, validate
 
 INCOME_MATCHES = Check(
@@ -89,42 +89,44 @@ def streams_table(income: dict) -> pa.Table:
     }, schema=STREAMS)
 
 
-def recheck_income(context: AssetExecutionContext, lake: Lake, record_ids: list[str]) -> None:
-    """Check the income of records whose transactions just landed, where income is there."""
+def recheck_income(lake: Lake, record_ids: list[str]) -> list[Verdict]:
+    """The income check of records whose transactions just landed, where income is there
+    (noted with the transactions' landings: the lake's `checks` and the inbox)."""
     summaries = lake.read_many("income", record_ids, SUMMARY)
     if not summaries:
-        return
+        return []
     streams = lake.read_many("income_streams", list(summaries), STREAMS)
     transactions = lake.read_many("transactions", list(summaries), TRANSACTIONS)
-    for record_id, summary in summaries.items():
-        evaluate(context, "income", INCOME_MATCHES, record_id, income_matches_transactions(
-            record_id, summary, streams.get(record_id, STREAMS.empty_table()),
-            transactions.get(record_id, TRANSACTIONS.empty_table())))
+    return [Verdict(record_id, "income", INCOME_MATCHES, income_matches_transactions(
+        record_id, summary, streams.get(record_id, STREAMS.empty_table()),
+        transactions.get(record_id, TRANSACTIONS.empty_table())))
+        for record_id, summary in summaries.items()]
 
 
-@product("income", schema=SUMMARY, checks=[INCOME_MATCHES],
+@product("income", checks=[INCOME_MATCHES],
          description="Income summary and streams (salary and recurrent credits) of the record")
-def income(context: AssetExecutionContext, client: ConnectionClient, lake: Lake):
-    # the run's transactions, read once (one pass over the table, not one per record)
-    landed = lake.read_many("transactions", record_ids(context), TRANSACTIONS)
+def income(context: AssetExecutionContext, batch: Batch, client: ConnectionClient, lake: Lake,
+           inbox: InboxResource):
+    with inbox.open() as db:
+        ids = to_land(context, batch, db, "income")
+        # the batch's transactions, read once (one pass over the table, not one per record)
+        landed = lake.read_many("transactions", ids, TRANSACTIONS)
 
-    def land(record_id: str) -> Landing:
-        data = client.income(record_id)
-        summary, streams = summary_table(data), streams_table(data)
-        validate(Income, summary, f"income of record {record_id}")
-        validate(IncomeStreams, streams, f"income streams of record {record_id}")
-        transactions = landed.get(record_id)
-        if transactions is None:
-            context.log.info("record %s: income is checked when its transactions land",
-                             record_id)
-            problems = None
-        else:
-            problems = income_matches_transactions(record_id, summary, streams, transactions)
-        return Landing(record_id, published=True,
-                       metadata=record_metadata(summary, streams=streams.num_rows),
-                       problems={INCOME_MATCHES.name: problems},
-                       rows={"income": summary, "income_streams": streams})
+        def land(record_id: str) -> Landing:
+            data = client.income(record_id)
+            summary, streams = summary_table(data), streams_table(data)
+            validate(Income, summary, f"income of record {record_id}")
+            validate(IncomeStreams, streams, f"income streams of record {record_id}")
+            transactions = landed.get(record_id)
+            # without its transactions yet, it is checked when they land
+            problems = None if transactions is None else income_matches_transactions(
+                record_id, summary, streams, transactions)
+            return Landing(record_id, published=True, row_count=summary.num_rows,
+                           problems={INCOME_MATCHES.name: problems},
+                           rows={"income": summary, "income_streams": streams})
 
-    land_each(context, "income", land, lake, {"income": SUMMARY, "income_streams": STREAMS},
-              [INCOME_MATCHES])
-    yield from ()
+        landings = land_each(context, "income", ids, land, lake, db,
+                             {"income": SUMMARY, "income_streams": STREAMS}, [INCOME_MATCHES])
+    waiting = sum(1 for x in landings if x.published and x.problems[INCOME_MATCHES.name] is None)
+    yield from report(context, "income", landings, [INCOME_MATCHES],
+                      extra={"checked_when_transactions_land": waiting} if waiting else None)

@@ -9,15 +9,16 @@ naira, `decimal(18,2)`, the unit of every other amount (docs/lake.md).
 import pyarrow as pa
 from dagster import AssetExecutionContext
 
-from resources.callbacks import PAYMENT_METHODS, CallbackLog
 from resources.columns import money_from_kobo
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.tables import MONEY, UTC_MS, schema
 
-from .metadata import record_metadata
-from .publish import Landing, land_each, product
+from .batch import Batch
+from .publish import Landing, land_each, product, report, to_land
 from .schemas import Payments, validate
 
+PAYMENT_METHODS = ("PAYMENT", "PAYMENT_RECURRING")  # the callbacks that carry payments
 SCHEMA = schema("payments")
 
 
@@ -104,15 +105,17 @@ def to_table(callbacks: list[dict]) -> pa.Table:
     return pa.table(cols, schema=SCHEMA)
 
 
-@product("payments", schema=SCHEMA,
+@product("payments",
          description="Payments (one-off and recurring) made from the record's "
                      "accounts, from the PAYMENT callbacks")
-def payments(context: AssetExecutionContext, callback_log: CallbackLog, lake: Lake):
-    def land(record_id: str) -> Landing:
-        table = to_table(callback_log.payloads(record_id, PAYMENT_METHODS))
-        validate(Payments, table, f"payments of record {record_id}")
-        return Landing(record_id, published=True, metadata=record_metadata(table),
-                       rows={"payments": table})
+def payments(context: AssetExecutionContext, batch: Batch, lake: Lake, inbox: InboxResource):
+    with inbox.open() as db:
+        def land(record_id: str) -> Landing:
+            table = to_table(db.payloads(record_id, PAYMENT_METHODS))
+            validate(Payments, table, f"payments of record {record_id}")
+            return Landing(record_id, published=True, row_count=table.num_rows,
+                           rows={"payments": table})
 
-    land_each(context, "payments", land, lake, {"payments": SCHEMA})
-    yield from ()
+        landings = land_each(context, "payments", to_land(context, batch, db, "payments"), land,
+                             lake, db, {"payments": SCHEMA})
+    yield from report(context, "payments", landings)

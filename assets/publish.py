@@ -1,24 +1,28 @@
-"""Write, audit, publish: how a product asset lands records and tells Dagster, record by record.
+"""Write, audit, publish: how a product asset lands a batch of records and tells Dagster.
 
-A run may carry many records (a backfill batches 100). Each record's new rows are validated
-and checked before they replace the published ones; a record that fails a blocking check keeps
-its previous rows in view, and says so in its check. Dagster hears of each record on its own:
-one materialization per published record with that record's row count and preview, and one
-evaluation per check and record (the checks are partitioned like the asset). A record whose
-fetch failed fails the step once the others are landed, so the engine's retry policy tries
-again; a retry skips the records this run already published.
+A run carries a batch of records (assets/batch.py). Each record's new rows are fetched,
+validated and checked on its own, and published only if they pass: those that do replace
+their previous rows, one commit per table for the batch (for transactions, per chunk of it);
+a record that fails a blocking check keeps its previous rows in view.
+
+What happened to each record goes where a million records fit: a row per record in the lake's
+`landings` table and one per check in `checks` (`ledgerlake sql`), and its latest state in the
+inbox (`ledgerlake status RECORD`). Dagster hears of the batch: one materialization per asset
+and run with its counts, and one evaluation per check, failed when any record failed it,
+naming the first few. A record whose fetch failed fails the step once the others are landed,
+so the engine's retry policy tries again; a retry skips the records this run already landed.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
+import orjson
 import pyarrow as pa
-from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluation
-from dagster._core.events import DagsterEventType
 
 from resources.errors import (
     ApiError,
@@ -29,12 +33,17 @@ from resources.errors import (
     ServiceError,
     TransportError,
 )
+from resources.inbox import FAILED, HELD, LANDED_OK, Inbox, LandingState
 from resources.lake import Lake
+from resources.tables import schema
 
+from .batch import Batch
 from .catalog import OWNERS, PRODUCT_TAGS, column_schema
-from .partitions import batched, record_ids, records
 
-PROBLEMS_SHOWN = 20
+SHOWN = 20  # record ids a batch's metadata names, of those that failed
+PROBLEMS_KEPT = 20  # problems a check keeps per record in the lake (the count is whole)
+STATE_PROBLEMS = 3  # and in the record's state in the inbox
+LANDINGS, CHECKS = schema("landings"), schema("checks")
 
 
 def _delay_s() -> float:
@@ -66,7 +75,7 @@ SERVICE_POOL = "connection_service"
 class Check:
     name: str
     description: str
-    blocking: bool = True
+    blocking: bool = True  # a record that fails keeps its previous rows in view
 
 
 @dataclass
@@ -74,16 +83,24 @@ class Landing:
     """What happened to one record in a run."""
     record_id: str
     published: bool = False
-    metadata: dict = field(default_factory=dict)
+    row_count: int = 0
     problems: dict[str, list[dict] | None] = field(default_factory=dict)  # None: not evaluated
     error: str | None = None  # the fetch or validation failed: nothing was written
     retryable: bool = True  # whether trying again could help (see worth_retrying)
     rows: dict[str, pa.Table] = field(default_factory=dict)  # lake table -> rows to commit
+    fetched_rows: int | None = None
+    pull: str | None = None
+    lake_table: str | None = None
+    lake_version: int | None = None
 
     @classmethod
     def failed(cls, record_id: str, exc: BaseException) -> Landing:
         return cls(record_id, error=f"{type(exc).__name__}: {exc}",
                    retryable=worth_retrying(exc))
+
+    @property
+    def outcome(self) -> str:
+        return LANDED_OK if self.published else FAILED if self.error else HELD
 
 
 def worth_retrying(exc: BaseException) -> bool:
@@ -100,61 +117,52 @@ def worth_retrying(exc: BaseException) -> bool:
     return not isinstance(exc, ValueError | LookupError | TypeError)  # bad data, or a bug
 
 
-def product(name: str, *, description: str, schema: pa.Schema, checks: Sequence[Check] = (),
-            kinds: Iterable[str] = ("parquet",), table: str | None = None,
-            tags: Mapping[str, str] | None = None) -> Callable:
-    """A product asset partitioned by record, with partitioned checks, that reports each
-    record itself (see the module's docstring). `schema`: its lake table's columns (`table`,
-    by default the asset's name), shown on the asset with their descriptions."""
-    spec = dg.AssetSpec(name, partitions_def=records, skippable=True, group_name="products",
-                        kinds=set(kinds), description=description, owners=OWNERS,
+def product(name: str, *, description: str, checks: Sequence[Check] = (),
+            table: str | None = None, tags: Mapping[str, str] | None = None) -> Callable:
+    """A product asset that lands a run's batch of records and reports the batch (see the
+    module's docstring). Its columns are its lake table's (`table`, by default its name)."""
+    spec = dg.AssetSpec(name, skippable=True, group_name="products", kinds={"delta"},
+                        description=description, owners=OWNERS,
                         tags={**PRODUCT_TAGS, **(tags or {})},
                         metadata={"dagster/column_schema": column_schema(
-                            schema, table or name, record_id=True)})
+                            schema(table or name), table or name, record_id=True)})
+    # blocking per record, not per batch: a record that fails is held back by the asset
+    # itself, and the others of its batch land
     return dg.multi_asset(
-        name=name, specs=[spec], can_subset=True, partitions_def=records,
-        backfill_policy=batched, retry_policy=FETCH_RETRY, pool=SERVICE_POOL,
+        name=name, specs=[spec], can_subset=True, retry_policy=FETCH_RETRY, pool=SERVICE_POOL,
         check_specs=[dg.AssetCheckSpec(c.name, asset=name, description=c.description,
-                                       blocking=c.blocking, partitions_def=records)
-                     for c in checks])
+                                       blocking=False) for c in checks])
 
 
-def to_land(context: dg.AssetExecutionContext, asset: str) -> list[str]:
-    """The run's records, less those an earlier try of this step already published."""
-    ids = record_ids(context)
-    if context.retry_number == 0:
+def to_land(context: dg.AssetExecutionContext, batch: Batch, inbox: Inbox,
+            asset: str) -> list[str]:
+    """The batch's records, less those an earlier try of this step already landed."""
+    ids = batch.ids()
+    if context.retry_number == 0 or not ids:
         return ids
-    done = set()
-    conn = context.instance.get_records_for_run(
-        context.run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION, limit=100_000)
-    for rec in conn.records:
-        mat = rec.event_log_entry.asset_materialization
-        if mat is not None and mat.asset_key == dg.AssetKey(asset):
-            done.add(mat.partition)
+    done = {s.record for s in inbox.landings(run_id=context.run.run_id, product=asset,
+                                             outcomes=[LANDED_OK, HELD])}
     if done:
-        context.log.info("try %d: %d of %d records were published by an earlier try",
+        context.log.info("try %d: %d of %d records were landed by an earlier try",
                          context.retry_number + 1, len(done & set(ids)), len(ids))
     return [r for r in ids if r not in done]
 
 
-def land_each(context: dg.AssetExecutionContext, asset: str, land: Callable[[str], Landing],
-              lake: Lake, tables: Mapping[str, pa.Schema], checks: Sequence[Check] = (),
-              appended: Collection[str] = (),
-              landed: Callable[[list[Landing]], None] | None = None) -> list[Landing]:
-    """Fetch and check the run's records one by one with `land`, commit the rows of those
-    that pass (one commit per table), then report them all (a record that raises is
-    reported failed; the others still land). `landed` sees the landings once committed,
-    before they are reported (to add to their metadata)."""
+def land_each(context: dg.AssetExecutionContext, asset: str, ids: list[str],
+              land: Callable[[str], Landing], lake: Lake, inbox: Inbox,
+              tables: Mapping[str, pa.Schema], checks: Sequence[Check] = (),
+              appended: Collection[str] = ()) -> list[Landing]:
+    """Fetch and check the records one by one with `land`, commit the rows of those that
+    pass (one commit per table), and note every record's landing (a record that raises is
+    failed; the others still land)."""
     landings = []
-    for record_id in to_land(context, asset):
+    for record_id in ids:
         try:
             landings.append(land(record_id))
-        except Exception as exc:  # reported with the record; the step fails after the rest
+        except Exception as exc:  # noted with the record; the step fails after the rest
             landings.append(Landing.failed(record_id, exc))
     commit(lake, landings, tables, appended)
-    if landed is not None:
-        landed(landings)
-    report(context, asset, landings, checks)
+    note(context, lake, inbox, asset, landings, checks)
     return landings
 
 
@@ -162,54 +170,146 @@ def commit(lake: Lake, landings: Iterable[Landing], tables: Mapping[str, pa.Sche
            appended: Collection[str] = ()) -> None:
     """Write the published records' rows: one commit per table for all of them (a commit
     costs the same for one record as for a hundred), appended or replacing each record's
-    rows. Each landing's metadata gets the table and version; if a commit fails, every
-    record it carried is failed instead (retried by the engine: the commit is all or none)."""
+    rows. Each landing learns its table and version; if a commit fails, every record it
+    carried is failed instead (retried by the engine: the commit is all or none)."""
     landings = [x for x in landings if x.published and x.rows]
-    for table, schema in tables.items():
+    for table, columns in tables.items():
         parts = {x.record_id: x.rows[table] for x in landings if table in x.rows}
         if not parts:
             continue
         try:
             write = lake.append if table in appended else lake.replace
-            version = write(table, parts, schema)
+            version = write(table, parts, columns)
         except Exception as exc:
             for x in landings:
                 x.published, x.error, x.retryable = False, f"{type(exc).__name__}: {exc}", True
             break
-        where = dg.MetadataValue.path(lake.shown(table))
         for x in landings:
-            if table in x.rows and "lake_table" not in x.metadata:
-                x.metadata["lake_table"], x.metadata["lake_version"] = where, version
+            if table in x.rows and x.lake_table is None:
+                x.lake_table, x.lake_version = lake.shown(table), version
     for x in landings:
         x.rows = {}  # written: the run need not hold them any longer
 
 
-def report(context: dg.AssetExecutionContext, asset: str, landings: Iterable[Landing],
-           checks: Sequence[Check] = ()) -> None:
-    """Tell Dagster of each record; raise (so the step is retried) if any record failed."""
-    raise_failed(asset, announce(context, asset, landings, checks))
+@dataclass(frozen=True)
+class Verdict:
+    """One check's verdict on one record (its problems: none when it passed)."""
+    record_id: str
+    product: str
+    check: Check
+    problems: list[dict]
 
 
-def announce(context: dg.AssetExecutionContext, asset: str, landings: Iterable[Landing],
-             checks: Sequence[Check] = ()) -> list[Landing]:
-    """Tell Dagster of each record: a materialization if it was published, an evaluation per
-    check it ran. Returns the records that failed."""
-    key = dg.AssetKey(asset)
-    selected = {k.name for k in context.selected_asset_check_keys if k.asset_key == key}
-    failed: list[Landing] = []
-    for landing in landings:
-        if landing.published:
-            context.log_event(dg.AssetMaterialization(asset_key=key, partition=landing.record_id,
-                                                      metadata=landing.metadata))
-        for check in checks:
-            problems = landing.problems.get(check.name)
-            if check.name in selected and problems is not None:
-                evaluate(context, asset, check, landing.record_id, problems,
-                         published=landing.published)
-        if landing.error:
-            failed.append(landing)
-            context.log.error("record %s: %s", landing.record_id, landing.error)
-    return failed
+def verdicts(asset: str, landings: Iterable[Landing], checks: Sequence[Check]) -> list[Verdict]:
+    """The verdicts the landings carry, of the checks they evaluated."""
+    return [Verdict(x.record_id, asset, c, x.problems[c.name]) for x in landings
+            for c in checks if x.problems.get(c.name) is not None]
+
+
+def note(context: dg.AssetExecutionContext, lake: Lake, inbox: Inbox, asset: str,
+         landings: Sequence[Landing], checks: Sequence[Check] = (),
+         extra: Sequence[Verdict] = ()) -> None:
+    """Each record's landing and check verdicts as rows of the lake's `landings` and `checks`
+    (one commit each), then as its state in the inbox. `extra`: verdicts on other assets'
+    checks this step evaluated (income's, when transactions land)."""
+    if not landings and not extra:
+        return
+    run_id = context.run.run_id
+    now = dt.datetime.now(dt.UTC)
+    if landings:
+        lake.append_rows("landings", pa.table({
+            "product": [asset] * len(landings), "run_id": [run_id] * len(landings),
+            "landed_at": pa.array([now] * len(landings), LANDINGS.field("landed_at").type),
+            "outcome": [x.outcome for x in landings],
+            "row_count": pa.array([x.row_count for x in landings], pa.int64()),
+            "fetched_rows": pa.array([x.fetched_rows for x in landings], pa.int64()),
+            "pull": pa.array([x.pull for x in landings], pa.string()),
+            "lake_table": pa.array([x.lake_table for x in landings], pa.string()),
+            "lake_version": pa.array([x.lake_version for x in landings], pa.int64()),
+            "error": pa.array([x.error for x in landings], pa.string()),
+            "record_id": [x.record_id for x in landings]}), LANDINGS)
+    judged = [*verdicts(asset, landings, checks), *extra]
+    if judged:
+        lake.append_rows("checks", pa.table({
+            "product": [v.product for v in judged],
+            "check_name": [v.check.name for v in judged],
+            "run_id": [run_id] * len(judged),
+            "evaluated_at": pa.array([now] * len(judged), CHECKS.field("evaluated_at").type),
+            "passed": [not v.problems for v in judged],
+            "blocking": [v.check.blocking for v in judged],
+            "problem_count": pa.array([len(v.problems) for v in judged], pa.int64()),
+            "problems": pa.array([orjson.dumps(v.problems[:PROBLEMS_KEPT]).decode()
+                                  if v.problems else None for v in judged], pa.string()),
+            "record_id": [v.record_id for v in judged]}), CHECKS)
+    inbox.note_landings([LandingState(
+        x.record_id, asset, x.outcome, run_id, now.timestamp(), row_count=x.row_count,
+        detail=_detail(x, checks)) for x in landings])
+
+
+def _detail(x: Landing, checks: Sequence[Check]) -> dict:
+    """What the inbox keeps of a landing: how it was pulled, where it went, each check's
+    count of problems and the first few problems, or why it failed."""
+    judged = {c.name: len(x.problems[c.name]) for c in checks
+              if x.problems.get(c.name) is not None}
+    problems = [p for c in checks for p in (x.problems.get(c.name) or [])][:STATE_PROBLEMS]
+    return {k: v for k, v in (("pull", x.pull), ("lake_version", x.lake_version),
+                              ("error", x.error), ("checks", judged), ("problems", problems))
+            if v}
+
+
+def report(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Landing],
+           checks: Sequence[Check] = (), extra: Mapping[str, object] | None = None
+           ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+    """The batch as Dagster hears of it: a materialization when any record was published,
+    one result per check the batch evaluated; then the step fails (and is retried) if any
+    record failed."""
+    published = [x for x in landings if x.published]
+    held = [x.record_id for x in landings if x.outcome == HELD]
+    failed = [x for x in landings if x.error]
+    run_id = context.run.run_id
+    if published:
+        meta = {"dagster/row_count": sum(x.row_count for x in published),
+                "records": len(landings), "published": len(published), "held": len(held),
+                "failed": len(failed),
+                "lake_table": dg.MetadataValue.path(published[0].lake_table or ""),
+                "lake_version": max(x.lake_version or 0 for x in published),
+                "each_record": dg.MetadataValue.text(
+                    f"select * from landings where run_id = '{run_id}' and product = "
+                    f"'{asset}'"), **(extra or {})}
+        if held:
+            meta["held_records"] = dg.MetadataValue.json(held[:SHOWN])
+        if failed:
+            meta["failed_records"] = dg.MetadataValue.json([x.record_id for x in failed[:SHOWN]])
+        yield dg.MaterializeResult(asset_key=asset, metadata=meta)
+    selected = {k.name for k in context.selected_asset_check_keys
+                if k.asset_key == dg.AssetKey(asset)}
+    yield from check_results(asset, verdicts(asset, landings, checks),
+                             [c for c in checks if c.name in selected], run_id)
+    for x in failed:
+        context.log.error("record %s: %s", x.record_id, x.error)
+    raise_failed(asset, failed)
+
+
+def check_results(asset: str, judged: Sequence[Verdict], checks: Sequence[Check],
+                  run_id: str) -> Iterator[dg.AssetCheckResult]:
+    """Per check the batch evaluated: passed when every record did, else the records that
+    did not (the first few named; all of them in the lake's `checks`)."""
+    for check in checks:
+        mine = [v for v in judged if v.check == check]
+        if not mine:
+            continue
+        bad = [v.record_id for v in mine if v.problems]
+        yield dg.AssetCheckResult(
+            asset_key=asset, check_name=check.name, passed=not bad,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=None if not bad else
+            f"{len(bad)} of {len(mine)} records failed"
+            + ("; their previous rows stay in view" if check.blocking else ""),
+            metadata={"records_checked": len(mine), "records_failed": len(bad),
+                      "failing_records": dg.MetadataValue.json(bad[:SHOWN]),
+                      "each_record": dg.MetadataValue.text(
+                          f"select * from checks where run_id = '{run_id}' and check_name = "
+                          f"'{check.name}' and not passed")})
 
 
 def raise_failed(asset: str, failed: list[Landing]) -> None:
@@ -224,22 +324,5 @@ def raise_failed(asset: str, failed: list[Landing]) -> None:
                     + "; ".join(f"{f.record_id}: {f.error}" for f in failed[:3])
                     + ("" if retry else " -- bad data or a refusal: not retried"),
         metadata={"failed_records": dg.MetadataValue.json(
-            {f.record_id: f.error for f in failed[:PROBLEMS_SHOWN]})},
+            {f.record_id: f.error for f in failed[:SHOWN]})},
         allow_retries=retry)
-
-
-def evaluate(context: dg.AssetExecutionContext, asset: str, check: Check, record_id: str,
-             problems: list[dict], *, published: bool = True) -> None:
-    """One check's verdict on one record (a partition of the check)."""
-    if problems and check.blocking and not published:
-        description = "not published: the previous rows stay in view"
-    elif problems:
-        description = "failed"
-    else:
-        description = None
-    context.log_event(AssetCheckEvaluation(
-        asset_key=dg.AssetKey(asset), check_name=check.name, passed=not problems,
-        partition=record_id, blocking=check.blocking, severity=dg.AssetCheckSeverity.ERROR,
-        description=description,
-        metadata={"problems": dg.MetadataValue.json(problems[:PROBLEMS_SHOWN]),
-                  "problem_count": len(problems), "published": published}))

@@ -8,7 +8,7 @@ and time of its last callback, so `INCOME_FAILED` or a missing TRANSACTIONS show
 import pyarrow as pa
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
-from resources.callbacks import CallbackLog
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.tables import schema
 
@@ -37,17 +37,23 @@ def last_per_product(methods: dict[str, tuple[str, str]]) -> dict[str, str | Non
     return out
 
 
-# after products land (their callbacks moved the inbox), and on connection events (the inbox
-# sensor asks for a run), the statuses are rebuilt from the inbox
-@asset(group_name="warehouse", kinds={"parquet"}, deps=PRODUCT_ASSETS,
-       owners=OWNERS,
+# on connection events (the inbox sensor asks for a run), and when the lake moved
+# (pipeline/sensors.py), the statuses are rebuilt from the inbox
+@asset(group_name="warehouse", kinds={"delta"}, deps=PRODUCT_ASSETS, owners=OWNERS,
        metadata={"dagster/column_schema": column_schema(SCHEMA, "records")})
-def record_status(context: AssetExecutionContext, callback_log: CallbackLog, lake: Lake):
+def record_status(context: AssetExecutionContext, inbox: InboxResource, lake: Lake):
     """Connected, disconnected or needing reauthentication, with the last callback seen."""
-    rows = [{"record_id": r["record"], "status": r["status"], "status_at": r["status_at"],
-             "last_method": r["method"], "last_code": r["code"],
-             "last_callback_at": r["occurred_at"], **last_per_product(r["methods"])}
-            for r in callback_log.record_status()]
+    with inbox.open() as db:
+        states = db.records()
+    rows = []
+    for r in states.values():
+        last = max(r.products.items(), key=lambda kv: kv[1].event, default=None)
+        rows.append({"record_id": r.record, "status": r.status, "status_at": r.status_at,
+                     "last_method": last[0] if last else None,
+                     "last_code": last[1].code if last else None,
+                     "last_callback_at": last[1].occurred_at if last else None,
+                     **last_per_product({m: (p.code, p.occurred_at)
+                                         for m, p in r.products.items()})})
     table = pa.table({
         f.name: pa.array([r[f.name] for r in rows], pa.string()).cast(f.type) for f in SCHEMA
     }, schema=SCHEMA)

@@ -1,12 +1,12 @@
 """Transactions of each record: a window pull where the source wins, audited before publish.
 
 The first pull takes the whole history. Later pulls ask from the last date seen less an
-overlap (lines clear late) and replace every row of the partition inside that window with
+overlap (lines clear late) and replace every row of the record inside that window with
 what the service sent: a line gone at source (a pending line reversed, or posted again under a
 new id) leaves the lake, a changed one changes. A line posted back-dated, before the window,
 breaks the running-balance chain; the record is then pulled whole at once (and every record is,
 on a rolling schedule: `daily_refresh` reconciles each record in full once every
-LEDGERLAKE_RECONCILE_DAYS days, 7 by default). The new partition is published only if its
+LEDGERLAKE_RECONCILE_DAYS days, 7 by default). The record's new rows are published only if its
 chain holds line by line and ends on the service's ledger balance; otherwise the previous one
 stays in view and the check says why (docs/lake.md, "Write, audit, publish").
 """
@@ -23,14 +23,15 @@ import pyarrow.compute as pc
 from dagster import AssetExecutionContext, Config
 
 from resources.client import ConnectionClient, tls_context
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.tables import UTC_MS, schema
 
-from .charts import add_charts
+from .batch import Batch
+from .charts import chart_metadata
 from .checks import chain_breaks, ledger_mismatches, posted_in_order
 from .income import recheck_income
-from .metadata import record_metadata
-from .publish import Check, Landing, announce, commit, product, raise_failed, to_land
+from .publish import Check, Landing, commit, note, product, report, to_land
 from .schemas import Transactions, ValidationFailed, checked_columns, validate
 
 SCHEMA = schema("transactions")  # the lake adds record_id to each row (resources/lake.py)
@@ -89,7 +90,7 @@ def window_start(start: dt.date) -> pa.Scalar:
 
 
 def apply_window(existing: pa.Table | None, fresh: pa.Table, start: dt.date | None) -> pa.Table:
-    """The partition after a pull from `start` (None: the whole history).
+    """The record's rows after a pull from `start` (None: the whole history).
 
     The source wins inside the window: every row dated from `start` on is replaced by what the
     service sent for it; rows before it stay, unless the pull brought their id again.
@@ -116,7 +117,7 @@ def fetch(client: ConnectionClient, record_id: str, start: dt.date | None) -> pa
 
 
 def audit(client: ConnectionClient, record_id: str, table: pa.Table) -> list[dict]:
-    """What stops the partition from being published: a broken chain, a last running balance
+    """What stops the record's rows from being published: a broken chain, a last running balance
     that is not the service's ledger balance."""
     lines = posted_in_order(table)  # sorted once for both rules
     return chain_breaks(record_id, table, lines) or ledger_mismatches(
@@ -124,7 +125,7 @@ def audit(client: ConnectionClient, record_id: str, table: pa.Table) -> list[dic
 
 
 def bad_records(tables: dict[str, pa.Table]) -> dict[str, str]:
-    """Validate several records' partitions in one pandera call (its cost is per call); when
+    """Validate several records' rows in one pandera call (its cost is per call); when
     that fails, find which records fail, each with the rows that do."""
     if len(tables) > 1:
         try:
@@ -144,7 +145,7 @@ def bad_records(tables: dict[str, pa.Table]) -> dict[str, str]:
 
 def land_one(client: ConnectionClient, record_id: str, table: pa.Table,
              start: dt.date | None, fetched: int) -> Landing:
-    """Audit a validated partition; it is published (committed with the others) if it
+    """Audit a record's validated rows; it is published (committed with the others) if it
     holds. A window pull that does not add up is pulled again whole: a line was posted
     back-dated, before the window."""
     pull = FULL if start is None else f"{WINDOW} from {start}"
@@ -156,12 +157,8 @@ def land_one(client: ConnectionClient, record_id: str, table: pa.Table,
         pull = f"{FULL} (the window pull from {start} did not reconcile)"
         validate(Transactions, table.select(CHECKED), f"transactions of record {record_id}")
         problems = audit(client, record_id, table)
-    meta = {"fetched_rows": fetched, "pull": pull,
-            "accounts": len(pc.unique(table["account_id"])) if table.num_rows else 0,
-            "pending_lines": table.num_rows - pc.count(table["balance"]).as_py()}
-    return Landing(record_id, published=not problems,
-                   problems={RUNNING_BALANCE.name: problems},
-                   metadata=record_metadata(table, **meta),
+    return Landing(record_id, published=not problems, row_count=table.num_rows,
+                   problems={RUNNING_BALANCE.name: problems}, fetched_rows=fetched, pull=pull,
                    rows={} if problems else {"transactions": table})
 
 
@@ -228,7 +225,7 @@ def land_chunks(client: ConnectionClient, lake: Lake, ids: list[str],
                 del fetched
                 table = apply_window(existing, fresh, start)
                 if say is not None:
-                    say("record %s: %d fetched (%s), %d in the partition", record_id,
+                    say("record %s: %d fetched (%s), %d in the record", record_id,
                         fresh.num_rows, f"from {start}" if start else "full history",
                         table.num_rows)
                 if sum(t.num_rows for t, _, _ in group.values()) + table.num_rows > VALIDATE_ROWS:
@@ -310,36 +307,29 @@ def full_pulls(context: AssetExecutionContext, config: PullConfig, ids: list[str
     return {r for r in ids if reconciles_on(r, when, every)}
 
 
-@product("transactions", schema=SCHEMA, checks=[RUNNING_BALANCE],
+@product("transactions", checks=[RUNNING_BALANCE],
          description="Every transaction of the record: signed amount, running balance, "
                      "narration; the source wins inside each pull's window")
-def transactions(context: AssetExecutionContext, config: PullConfig, client: ConnectionClient,
-                 lake: Lake):
-    ids = to_land(context, "transactions")
-    full = full_pulls(context, config, ids)
-    warm()
-    # a Dagster log line is a stored event (~10 ms): said for few records only
-    chunks = land_chunks(client, lake, ids, full, split=True,
-                         say=context.log.info if len(ids) <= LOG_EACH else None)
-    landings, failed = [], []
-    for chunk in chunks:  # told while the next chunk is fetched
-        if len(ids) <= CHUNK:  # one chunk: a small run's charts (add_charts bounds how small)
-            add_charts(context, lake, chunk, "transactions")
-        # income that landed before these transactions is checked now that both are here
-        recheck_income(context, lake, [x.record_id for x in chunk if x.published])
-        failed += announce(context, "transactions", chunk, [RUNNING_BALANCE])
-        landings += chunk
-    published = [x for x in landings if x.published]
-    if len(ids) > LOG_EACH:
-        pulls = [x.metadata.get("pull", "") for x in landings]
-        context.log.info(
-            "%d records: %d published (%d pulled whole), %d held back by a check, %d failed; "
-            "%d rows fetched", len(ids), len(published), sum(p.startswith(FULL) for p in pulls),
-            sum(1 for x in landings if not x.published and not x.error),
-            sum(1 for x in landings if x.error),
-            sum(x.metadata.get("fetched_rows", 0) for x in landings))
-    for x in landings:
-        if x.metadata.get("pull", "").startswith(f"{FULL} ("):
-            context.log.warning("record %s: %s", x.record_id, x.metadata["pull"])
-    raise_failed("transactions", failed)
-    yield from ()  # each record was reported on its own: the step has no output of its own
+def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batch,
+                 client: ConnectionClient, lake: Lake, inbox: InboxResource):
+    with inbox.open() as db:
+        ids = to_land(context, batch, db, "transactions")
+        full = full_pulls(context, config, ids)
+        warm()
+        # a Dagster log line is a stored event (~10 ms): said for few records only
+        landings = []
+        for chunk in land_chunks(client, lake, ids, full, split=True,
+                                 say=context.log.info if len(ids) <= LOG_EACH else None):
+            # noted while the next chunk is fetched; income that landed before these
+            # transactions is checked now that both are here
+            note(context, lake, db, "transactions", chunk, [RUNNING_BALANCE],
+                 extra=recheck_income(lake, [x.record_id for x in chunk if x.published]))
+            landings += chunk
+    pulls = [x.pull or "" for x in landings]
+    for x, pull in zip(landings, pulls, strict=True):
+        if pull.startswith(f"{FULL} ("):
+            context.log.warning("record %s: %s", x.record_id, pull)
+    yield from report(context, "transactions", landings, [RUNNING_BALANCE], extra={
+        "fetched_rows": sum(x.fetched_rows or 0 for x in landings),
+        "pulled_whole": sum(p.startswith(FULL) for p in pulls),
+        **chart_metadata(context, lake, landings)})

@@ -58,8 +58,8 @@ def launched(box: harness.Sandbox, records: list[str], work: Path, timeout_s: fl
     """The daemon launches the sensor's runs, each in its own process; seconds until landed."""
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
-    from pipeline.inbox import Inbox, describe
     from pipeline.local import stop_process
+    from resources.inbox import Inbox, describe
     from resources.lake import Lake
 
     home = work / "launched"

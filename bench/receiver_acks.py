@@ -34,8 +34,8 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.inbox import Inbox  # noqa: E402
 from pipeline.local import Server  # noqa: E402
+from resources.inbox import Inbox  # noqa: E402
 from sandbox import callbacks as shapes  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "receiver.json"

@@ -355,10 +355,10 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
                        str(home / "inbox.sqlite3"), "LEDGERLAKE_LAKE": str(home / "lake")})
     from assets.transactions import transactions
     from assets.warehouse import Warehouse
-    from pipeline.inbox_resource import InboxResource
     from pipeline.jobs import ingest_job
     from pipeline.sensors import inbox_sensor
     from resources.client import ConnectionClient
+    from resources.inbox.resource import InboxResource
     from resources.lake import Lake
 
     with harness.sandbox(home, seed) as box, box.api(30) as api, Server(

@@ -46,10 +46,9 @@ ASSET_TESTS = ["tests/assets/test_checks.py",
 # against the real sandbox (test_retries_sandbox.py, seconds of Retry-After each) and its
 # secret-key tests stay out: test_client_wire.py and test_faults.py script the same faults.
 MODULES: dict[str, tuple[list[str], float | None]] = {
-    "pipeline/inbox.py": (["tests/pipeline/test_inbox_events.py",
-                           "tests/pipeline/test_inbox.py",
-                           "tests/pipeline/test_inbox_layout.py",
-                           "tests/pipeline/test_inbox_postgres.py",
+    "resources/inbox/store.py": (["tests/resources/test_inbox_events.py",
+                           "tests/resources/test_inbox.py",
+                           "tests/resources/test_inbox_postgres.py",
                            "tests/pipeline/test_receiver.py"], 90.0),
     "resources/client.py": (["tests/resources/test_client_wire.py",
                              "tests/resources/test_faults.py",

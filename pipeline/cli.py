@@ -115,8 +115,8 @@ def cmd_receiver(args: argparse.Namespace) -> int:
         print("ledgerlake: the receiver needs --token or LEDGERLAKE_RECEIVER_TOKEN "
               "(the webhook token the service sends)", file=sys.stderr)
         return 2
-    from .config import inbox_from_env
-    from .inbox import InboxUnavailable
+    from resources.config import inbox_from_env
+    from resources.inbox import InboxUnavailable
 
     try:  # the setting rather than the option keeps a password out of the process list
         app = create_app(args.inbox or inbox_from_env(), token, path=args.path,
@@ -132,10 +132,10 @@ def cmd_receiver(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from resources.client import ConnectionClient
+    from resources.config import Settings
     from resources.errors import ServiceError
+    from resources.inbox import NAME, InboxMissing, InboxUnavailable, open_inbox
 
-    from .config import Settings
-    from .inbox import NAME, InboxMissing, InboxUnavailable, open_inbox
     from .replay import replay, replay_named
 
     settings = Settings.from_env()
@@ -189,8 +189,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
+    from resources.config import Settings, check_lake, local_path
+
     from . import sql
-    from .config import Settings, check_lake, local_path
 
     settings = Settings.from_env()
     path = Path(args.warehouse) if args.warehouse else settings.warehouse_path
@@ -230,8 +231,9 @@ def _query(sql, con, args: argparse.Namespace, fmt: str) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from resources.config import Settings, check_lake, local_path
+
     from . import report, sql
-    from .config import Settings, check_lake, local_path
 
     settings = Settings.from_env()
     lake = str(local_path(settings.lake) or settings.lake)
@@ -256,14 +258,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"ledgerlake: the warehouse did not answer: {exc}", file=sys.stderr)
         return 1
     found.timezone = settings.timezone
-    home = _dagster_home(settings)
-    if home is not None:  # the checks' verdicts; without an instance the page says unknown
-        logging.getLogger().setLevel(logging.WARNING)
-        os.environ["DAGSTER_HOME"] = home
-        from dagster import DagsterInstance
+    from resources.inbox import InboxMissing, InboxUnavailable, open_inbox
 
-        with DagsterInstance.get() as instance:
-            report.add_dagster(found, instance)
+    try:  # the checks' verdicts; without an inbox the page says unknown
+        with open_inbox(settings.inbox) as inbox:
+            report.add_landings(found, inbox)
+    except (InboxMissing, InboxUnavailable) as exc:
+        print(f"ledgerlake: {exc}; the checks are unknown", file=sys.stderr)
     try:
         written = report.write(report.render(found), output)
     except (report.ReportError, OSError) as exc:
@@ -293,22 +294,13 @@ def _dagster_home(settings) -> str | None:
     return home if Path(home).is_dir() else None
 
 
-def _records_and_instance(settings):
-    logging.getLogger().setLevel(logging.WARNING)  # the instance's migrations are not news
-    home = _dagster_home(settings)
-    if home is None:
-        raise SystemExit("ledgerlake: no Dagster instance: set DAGSTER_HOME, or run "
-                         "`ledgerlake demo` or `ledgerlake dev` first")
-    os.environ["DAGSTER_HOME"] = home
-    from dagster import DagsterInstance
+def _inbox(settings):
+    from resources.inbox import InboxMissing, InboxUnavailable, open_inbox
 
-    from .inbox import InboxMissing, InboxUnavailable, open_inbox
     try:
-        inbox = open_inbox(settings.inbox)
+        return open_inbox(settings.inbox)
     except (InboxMissing, InboxUnavailable) as exc:
-        print(f"ledgerlake: {exc}; connection statuses unknown", file=sys.stderr)
-        inbox = None
-    return DagsterInstance.get(), inbox
+        raise SystemExit(f"ledgerlake: {exc}") from None
 
 
 def _products(value: str) -> list[str]:
@@ -323,7 +315,7 @@ def _products(value: str) -> list[str]:
 
 
 def _record(value: str) -> str:
-    from resources.lake import RECORD_ID
+    from resources.inbox import RECORD_ID  # no Dagster to import for a bad argument
 
     if not RECORD_ID.fullmatch(value):
         raise argparse.ArgumentTypeError(f"a record id matches ^[A-Za-z0-9_-]{{1,64}}$, "
@@ -331,38 +323,32 @@ def _record(value: str) -> str:
     return value
 
 
-def _statuses(defs, instance, inbox, args: argparse.Namespace) -> list | None:
+def _statuses(settings, args: argparse.Namespace) -> list | None:
     """The rows `status` and `rerun` act on (only those needing action with --failed), or
-    None when a named record is unknown (said on stderr). Closes the inbox."""
-    from .status import statuses
+    None when a named record is unknown (said on stderr)."""
+    from .status import LISTED, statuses
 
-    try:
-        rows = statuses(defs, instance, inbox, args.records or None)
-    except ValueError as exc:
-        print(f"ledgerlake: {exc}", file=sys.stderr)
-        return None
-    finally:
-        if inbox is not None:
-            inbox.close()
-    return [r for r in rows if r.needs_action] if args.failed else rows
+    with _inbox(settings) as inbox:
+        try:
+            return statuses(inbox, args.records or None, failed=args.failed,
+                            limit=None if getattr(args, "all", True) else LISTED)
+        except ValueError as exc:
+            print(f"ledgerlake: {exc}", file=sys.stderr)
+            return None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     import json
 
-    from .config import Settings
-    from .status import PRODUCTS
+    from resources.config import Settings
 
-    instance, inbox = _records_and_instance(Settings.from_env())
-    from .definitions import defs
+    from .status import PRODUCTS, explain
 
-    with instance:
-        rows = _statuses(defs, instance, inbox, args)
+    rows = _statuses(Settings.from_env(), args)
     if rows is None:
         return 2
     if args.json:
-        print(json.dumps([{"record": r.record, "connection": r.connection,
-                           "products": r.products, "held_by": r.details} for r in rows]))
+        print(json.dumps([r.as_json() for r in rows]))
         return 0
     head = ["record", "connection", *PRODUCTS]
     table = [head] + [[r.record, r.connection, *(r.products.get(p, "-") for p in PRODUCTS)]
@@ -370,6 +356,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    for r in rows if args.records else []:  # named: told in full
+        print("\n".join(explain(r)))
     needing = sum(1 for r in rows if r.needs_action)
     print(f"{len(rows)} records; {needing} with a failed or held product"
           + ("  (ledgerlake rerun --failed)" if needing else ""), file=sys.stderr)
@@ -377,7 +365,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
-    from .config import Settings
+    from resources.config import Settings
+
     from .local import QUIET
     from .status import rerun as run_again
 
@@ -389,36 +378,45 @@ def cmd_rerun(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     settings = Settings.from_env()
-    instance, inbox = _records_and_instance(settings)
+    rows = _statuses(settings, args)
+    if rows is None:
+        return 2
+    if not rows:
+        print("nothing to run again", file=sys.stderr)
+        return 0
+    by_assets: dict[tuple[str, ...], list[str]] = {}
+    for row in rows:
+        assets = args.products or (row.needs_action if args.failed else
+                                   [p for p, s in row.products.items() if s != "-"])
+        if not assets:
+            print(f"record {row.record}: no product heard of yet; name --products",
+                  file=sys.stderr)
+            return 2
+        by_assets.setdefault(tuple(assets), []).append(row.record)
+    home = _dagster_home(settings)
+    if home is None:
+        raise SystemExit("ledgerlake: no Dagster instance: set DAGSTER_HOME, or run "
+                         "`ledgerlake demo` or `ledgerlake dev` first")
+    os.environ["DAGSTER_HOME"] = home
+    logging.getLogger().setLevel(logging.WARNING)  # the instance's migrations are not news
+    from dagster import DagsterInstance
+
     from .definitions import defs
 
     failures = 0
-    with instance:
-        rows = _statuses(defs, instance, inbox, args)
-        if rows is None:
-            return 2
-        if not rows:
-            print("nothing to run again", file=sys.stderr)
-        for row in rows:
-            assets = args.products or (row.needs_action if args.failed else
-                                       [p for p, s in row.products.items() if s != "-"])
-            if not assets:
-                print(f"record {row.record}: no product heard of yet; name --products",
-                      file=sys.stderr)
-                failures += 1
-                continue
-            result = run_again(defs, instance, row.record, assets,
+    with DagsterInstance.get() as instance:
+        for assets, records in by_assets.items():
+            result = run_again(defs, instance, records, list(assets),
                                full_history=args.full_history, run_config=QUIET)
             failures += not result.success
-            print(f"record {row.record}: {', '.join(assets)}: "
+            print(f"{len(records)} record(s): {', '.join(assets)}: "
                   f"{'landed' if result.success else 'failed'} (run {result.run_id})")
     return 1 if failures else 0
 
 
 def _lake(settings):
+    from resources.config import check_lake, local_path
     from resources.lake import Lake
-
-    from .config import check_lake, local_path
 
     check_lake(settings.lake)
     return Lake(root=str(local_path(settings.lake) or settings.lake))
@@ -426,10 +424,10 @@ def _lake(settings):
 
 def cmd_forget(args: argparse.Namespace) -> int:
     from assets.warehouse import build
+    from resources.config import Settings
+    from resources.inbox import CONNECTED, InboxMissing, InboxUnavailable, open_inbox
 
-    from .config import Settings
     from .forget import TABLES, forget, records_for
-    from .inbox import CONNECTED, InboxMissing, InboxUnavailable, open_inbox
 
     settings = Settings.from_env()
     lake = _lake(settings)
@@ -469,9 +467,8 @@ def cmd_reveal(args: argparse.Namespace) -> int:
     import orjson
     import pyarrow.compute as pc
 
+    from resources.config import Settings
     from resources.privacy import Keys, KeyUnusable, reveal
-
-    from .config import Settings
 
     settings = Settings.from_env()
     lake = _lake(settings)
@@ -579,14 +576,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("status", help="each record's products: landed, held, failed, waiting",
-                       description="Each record's products as Dagster and the inbox know "
-                                   "them: landed, held (a blocking check kept the previous "
-                                   "rows), failed (after the engine's retries), running, "
-                                   "waiting (called back, not landed).")
+                       description="Each record's products as their last landing left them: "
+                                   "landed, held (a blocking check kept the previous rows), "
+                                   "failed (after the engine's retries), waiting (called "
+                                   "back, not landed).")
     p.add_argument("records", nargs="*", type=_record, help="only these records")
     p.add_argument("--failed", action="store_true", help="only records with a failed or "
                                                          "held product")
     p.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    p.add_argument("--all", action="store_true",
+                   help="every record, not only the first 1,000 (when none is named)")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("rerun", help="run records' products again now, without a callback",
@@ -645,7 +644,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .config import ConfigError
+    from resources.config import ConfigError
 
     logging.basicConfig(level=os.environ.get("LEDGERLAKE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")

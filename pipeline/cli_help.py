@@ -117,13 +117,22 @@ EPILOGS = {
         ending in .html end with one line on stderr (exit 2) and write nothing.
     """,
     "status": """
-        It reads the Dagster instance (DAGSTER_HOME, else $LEDGERLAKE_HOME/dagster, where
-        `demo` and `dev` keep it) and the inbox. A product never heard of shows `-`.
+        It reads the inbox, where each landing leaves its record's state: one record, or
+        every record that needs action, is one indexed read however many records there are.
+        A product never heard of shows `-`. A record named is told in full: each product's
+        last landing (when, the run, the rows, the pull, the checks it failed and why), and
+        its callbacks. The whole history is in the lake's `landings` and `checks` tables
+        (`ledgerlake sql "select * from landings where record_id = 'REC'"`).
+
+            ledgerlake status REC
+            ledgerlake status --failed --json
     """,
     "rerun": """
         A named record runs every product it has, or --products; --failed runs every failed or
-        held product. It needs LEDGERLAKE_SECRET_KEY, reads the instance and the inbox as
-        `status` does, and exits 1 if a run failed.
+        held product. Records that want the same products share a run. It needs
+        LEDGERLAKE_SECRET_KEY, reads the inbox as `status` does and records its runs in the
+        Dagster instance (DAGSTER_HOME, else $LEDGERLAKE_HOME/dagster, where `demo` and `dev`
+        keep it), and exits 1 if a run failed.
 
             ledgerlake rerun --failed
             ledgerlake rerun REC --products transactions --full-history

@@ -10,6 +10,7 @@ import dagster as dg
 
 from assets.accounts import accounts
 from assets.balances import balances
+from assets.batch import Batch
 from assets.identity import identity
 from assets.income import income
 from assets.maintenance import lake_maintenance, lake_maintenance_job, nightly_lake_maintenance
@@ -17,14 +18,13 @@ from assets.payments import payments
 from assets.record_status import record_status
 from assets.transactions import transactions
 from assets.warehouse import Warehouse, warehouse
-from resources.callbacks import CallbackLog
 from resources.client import ConnectionClient
+from resources.config import ConfigError, Settings, check_lake, local_path
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import KeyUnusable, check_key
 
-from .config import ConfigError, Settings, check_lake, local_path
 from .freshness import freshness_checks, freshness_job, hourly_freshness
-from .inbox_resource import InboxResource
 from .jobs import forget_job, ingest_job, refresh_job, replay_job, warehouse_job
 from .schedules import daily_refresh, hourly_replay
 from .sensors import inbox_sensor, warehouse_follows_lake
@@ -77,9 +77,9 @@ defs = dg.Definitions(
             secret_key=dg.EnvVar("LEDGERLAKE_SECRET_KEY"),
         ),
         "lake": Lake(root=str(local_path(settings.lake) or settings.lake)),
-        # LEDGERLAKE_INBOX read when opened, like the inbox's: no database URL in the UI
-        "callback_log": CallbackLog(),
-        "inbox": InboxResource(),  # the sensor's, schedules' and replay's: read when opened
+        # LEDGERLAKE_INBOX read when opened: no database URL in the UI
+        "inbox": InboxResource(),
+        "batch": Batch(),  # each run's records, given in its config (assets/batch.py)
         "warehouse_db": Warehouse(path=str(settings.warehouse_path),
                                   timezone=settings.timezone),
     },

@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 from dagster import DagsterInstance
 
-from .config import home_from_env
+from resources.config import home_from_env
+
 from .local import Server, one_box_pools
 
 MARKER = ".ledgerlake-demo"
@@ -107,7 +108,7 @@ def wait_for_events(inbox_path: Path, expected: int, timeout_s: float = 60.0,
                     settle_s: float = 0.0) -> int:
     """Wait until the inbox holds `expected` events, then until it stops growing for
     `settle_s` (a connection's callbacks come in a burst). Returns the count."""
-    from .inbox import Inbox
+    from resources.inbox import Inbox
 
     deadline = time.monotonic() + timeout_s
     inbox = Inbox(inbox_path, create=True)  # the receiver may not have written yet
@@ -174,8 +175,9 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
     _say(f"lake      {home / 'lake'}")
     _say(f"warehouse {home / 'warehouse.duckdb'}")
     _say('try: .venv/bin/ledgerlake sql "select * from monthly_cashflow order by month"')
+    _say("     .venv/bin/ledgerlake status       (each record's products, from the inbox)")
     _say("link a bank by hand in the browser: `make dev` prints the connect page's URL, and "
-         "the Dagster UI shows the record's partition appear")
+         "the Dagster UI shows the run that lands it")
     return 0
 
 

@@ -22,11 +22,10 @@ from dagster import Config, OpExecutionContext, op
 
 from assets.warehouse import LAKE_TABLES, UNPARTITIONED, Warehouse, build
 from resources import delta
+from resources.inbox import DISCONNECTED
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake, check_record_id
 from resources.privacy import stats_columns
-
-from .inbox import DISCONNECTED
-from .inbox_resource import InboxResource
 
 AUDIT = "erasures"
 AUDIT_SCHEMA = LAKE_TABLES[AUDIT]

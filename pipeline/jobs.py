@@ -1,14 +1,21 @@
-"""Jobs: the sensor's ingest runs, the daily refresh, the warehouse, the replay."""
+"""Jobs: the sensor's ingest runs, the daily refresh, the warehouse, the replay, the forget."""
 
 from dagster import AssetSelection, define_asset_job, job
 
 from .forget import forget_disconnected
+from .freshness import freshness_checks
 from .replay import replay_missing_callbacks
 
-# the inbox sensor's runs: the product assets of one record (or a batch), chosen per request
-ingest_job = define_asset_job("ingest_job", selection=AssetSelection.groups("products"))
+# the freshness checks judge all records hourly (pipeline/freshness.py): a run over a batch
+# leaves them out, or it would record them skipped over their last verdict
+FRESHNESS = AssetSelection.checks(*freshness_checks)
+
+# the inbox sensor's runs: the product assets of a batch of records, chosen per request
+ingest_job = define_asset_job(
+    "ingest_job", selection=AssetSelection.groups("products") - FRESHNESS)
 # the schedule's daily refresh: balances and transactions of every connected record
-refresh_job = define_asset_job("refresh_job", selection=["balances", "transactions"])
+refresh_job = define_asset_job(
+    "refresh_job", selection=AssetSelection.assets("balances", "transactions") - FRESHNESS)
 # record statuses and the views over the lake (also kept up by automation: pipeline/sensors.py)
 warehouse_job = define_asset_job("warehouse_job", selection=["record_status", "warehouse"])
 

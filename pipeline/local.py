@@ -138,10 +138,8 @@ def tick(defs: Definitions, instance: DagsterInstance, sensor_name: str = "inbox
         result = sensor_def(ctx)
     if result is None or not hasattr(result, "run_requests"):
         return []
-    for event in getattr(result, "asset_events", None) or []:  # failures, status changes
+    for event in getattr(result, "asset_events", None) or []:  # failure callbacks
         instance.report_runless_asset_event(event)
-    for req in result.dynamic_partitions_requests or []:
-        instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
     run_ids = []
     for rr in result.run_requests or []:
         if rr.run_key and instance.get_run_records(
@@ -149,10 +147,9 @@ def tick(defs: Definitions, instance: DagsterInstance, sensor_name: str = "inbox
             continue
         job = defs.resolve_job_def(rr.job_name)
         out = job.execute_in_process(
-            instance=instance, partition_key=rr.partition_key,
-            asset_selection=rr.asset_selection,
-            tags={**rr.tags, "dagster/run_key": rr.run_key}, run_config=run_config or QUIET,
-            raise_on_error=False)
+            instance=instance, asset_selection=rr.asset_selection,
+            tags={**rr.tags, "dagster/run_key": rr.run_key},
+            run_config={**(run_config or QUIET), **rr.run_config}, raise_on_error=False)
         run_ids.append(out.run_id)
     if result.cursor is not None:
         instance.run_storage.set_cursor_values({CURSOR_KEY: result.cursor})

@@ -29,7 +29,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .inbox import InboxUnavailable, InvalidEvent, describe, kept_body, open_inbox, scrubbed
+from resources.inbox import (
+    InboxUnavailable,
+    InvalidEvent,
+    describe,
+    kept_body,
+    open_inbox,
+    scrubbed,
+)
 
 log = logging.getLogger("ledgerlake.receiver")
 

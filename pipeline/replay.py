@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from dagster import Config, OpExecutionContext, op
 
 from resources.client import ConnectionClient
-
-from .inbox import CONNECTED, Inbox
-from .inbox_resource import InboxResource
+from resources.inbox import CONNECTED, Inbox
+from resources.inbox.resource import InboxResource
 
 TRIGGER_LIMIT = 100  # records per /callback/trigger call (the spec's limit)
 EXPECTED = ("ACCOUNTS", "TRANSACTIONS")  # every connection of ours enables these

@@ -3,7 +3,7 @@
 Its daily balance per account (a chart each, drawn by assets/charts.py from the
 `daily_balances` view), the monthly inflow, outflow and net, the income streams, and the
 latest verdict of each check on the record with when its products last landed (from the
-Dagster instance, when there is one). Everything is inline: styles in the page, charts as
+inbox, where each landing leaves the record's state). Everything is inline: styles in the page, charts as
 SVG elements, so it opens anywhere with no network, and can be mailed or archived. The data
 is the warehouse's (the views analysts query); the file is written aside and renamed.
 """
@@ -42,7 +42,7 @@ class CheckResult:
 @dataclass
 class Landed:
     asset: str
-    at: float | None  # last materialization of the record's partition
+    at: float | None  # when the product last landed
 
 
 @dataclass
@@ -54,7 +54,7 @@ class Report:
     income: dict | None
     streams: list[dict]
     status: dict | None
-    checks: list[CheckResult] | None = None  # None: no Dagster instance to ask
+    checks: list[CheckResult] | None = None  # None: no inbox to ask
     landed: list[Landed] = field(default_factory=list)
     timezone: str = "Africa/Lagos"
 
@@ -100,50 +100,31 @@ def gather(con: duckdb.DuckDBPyConnection, record: str) -> Report:
     return Report(record, accounts, daily, monthly, income, streams, status)
 
 
-def add_dagster(report: Report, instance) -> None:
-    """The latest verdict of every check on the record, and when each product landed."""
-    import dagster as dg
-
-    from .definitions import defs
+def add_landings(report: Report, inbox) -> None:
+    """The latest verdict of every check on the record, and when each product landed (the
+    record's state in the inbox)."""
     from .freshness import CHECK_NAME, MAX_AGE
 
-    graph = defs.resolve_asset_graph()
-    keys = sorted((k for k in graph.asset_check_keys
-                   if graph.get_check_spec(k).partitions_def is not None),
-                  key=lambda k: (k.asset_key.to_user_string(), k.name))
-    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-        keys, partition_filter=_partition(report.record)) if keys else {}
+    states = {s.product: s for s in inbox.landings([report.record])}
     report.checks = []
-    for key in keys:
-        got = latest.get(key)
-        evaluation = got.evaluation if got is not None else None
-        detail = ""
-        if evaluation is not None and not evaluation.passed:
-            count = evaluation.metadata.get("problem_count")
-            detail = (evaluation.description or "failed") + (
-                f" ({count.value} problems)" if count is not None else "")
-        report.checks.append(CheckResult(
-            key.asset_key.to_user_string(), key.name,
-            None if evaluation is None else evaluation.passed,
-            None if got is None else got.create_timestamp, detail))
     now = dt.datetime.now(dt.UTC).timestamp()
     connected = (report.status or {}).get("status") in (None, "connected")
     for asset in PRODUCTS:
-        found = instance.fetch_materializations(dg.AssetRecordsFilter(
-            asset_key=dg.AssetKey(asset), asset_partitions=[report.record]), limit=1).records
-        at = found[0].timestamp if found else None
+        state = states.get(asset)
+        at = state.landed_at if state else None
         report.landed.append(Landed(asset, at))
+        if state is None:
+            continue
+        problems = state.detail.get("problems", [])
+        for check, count in sorted(state.detail.get("checks", {}).items()):
+            report.checks.append(CheckResult(
+                asset, check, not count, state.at, "" if not count else
+                f"{count} problems: " + "; ".join(p.get("problem", "") for p in problems)))
         if asset in ("balances", "transactions") and at is not None:
             fresh = not connected or now - at < MAX_AGE.total_seconds()
             report.checks.append(CheckResult(
                 asset, CHECK_NAME, fresh, now,
                 "" if fresh else f"last landed more than {MAX_AGE} ago"))
-
-
-def _partition(record: str):
-    from dagster._core.event_api import PartitionKeyFilter
-
-    return PartitionKeyFilter(key=record)
 
 
 # -- the page ---------------------------------------------------------------------------------
@@ -257,7 +238,7 @@ def render(report: Report) -> str:
 
     parts.append("<h2>Checks</h2>")
     if report.checks is None:
-        parts.append("<p class=\"muted\">Unknown: no Dagster instance to ask (set DAGSTER_HOME)."
+        parts.append("<p class=\"muted\">Unknown: no inbox to ask (set LEDGERLAKE_INBOX)."
                      "</p>")
     else:
         def verdict(c: CheckResult) -> str:

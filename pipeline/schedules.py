@@ -6,8 +6,9 @@ reconcile that catches lines posted back-dated: assets/transactions.py), so ever
 reconciled once a week (LEDGERLAKE_RECONCILE_DAYS).
 
 Disconnected records and those waiting for reauthentication are skipped (their data stays
-in the lake). A batch is a contiguous range of the records partition, at most
-RECORDS_PER_RUN long, so ten thousand records cost about a hundred runs.
+in the lake). The connected records are read from the inbox a page at a time, each page a run
+of RECORDS_PER_RUN records: a million records cost a thousand runs, and the evaluation reads
+each record id once, never all of them at once.
 """
 
 from dagster import (
@@ -19,35 +20,27 @@ from dagster import (
     schedule,
 )
 
-from assets.partitions import batches, records
+from assets.batch import RECORDS_PER_RUN, batch_config
+from resources.inbox import CONNECTED
+from resources.inbox.resource import InboxResource
 
-from .inbox_resource import InboxResource
 from .jobs import refresh_job, replay_job
-
-REFRESHABLE = {None, "connected"}  # None: a record the inbox never heard of (added by hand)
 
 
 @schedule(job=refresh_job, cron_schedule="0 2 * * *", execution_timezone="UTC",
           default_status=DefaultScheduleStatus.RUNNING)
 def daily_refresh(context: ScheduleEvaluationContext, inbox: InboxResource):
     """Refresh balances and transactions of connected records, once a day."""
-    keys = context.instance.get_dynamic_partitions(records.name)
-    with inbox.open() as db:
-        states = db.records(keys)
-    eligible = {k for k in keys if (states[k].status if k in states else None) in REFRESHABLE}
-    if not eligible:
-        return SkipReason(f"none of {len(keys)} records is connected")
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    return [
-        RunRequest(
-            run_key=f"refresh-{day}-{start}-{end}",
-            tags={"dagster/asset_partition_range_start": start,
-                  "dagster/asset_partition_range_end": end,
-                  "ledgerlake/schedule": "daily_refresh", "ledgerlake/records": str(n),
-                  "ledgerlake/refresh_day": day},
-        )
-        for start, end, n in batches(keys, eligible)
-    ]
+    requests, after = [], None
+    with inbox.open() as db:
+        while page := db.record_ids(after, RECORDS_PER_RUN, status=CONNECTED):
+            requests.append(RunRequest(
+                run_key=f"refresh-{day}-{page[0]}", run_config=batch_config(page),
+                tags={"ledgerlake/schedule": "daily_refresh", "ledgerlake/records": str(len(page)),
+                      "ledgerlake/first_record": page[0], "ledgerlake/refresh_day": day}))
+            after = page[-1]
+    return requests or SkipReason("no record is connected")
 
 
 # Callbacks lost beyond the service's 72 hours of redelivery are asked for again, hourly;

@@ -1,13 +1,15 @@
-"""Where a callback becomes a run: read the inbox by cursor, add partitions, request runs.
+"""Where a callback becomes a run: read the inbox by cursor, request runs over batches.
 
-A ready product asks for a run of the assets that fetch it, keyed by the inbox event id, so a
-sensor tick that is retried, or an event delivered twice, never starts a second run. A record's
-callbacks in one tick make one run for that record; records of one tick that want the same
-products and sit side by side in partition order (new records do: they are added in order)
-share a run, at most NEW_PER_RUN of them, so two hundred new connections cost a dozen runs,
-which the run launcher spreads over processes or pods. The periodic callbacks the service sends
-for every record once a day are batched the same way, in ranges of at most RECORDS_PER_RUN.
-Failures start nothing: they are reported as observations of the product, so they show in
+A tick reads the inbox's new events (at most BATCH), and asks only about the records they
+name: its cost is that of its new callbacks, whatever the number of records. Ready products
+ask for runs of the assets that fetch them, each run over a batch of records given in its
+config (assets/batch.py), keyed by the newest inbox event it serves, so a tick that is retried,
+or an event delivered twice, never starts a second run. A record's callbacks in one tick make
+one run for that record's products (with the other records that want the same ones: at most
+NEW_PER_RUN records a run, so a burst of connections is spread over several runs, which the
+run launcher spreads over processes or pods); the periodic callbacks the service sends for
+every record once a day are batched by RECORDS_PER_RUN. Failures start nothing: they are
+reported as observations of the product, a tick's failures of one asset in one, so they show in
 the Dagster UI beside the data they concern. A connection event (a disconnect, a
 reauthentication) refreshes `record_status`, and with it the warehouse.
 
@@ -36,14 +38,14 @@ from dagster import (
     sensor,
 )
 
-from assets.partitions import RECORDS_PER_RUN, batches, records
+from assets.batch import RECORDS_PER_RUN, batch_config
 from assets.warehouse import LAKE_TABLES
+from resources.config import Settings
+from resources.inbox import CONNECTED, Event
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 
-from .config import Settings
 from .forget import forget_disconnected
-from .inbox import CONNECTED, Event
-from .inbox_resource import InboxResource
 from .jobs import forget_job, ingest_job, warehouse_job
 
 BATCH = 500  # events per tick; a backlog drains over consecutive ticks
@@ -52,6 +54,7 @@ BATCH = 500  # events per tick; a backlog drains over consecutive ticks
 # (a process, the code location loaded) is shared; bench/README.md measures the start cost
 NEW_PER_RUN = 20
 MIN_INTERVAL_S = 5
+SHOWN = 20  # failure callbacks an observation lists
 STATUS_ASSET = "record_status"
 
 # (method, code) of a ready product -> the assets that fetch it. One line per product; an asset
@@ -82,34 +85,27 @@ def is_failure(ev: Event) -> bool:
 
 
 def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
-         fetchable: set[str] | None = None, order: list[str] | None = None,
-         forget: bool = False
-         ) -> tuple[list[str], list[RunRequest], list[AssetObservation], list[str]]:
-    """Partitions to add, runs to request, observations to report and lines to log.
+         fetchable: set[str] | None = None, forget: bool = False
+         ) -> tuple[list[RunRequest], list[AssetObservation], list[str]]:
+    """Runs to request, observations to report and lines to log.
 
     `existing` holds the asset names in the Definitions, `fetchable` those `ingest_job` can run
-    (default: all of them); `status` each record's current status; `order` the records
-    partition in its order (the partitions added here follow it), for batched ranges.
-    `forget`: a USER_DISCONNECT also asks for a run of `forget_job` for its records.
-    Within a batch, every event of one record (a connection's AUTH, ACCOUNTS, one BALANCE per
-    account, TRANSACTIONS, INCOME...) makes one run of all the assets they ask for, keyed by
-    the newest of them: a new record costs one run, and its income is checked against the
+    (default: all of them); `status` each record's current status. `forget`: a
+    USER_DISCONNECT also asks for a run of `forget_job` for its records. Every event of one
+    record (a connection's AUTH, ACCOUNTS, one BALANCE per account, TRANSACTIONS, INCOME...)
+    lands in one run of all the assets they ask for, so its income is checked against the
     transactions fetched in the same run. Records with nothing but periodic callbacks share
-    batched runs.
+    bigger batches.
     """
     fetchable = existing if fetchable is None else fetchable
-    partitions: list[str] = []
     wanted: dict[str, tuple[dict[str, None], list[Event]]] = {}
     periodic: dict[str, tuple[dict[str, None], list[Event]]] = {}
-    observations: list[AssetObservation] = []
+    failures: dict[str, list[Event]] = {}
     notes: list[str] = []
     moved: list[Event] = []  # connection events: record_status must be rebuilt
     requests_forget: list[RunRequest] = []
     for ev in events:
         if ev.kind == "connection":
-            for record in ev.records:
-                observations.append(_observe(STATUS_ASSET, None, ev, record=record,
-                                             status=status.get(record, "unknown")))
             notes.append(f"event {ev.id}: {ev.method} for {', '.join(ev.records) or 'no record'}")
             moved.append(ev)
             if forget and ev.method == "USER_DISCONNECT" and ev.records:
@@ -123,14 +119,9 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
         if ev.record is None:
             notes.append(f"event {ev.id}: {ev.method} {ev.code} names no record; ignored")
             continue
-        if ev.record not in partitions:
-            partitions.append(ev.record)
         if is_failure(ev):
             asset = FAILED_ON.get(ev.method)
-            target = asset if asset in existing else STATUS_ASSET
-            observations.append(_observe(target, ev.record if target == asset else None, ev,
-                                         record=ev.record))
-            notes.append(f"event {ev.id}: {ev.method} {ev.code} failed for {ev.record}")
+            failures.setdefault(asset if asset in existing else STATUS_ASSET, []).append(ev)
             continue
         assets = READY.get((ev.method, ev.code))
         if assets is None:
@@ -152,70 +143,58 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
         wanted[record][0].update(assets)
         wanted[record][1].extend(evs)
         wanted[record][1].sort(key=lambda e: e.id)
-    observations = [o for o in observations if o.asset_key.to_user_string() in existing]
-    requests = _batched_runs(wanted, order or [], partitions, size=NEW_PER_RUN, prefix="inbox",
-                             alone_by_partition=True)
-    requests += _batched_runs(periodic, order or [], partitions)
+    observations = [_observe(asset, evs, status) for asset, evs in failures.items()
+                    if asset in existing]
+    notes += [f"{len(evs)} failure callbacks reported on {asset}"
+              for asset, evs in failures.items()]
+    requests = _batched_runs(wanted, NEW_PER_RUN, "inbox")
+    requests += _batched_runs(periodic, RECORDS_PER_RUN, "periodic")
     if moved and STATUS_ASSET in existing:
         requests.append(RunRequest(
             run_key=f"status-{moved[-1].id}", job_name=warehouse_job.name,
             asset_selection=[AssetKey(STATUS_ASSET)],
             tags={"ledgerlake/inbox_event": str(moved[-1].id),
                   "ledgerlake/method": moved[-1].method or ""}))
-    return partitions, requests + requests_forget, observations, notes
+    return requests + requests_forget, observations, notes
 
 
-def _tags(evs: list[Event]) -> dict[str, str]:
-    last = evs[-1]
-    return {"ledgerlake/inbox_event": str(last.id), "ledgerlake/method": last.method or "",
-            "ledgerlake/methods": ",".join(dict.fromkeys(e.method or "" for e in evs))[:1000],
-            "ledgerlake/inbox_events": ",".join(str(e.id) for e in evs)[:1000]}
-
-
-def _record_run(record: str, assets: dict[str, None], evs: list[Event]) -> RunRequest:
-    return RunRequest(run_key=f"inbox-{evs[-1].id}", job_name=ingest_job.name,
-                      partition_key=record, asset_selection=[AssetKey(a) for a in assets],
-                      tags=_tags(evs))
-
-
-def _batched_runs(wanted: dict[str, tuple[dict[str, None], list[Event]]], order: list[str],
-                  added: list[str], *, size: int = RECORDS_PER_RUN, prefix: str = "periodic",
-                  alone_by_partition: bool = False) -> list[RunRequest]:
-    """The callbacks of many records: one run per product set and contiguous range of records
-    in partition order (a range never takes in a record that did not call). With
-    `alone_by_partition`, a record alone in its range is a run of its partition, keyed
-    `inbox-<event>` as ever."""
-    known = set(order)
-    keys = list(order) + [p for p in added if p not in known]
-    where = {k: i for i, k in enumerate(keys)}
+def _batched_runs(wanted: dict[str, tuple[dict[str, None], list[Event]]], size: int,
+                  prefix: str) -> list[RunRequest]:
+    """One run per product set and `size` records that want it, in the order they called;
+    keyed by the set and the newest event the run serves."""
     by_products: dict[tuple[str, ...], list[str]] = {}
     for record, (assets, _) in wanted.items():
         by_products.setdefault(tuple(sorted(assets)), []).append(record)
     requests = []
     for products, members in by_products.items():
-        for start, end, n in batches(keys, set(members), size):
-            if n == 1 and alone_by_partition:
-                requests.append(_record_run(start, wanted[start][0], wanted[start][1]))
-                continue
-            span = keys[where[start]: where[end] + 1]  # every record in it called
-            evs = sorted((e for r in span for e in wanted[r][1]), key=lambda e: e.id)
+        for at in range(0, len(members), size):
+            batch = members[at:at + size]
+            evs = sorted((e for r in batch for e in wanted[r][1]), key=lambda e: e.id)
+            last = evs[-1]
             requests.append(RunRequest(
-                run_key=f"{prefix}-{evs[-1].id}-{'-'.join(products)}-{start}-{end}",
-                job_name=ingest_job.name, asset_selection=[AssetKey(a) for a in products],
-                tags={**_tags(evs), "dagster/asset_partition_range_start": start,
-                      "dagster/asset_partition_range_end": end, "ledgerlake/records": str(n)}))
+                run_key=f"{prefix}-{last.id}-{'-'.join(products)}", job_name=ingest_job.name,
+                asset_selection=[AssetKey(a) for a in products], run_config=batch_config(batch),
+                tags={"ledgerlake/inbox_event": str(last.id), "ledgerlake/method": last.method
+                      or "", "ledgerlake/methods": ",".join(dict.fromkeys(
+                          e.method or "" for e in evs))[:1000],
+                      "ledgerlake/records": str(len(batch)),
+                      "ledgerlake/first_record": batch[0]}))
     return requests
 
 
-def _observe(asset: str, partition: str | None, ev: Event, **extra) -> AssetObservation:
-    body = ev.body
-    message = body.get("message") if isinstance(body.get("message"), str) else ""
-    return AssetObservation(
-        asset_key=asset, partition=partition,
-        metadata={"inbox_event": ev.id, "method": ev.method or "", "code": ev.code or "",
-                  "callback_status": ev.status or "", "message": message[:500],
-                  **{k: MetadataValue.text(str(v)) for k, v in extra.items()}},
-    )
+def _observe(asset: str, evs: list[Event], status: dict[str, str]) -> AssetObservation:
+    """A tick's failure callbacks of one asset: how many, and the first few."""
+    def message(ev: Event) -> str:
+        text = ev.body.get("message")
+        return text[:200] if isinstance(text, str) else ""
+
+    return AssetObservation(asset_key=asset, metadata={
+        "failure_callbacks": len(evs), "records": len({e.record for e in evs}),
+        "first_events": MetadataValue.json([
+            {"inbox_event": e.id, "record": e.record, "method": e.method, "code": e.code,
+             "callback_status": e.status, "message": message(e),
+             "record_status": status.get(e.record or "", "unknown")}
+            for e in evs[:SHOWN]])})
 
 
 def asset_names(context: SensorEvaluationContext) -> tuple[set[str], set[str]]:
@@ -240,21 +219,12 @@ def inbox_sensor(context: SensorEvaluationContext, inbox: InboxResource):
     if not events:
         return SkipReason(f"no inbox events after {cursor}")
     known, fetchable = asset_names(context)
-    instance = context.instance
-    order = instance.get_dynamic_partitions(records.name)
-    partitions, requests, observations, notes = plan(
-        events, known, status, fetchable, order,
-        forget=Settings.from_env().forget_on_disconnect)
+    requests, observations, notes = plan(events, known, status, fetchable,
+                                         forget=Settings.from_env().forget_on_disconnect)
     for line in notes:
         context.log.info(line)
-    existing = set(order)
-    new = [p for p in partitions if p not in existing]
-    return SensorResult(
-        run_requests=requests,
-        dynamic_partitions_requests=[records.build_add_request(new)] if new else [],
-        asset_events=observations,
-        cursor=str(events[-1].id),
-    )
+    return SensorResult(run_requests=requests, asset_events=observations,
+                        cursor=str(events[-1].id))
 
 
 BUILDING = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,

@@ -1,28 +1,25 @@
-"""What landed and what did not: each record's products, as Dagster and the inbox know them.
+"""What landed and what did not: each record's products, as the inbox keeps them.
 
-`ledgerlake status` lists them; `ledgerlake rerun` runs a record's products again, here and
+`ledgerlake status` lists them; `ledgerlake rerun` runs records' products again, here and
 now, in the same Dagster instance the daemon uses (the runs show in the UI), without waiting
-for a new callback. A product of a record is
+for a new callback. Each landing leaves its record's state in the inbox (assets/publish.py),
+so one record, or every record that needs action, is one indexed read however many records
+there are. A product of a record is
 
-- `landed`: its latest materialization is the latest word, and its checks passed;
+- `landed`: its latest landing published it;
 - `held`: a blocking check failed on the newest rows, so the previous ones stay in view;
-- `failed`: its last run failed after the engine's retries (nothing of it was written);
-- `running`: a run is materializing it now;
+- `failed`: its latest landing failed after the engine's retries (nothing of it was written);
 - `waiting`: the service called back that it is ready, and it has not landed yet;
 - `-`: nothing asked for it yet.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import dagster as dg
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
-
-from assets.partitions import records
-
-from .inbox import Inbox
+from resources.inbox import FAILED, HELD, Inbox, LandingState, RecordState
 
 # product asset -> the callback methods that announce it (the spec's Events table)
 PRODUCTS: dict[str, tuple[str, ...]] = {
@@ -30,7 +27,8 @@ PRODUCTS: dict[str, tuple[str, ...]] = {
     "transactions": ("TRANSACTIONS", "PERIODIC_TRANSACTIONS"), "income": ("INCOME",),
     "identity": ("IDENTITY",), "payments": ("PAYMENT", "PAYMENT_RECURRING"),
 }
-NEEDS_ACTION = {"failed", "held"}
+NEEDS_ACTION = (FAILED, HELD)
+LISTED = 1000  # records `status` lists without --all
 
 
 @dataclass
@@ -38,84 +36,99 @@ class RecordStatus:
     record: str
     connection: str  # connected, disconnected, reauth_required, or unknown to the inbox
     products: dict[str, str] = field(default_factory=dict)  # asset -> state (module docstring)
-    details: dict[str, str] = field(default_factory=dict)  # asset -> why, for held ones
+    landings: dict[str, LandingState] = field(default_factory=dict)  # asset -> latest landing
+    callbacks: dict[str, tuple[str, str]] = field(default_factory=dict)  # method -> code, at
 
     @property
     def needs_action(self) -> list[str]:
         return [p for p, s in self.products.items() if s in NEEDS_ACTION]
 
+    def as_json(self) -> dict:
+        return {"record": self.record, "connection": self.connection,
+                "products": self.products,
+                "landings": {p: {"outcome": s.outcome, "at": _iso(s.at), "run_id": s.run_id,
+                                 "last_landed_at": _iso(s.landed_at), "rows": s.row_count,
+                                 **s.detail} for p, s in self.landings.items()},
+                "callbacks": {m: {"code": c, "at": at} for m, (c, at) in self.callbacks.items()}}
 
-def _blocking_checks(defs: dg.Definitions) -> dict[str, list[dg.AssetCheckKey]]:
-    graph = defs.resolve_asset_graph()
-    out: dict[str, list[dg.AssetCheckKey]] = {}
-    for key in graph.asset_check_keys:
-        if graph.get_check_spec(key).blocking:
-            out.setdefault(key.asset_key.to_user_string(), []).append(key)
-    return out
 
-
-def statuses(defs: dg.Definitions, instance: dg.DagsterInstance, inbox: Inbox | None,
-             only: Sequence[str] | None = None) -> list[RecordStatus]:
-    """Every record's products (or those of `only`), in partition order."""
-    keys = instance.get_dynamic_partitions(records.name)
+def statuses(inbox: Inbox, only: Sequence[str] | None = None, *, failed: bool = False,
+             limit: int | None = LISTED) -> list[RecordStatus]:
+    """The named records (`only`; ValueError naming those the inbox never heard of), or
+    those with a failed or held product (`failed`), or the first `limit` records, in order."""
     if only is not None:
-        unknown = sorted(set(only) - set(keys))
+        states = inbox.records(only)
+        unknown = sorted(set(only) - set(states))
         if unknown:
-            raise ValueError(f"not a record partition: {', '.join(unknown[:5])}")
-        keys = [k for k in keys if k in set(only)]
-    states = inbox.records(keys) if inbox is not None else {}
-    out = [RecordStatus(k, states[k].status if k in states else "unknown") for k in keys]
-    if not keys:
-        return out
-    known = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    held = _held(instance, _blocking_checks(defs), keys)
-    for asset in (a for a in PRODUCTS if a in known):
-        by_partition = instance.get_status_by_partition(dg.AssetKey(asset), keys, records) or {}
-        for row in out:
-            got = by_partition.get(row.record)
-            called = states.get(row.record) is not None and any(
-                m in states[row.record].products for m in PRODUCTS[asset])
-            if got == dg.AssetPartitionStatus.FAILED:
-                state = "failed"
-            elif got == dg.AssetPartitionStatus.IN_PROGRESS:
-                state = "running"
-            elif (asset, row.record) in held:
-                state = "held"
-                row.details[asset] = held[(asset, row.record)]
-            elif got == dg.AssetPartitionStatus.MATERIALIZED:
-                state = "landed"
-            else:
-                state = "waiting" if called else "-"
-            row.products[asset] = state
-    return out
+            raise ValueError(f"the inbox has no record {', '.join(unknown[:5])}")
+    elif failed:
+        wanting = inbox.landings(outcomes=NEEDS_ACTION)
+        states = inbox.records({s.record for s in wanting})
+    else:
+        states = inbox.records(inbox.record_ids(limit=limit) if limit else None)
+    landings: dict[str, dict[str, LandingState]] = {}
+    for s in inbox.landings(states):
+        landings.setdefault(s.record, {})[s.product] = s
+    out = [_status(states[r], landings.get(r, {})) for r in sorted(states)]
+    return [r for r in out if r.needs_action] if failed else out
 
 
-def _held(instance: dg.DagsterInstance, checks: dict[str, list[dg.AssetCheckKey]],
-          keys: list[str]) -> dict[tuple[str, str], str]:
-    """(asset, record) whose latest blocking check failed, and which check."""
-    flat = [k for ks in checks.values() for k in ks]
-    if not flat:
-        return {}
-    out = {}
-    for info in instance.event_log_storage.get_asset_check_partition_info(
-            flat, partition_keys=keys):
-        if info.latest_execution_status == AssetCheckExecutionRecordStatus.FAILED:
-            out[(info.check_key.asset_key.to_user_string(), info.partition_key)] = \
-                info.check_key.name
-    return out
+def _status(state: RecordState, landed: dict[str, LandingState]) -> RecordStatus:
+    row = RecordStatus(state.record, state.status, landings=landed,
+                       callbacks={m: (p.code, p.occurred_at) for m, p in state.products.items()})
+    for asset, methods in PRODUCTS.items():
+        if asset in landed:
+            row.products[asset] = landed[asset].outcome
+        else:
+            row.products[asset] = "waiting" if any(m in state.products for m in methods) else "-"
+    return row
 
 
-def rerun(defs: dg.Definitions, instance: dg.DagsterInstance, record: str,
-          assets: Sequence[str], *, full_history: bool = False,
-          run_config: dict | None = None) -> dg.ExecuteInProcessResult:
-    """Run `assets` for one record now, in process, recorded in `instance` like any run."""
-    config = dict(run_config or {})
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds")
+
+
+def explain(row: RecordStatus) -> list[str]:
+    """One record told in full: each product's last landing and why, then its callbacks."""
+    lines = [f"record {row.record}: {row.connection}"]
+    for asset, state in row.products.items():
+        landing = row.landings.get(asset)
+        if landing is None:
+            lines.append(f"  {asset:<13}{state}")
+            continue
+        d = landing.detail
+        failing = [f"{name} failed ({n} problems)" for name, n in d.get("checks", {}).items()
+                   if n]
+        why = [d.get("pull", ""), *failing,
+               "; ".join(p.get("problem", str(p)) for p in d.get("problems", [])),
+               d.get("error", "")]
+        last = "" if landing.landed_at in (None, landing.at) else \
+            f" (last landed {_iso(landing.landed_at)})"
+        lines.append(f"  {asset:<13}{state:<8} {_iso(landing.at)}{last}  run {landing.run_id}"
+                     f"  {landing.row_count or 0} rows"
+                     + "".join(f"; {w}" for w in why if w))
+    lines.append("  callbacks: " + ("; ".join(
+        f"{m} {code} {at}" for m, (code, at) in sorted(row.callbacks.items(),
+                                                      key=lambda kv: kv[1][1]))
+                                     or "none"))
+    return lines
+
+
+def rerun(defs, instance, records: Sequence[str], assets: Sequence[str], *,
+          full_history: bool = False, run_config: dict | None = None):
+    """Run `assets` for `records` now, in one run in process, recorded in `instance` like
+    any run."""
+    import dagster as dg
+
+    from assets.batch import batch_config
+
+    config = {**(run_config or {}), **batch_config(list(records))}
     if full_history and "transactions" in assets:
-        ops = dict(config.get("ops", {}))
-        ops["transactions"] = {"config": {"full_history": True}}
-        config["ops"] = ops
-    job = defs.resolve_job_def("ingest_job")
-    return job.execute_in_process(
-        instance=instance, partition_key=record, run_config=config, raise_on_error=False,
+        config["ops"] = {"transactions": {"config": {"full_history": True}}}
+    return defs.resolve_job_def("ingest_job").execute_in_process(
+        instance=instance, run_config=config, raise_on_error=False,
         asset_selection=[dg.AssetKey(a) for a in assets],
-        tags={"ledgerlake/rerun": "cli", "ledgerlake/full_history": str(full_history).lower()})
+        tags={"ledgerlake/rerun": "cli", "ledgerlake/records": str(len(records)),
+              "ledgerlake/full_history": str(full_history).lower()})

@@ -89,6 +89,13 @@ class Lake(ConfigurableResource):
             for rid, data in parts.items()])
         return delta.append(self.table_uri(table), full, rows, stats=stats_columns(table))
 
+    def append_rows(self, table: str, rows: pa.Table, schema: pa.Schema) -> int:
+        """Add rows that carry their `record_id` already, in one commit."""
+        for rid in pc.unique(rows["record_id"]).to_pylist():
+            check_record_id(rid)
+        return delta.append(self.table_uri(table), delta.with_record_id(schema), rows,
+                            stats=stats_columns(table))
+
     def erase(self, table: str, record_ids: Sequence[str]) -> dict:
         """Delete the records' rows and purge every file of any version that held them
         (`delta.erase`): rows deleted, files purged, the version after."""

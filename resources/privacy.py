@@ -143,7 +143,7 @@ class Keys:
 
 
 def _home(env: Mapping[str, str]) -> Path:
-    """LEDGERLAKE_HOME (default `./data`), a path or `file://` (pipeline/config.py checks it
+    """LEDGERLAKE_HOME (default `./data`), a path or `file://` (resources/config.py checks it
     when the code location loads)."""
     home = env.get("LEDGERLAKE_HOME", "data")
     local = url2pathname(urlsplit(home).path) if home.startswith("file:") else home

@@ -68,8 +68,8 @@ class Table:
     by_record: bool = True  # the lake adds `record_id`, after these columns
 
 
-RECORD_ID = Col("record_id", TEXT, "the record: one user's connection to one bank, the unit "
-                "of work (a Dagster partition)", PUBLIC)
+RECORD_ID = Col("record_id", TEXT, "the record: one user's connection to one bank, fetched "
+                "and audited on its own", PUBLIC)
 ENV = "the service's environment the row came from (production, production-sandbox)"
 ISO = "ISO 4217 code of the account's currency (NGN)"
 
@@ -251,6 +251,39 @@ TABLES: dict[str, Table] = {
                       "payment") for c in (
             Col(f"{p}_code", TEXT, f"code of the last {p} callback", PUBLIC),
             Col(f"{p}_at", UTC_MS, f"when the last {p} callback came (UTC)", PUBLIC))))),
+    # each record's landing of a product, appended by the run that made it: what Dagster
+    # hears of a whole batch, record by record (`ledgerlake status RECORD` reads the latest)
+    "landings": Table(columns=(
+        Col("product", TEXT, "the asset that fetched it: accounts, balances, transactions, "
+            "income, identity or payments", PUBLIC, nullable=False),
+        Col("run_id", TEXT, "the Dagster run that landed it", PUBLIC, nullable=False),
+        Col("landed_at", UTC_MS, "when the run wrote its outcome (UTC)", PUBLIC,
+            nullable=False),
+        Col("outcome", TEXT, "landed (published), held (a blocking check failed: the "
+            "previous rows stay in view) or failed (nothing written)", PUBLIC,
+            check=one_of("landed", "held", "failed"), nullable=False),
+        Col("row_count", INT, "rows of the record the landing published (or would have)",
+            PUBLIC),
+        Col("fetched_rows", INT, "rows fetched from the service (transactions: the pull's)",
+            PUBLIC),
+        Col("pull", TEXT, "how transactions were pulled: full history, or a window from a "
+            "date", PUBLIC),
+        Col("lake_table", TEXT, "the lake table written", PUBLIC),
+        Col("lake_version", INT, "the table's version the commit made", PUBLIC),
+        Col("error", TEXT, "why nothing was written, for a failed landing", PUBLIC))),
+    # each check's verdict on each record a run landed; the problems name what is wrong
+    "checks": Table(columns=(
+        Col("product", TEXT, "the asset the check is of", PUBLIC, nullable=False),
+        Col("check_name", TEXT, "the check, as the Dagster UI names it", PUBLIC,
+            nullable=False),
+        Col("run_id", TEXT, "the Dagster run that evaluated it", PUBLIC, nullable=False),
+        Col("evaluated_at", UTC_MS, "when (UTC)", PUBLIC, nullable=False),
+        Col("passed", pa.bool_(), "whether the record passed", PUBLIC, nullable=False),
+        Col("blocking", pa.bool_(), "whether a failure holds the record's new rows back",
+            PUBLIC, nullable=False),
+        Col("problem_count", INT, "how many problems it found", PUBLIC),
+        Col("problems", TEXT, "the first problems, as JSON: the account, line and figures "
+            "that do not add up", PUBLIC))),
     # what `ledgerlake forget` erased (pipeline/forget.py): ids and counts, nothing personal
     "erasures": Table(by_record=False, columns=(
         Col("erasure_id", TEXT, "one pass of `ledgerlake forget`", PUBLIC),

@@ -52,7 +52,7 @@ def test_duckdb_pool_limited_to_one():
 
 @pytest.mark.parametrize("zone", ["Mars/Olympus", "", "../../etc/localtime"])
 def test_a_time_zone_that_is_not_one_is_refused_at_load(zone):
-    from pipeline.config import ConfigError, Settings
+    from resources.config import ConfigError, Settings
 
     with pytest.raises(ConfigError, match="LEDGERLAKE_TIMEZONE"):
         Settings.from_env({"LEDGERLAKE_TIMEZONE": zone})

@@ -128,7 +128,7 @@ def test_every_ledgerlake_variable_set_is_one_the_code_reads():
 
 
 def test_the_settings_compose_and_helm_give_are_ones_the_settings_accept():
-    from pipeline.config import Settings
+    from resources.config import Settings
 
     compose = env_of(OURS["code-location"])
     for env in (compose, helm_env()):

@@ -71,15 +71,15 @@ def test_the_equivalent_mutants_file_reads():
 
 
 @pytest.mark.parametrize("entry, message", [
-    ('"pipeline.inbox.x_f__mutmut_1" = { change = "c" }', "needs a change and a kind or a why"),
-    ('"pipeline.inbox.x_f__mutmut_1" = { change = "c", kind = "nope" }', "is not one of"),
+    ('"resources.inbox.store.x_f__mutmut_1" = { change = "c" }', "needs a change and a kind or a why"),
+    ('"resources.inbox.store.x_f__mutmut_1" = { change = "c", kind = "nope" }', "is not one of"),
     ('"resources.client.x_f__mutmut_1" = { change = "c", why = "w" }', "not the name of one"),
-    ('"pipeline.inbox.x_f" = { change = "c", why = "w" }', "not the name of one"),
+    ('"resources.inbox.store.x_f" = { change = "c", why = "w" }', "not the name of one"),
 ])
 def test_a_malformed_equivalent_is_named(tmp_path, entry, message):
     run = load_mutation_run()
     path = tmp_path / "equivalents.toml"
-    path.write_text(f'[kinds]\nk = "a reason"\n\n["pipeline/inbox.py"]\n{entry}\n')
+    path.write_text(f'[kinds]\nk = "a reason"\n\n["resources/inbox/store.py"]\n{entry}\n')
     with pytest.raises(ValueError, match=message):
         run.equivalents(path)
 

@@ -7,8 +7,8 @@ import time
 import dagster as dg
 
 from assets.payments import payments
-from pipeline.inbox import Inbox
 from resources.callbacks import CallbackLog
+from resources.inbox import Inbox
 from resources.lake import Lake
 
 

@@ -6,8 +6,8 @@ import dagster as dg
 from deltalake import DeltaTable
 
 from assets.record_status import SCHEMA, record_status
-from pipeline.inbox import Inbox
 from resources.callbacks import CallbackLog
+from resources.inbox import Inbox
 from resources.lake import Lake
 
 

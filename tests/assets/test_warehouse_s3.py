@@ -226,7 +226,7 @@ def test_a_lake_that_refuses_us_fails_the_code_location_with_one_line(s3, tmp_pa
     out = load_definitions(env)
     assert out.returncode != 0
     told = [t for t in out.stderr.splitlines() if "LEDGERLAKE_LAKE=" in t]
-    assert told and told[-1].startswith("pipeline.config.ConfigError: " + line), out.stderr
+    assert told and told[-1].startswith("resources.config.ConfigError: " + line), out.stderr
     assert s3.secret not in out.stdout + out.stderr
     assert env["AWS_SECRET_ACCESS_KEY"] not in out.stdout + out.stderr
     assert list(tmp_path.iterdir()) == []  # nothing made: no home, no lake, no warehouse
@@ -244,7 +244,7 @@ def test_a_wrong_key_is_reported_by_dagster_as_the_location_not_loading(s3, tmp_
 
 
 def test_the_settings_take_only_the_s3_options_the_lake_honours():
-    from pipeline.config import S3_OPTIONS, ConfigError, Settings
+    from resources.config import S3_OPTIONS, ConfigError, Settings
 
     assert S3_OPTIONS == object_store.QUERY_KEYS
     with pytest.raises(ConfigError, match=r"unknown S3 option 'allow_bucket_creation' \(options: "

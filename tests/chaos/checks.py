@@ -88,7 +88,7 @@ def quiet(dep) -> bool | str:
     versions. Otherwise what it is still doing."""
     from dagster import RunsFilter
 
-    from pipeline.inbox import open_inbox
+    from resources.inbox import open_inbox
 
     if dep.daemon is None or dep.daemon.poll() is not None:
         return "its daemon is down"
@@ -210,7 +210,7 @@ def payments_landed(chaos, env: str, dep) -> list[str]:
 
 def _connection_events(dep) -> dict[str, float]:
     """When the inbox stored each record's first disconnect or reauthentication."""
-    from pipeline.inbox import open_inbox
+    from resources.inbox import open_inbox
 
     out: dict[str, float] = {}
     with open_inbox(dep.inbox) as inbox:
@@ -237,7 +237,7 @@ def statuses(chaos, env: str, dep) -> list[str]:
     after the inbox heard of it fetched them."""
     from dagster import AssetKey
 
-    from pipeline.inbox import open_inbox
+    from resources.inbox import open_inbox
 
     moved = {r: rec for r, rec in chaos.records.items() if rec.env == env
              and rec.state != "connected"}
@@ -310,7 +310,7 @@ def warehouse(dep) -> list[str]:
 def inbox_read(dep) -> tuple[int, int, list[str]]:
     """Events stored, dead letters, and problems: an event the sensor never read, a dead
     letter kept without its reason."""
-    from pipeline.inbox import open_inbox
+    from resources.inbox import open_inbox
 
     with open_inbox(dep.inbox) as inbox:
         events = inbox.after(0, 10_000_000)

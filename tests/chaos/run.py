@@ -652,8 +652,8 @@ def refresh_here() -> int:
     from dagster.version import __version__
     from dagster_shared.cli import WorkspaceOpts
 
-    from pipeline.inbox_resource import InboxResource
     from pipeline.schedules import daily_refresh
+    from resources.inbox.resource import InboxResource
 
     with DagsterInstance.get() as instance:
         with build_schedule_context(  # entered: it opens an instance its exit closes

@@ -31,8 +31,8 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from pipeline.inbox import open_inbox
 from pipeline.local import Server, stop_process
+from resources.inbox import open_inbox
 from resources.lake import Lake
 from tests.conftest import start_sandbox
 from tests.ground_truth import history, signed, wait

@@ -106,7 +106,7 @@ def test_a_run_killed_holding_the_duckdb_slot_gives_it_back(tmp_path):
     back after free_slots_after_run_end_seconds, and the next build lands."""
     from dagster import DagsterEventType
 
-    from pipeline.inbox import open_inbox
+    from resources.inbox import open_inbox
 
     home = tmp_path / "home"
     dagster_home = demo.dagster_home(home)  # the shipped dagster.yaml, pools and all

@@ -11,8 +11,8 @@ import pytest
 from dagster import DagsterInstance
 
 from pipeline.demo import wait_for_events
-from pipeline.inbox import Inbox
 from pipeline.local import tick
+from resources.inbox import Inbox
 from resources.lake import Lake
 
 

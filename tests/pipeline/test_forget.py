@@ -21,13 +21,13 @@ import pytest
 
 from assets import identity as identity_module
 from assets.warehouse import LAKE_TABLES, UNPARTITIONED, Warehouse, build
-from pipeline.config import ConfigError, Settings
 from pipeline.forget import BY_CUSTOMER, audit, forget, records_of
-from pipeline.inbox import open_inbox
-from pipeline.inbox_resource import InboxResource
 from pipeline.jobs import forget_job
 from pipeline.sensors import plan
 from resources import delta
+from resources.config import ConfigError, Settings
+from resources.inbox import open_inbox
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import CLASSES, PUBLIC, Keys, protect
 from sandbox import datagen

@@ -9,7 +9,7 @@ import dagster as dg
 import pytest
 
 from pipeline import freshness as fresh
-from pipeline.inbox import Inbox
+from resources.inbox import Inbox
 
 DAY = 24 * 3600
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.inbox import Inbox
 from pipeline.local import Server
+from resources.inbox import Inbox
 
 # one client for the module: making an httpx client costs tens of milliseconds (its SSL context)
 HTTP = httpx.Client(timeout=30)

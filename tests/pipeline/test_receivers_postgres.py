@@ -19,9 +19,9 @@ import httpx
 import orjson
 import pytest
 
-from pipeline.inbox import open_inbox
-from pipeline.inbox_postgres import redact
 from pipeline.local import Server
+from resources.inbox import open_inbox
+from resources.inbox.postgres import redact
 from tests.postgres import PostgresServer, find_bin, free_port
 
 HTTP = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=32))

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from pipeline.inbox import Inbox
-from pipeline.inbox_resource import InboxResource
 from pipeline.replay import TRIGGER_LIMIT, overdue, replay
+from resources.inbox import Inbox
+from resources.inbox.resource import InboxResource
 
 HOUR = 3600.0
 

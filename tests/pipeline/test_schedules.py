@@ -9,9 +9,9 @@ import dagster as dg
 import pytest
 
 from assets.partitions import batches
-from pipeline.inbox import Inbox
-from pipeline.inbox_resource import InboxResource
 from pipeline.schedules import daily_refresh
+from resources.inbox import Inbox
+from resources.inbox.resource import InboxResource
 
 
 def test_batches_are_contiguous_and_bounded():

@@ -7,10 +7,10 @@ import pytest
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
 
 from assets.accounts import accounts
-from pipeline.inbox import Inbox
-from pipeline.inbox_resource import InboxResource
 from pipeline.jobs import ingest_job
 from pipeline.sensors import BATCH, NEW_PER_RUN, READY, inbox_sensor
+from resources.inbox import Inbox
+from resources.inbox.resource import InboxResource
 
 
 @pytest.fixture

@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from pipeline.inbox import Inbox
 from pipeline.local import QUIET, Server, drain
+from resources.inbox import Inbox
 from tests.conftest import Sandbox, start_sandbox
 
 CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")

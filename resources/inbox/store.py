@@ -1,7 +1,7 @@
 """The inbox: every callback the receiver accepted, durable before it is acknowledged.
 
 `open_inbox` opens it where it is: a SQLite file (the embedded default, below) or a Postgres
-database (`postgresql://`, pipeline/inbox_postgres.py, which several receivers share). SQLite in
+database (`postgresql://`, resources/inbox/postgres.py, which several receivers share). SQLite in
 WAL mode, `synchronous=full`, so a committed event survives a killed process or a
 lost machine power. Each event is stored once under its identity (the fields that name it,
 INTERFACE.md), so a redelivery is a no-op for as long as the row lives (events are never
@@ -82,7 +82,22 @@ create table if not exists record_products (
     occurred_at text not null,
     received_at real not null,
     primary key (record, method)
-)"""
+);
+create table if not exists landings (
+    record text not null,
+    product text not null,
+    outcome text not null,
+    run_id text not null,
+    at real not null,
+    landed_at real,
+    row_count integer,
+    detail text,
+    primary key (record, product)
+);
+create index if not exists landings_run on landings (run_id, product);
+create index if not exists landings_to_act on landings (outcome) where outcome != 'landed'"""
+# `landings`: each record's product as the pipeline last left it (LandingState), so that what
+# a record needs, and what is stale, is one indexed read whatever the number of records.
 # The events' identity is unique within its record (the identity names the record), which
 # also serves reads by record; the few recordless events have an index of their own.
 
@@ -92,7 +107,7 @@ PAYLOADS = ("select body from events where record = ? and method in ({marks})"
 PRODUCTS = ("select record, method, code, status, event, occurred_at, received_at"
             " from record_products where record in (select record from records{where})")
 
-# A callback's writes beside its event (also pipeline/inbox_postgres.py's, in its SQL): its
+# A callback's writes beside its event (also resources/inbox/postgres.py's, in its SQL): its
 # record touched (made, connected, when first heard of), moved back to connected by a newer
 # successful login, and its product's newest callback.
 TOUCH = ("insert into records (record, customer, status, status_at, status_event, first_seen,"
@@ -102,6 +117,14 @@ TOUCH = ("insert into records (record, customer, status, status_at, status_event
 # out-of-order delivery: only a newer event moves the status
 SET_STATUS = ("update records set status = ?, status_at = ?, status_event = ?"
               " where record = ? and status_at <= ?")
+# a later landing replaces the state; the time the product was last published stays until
+# another publishes it
+LANDED = ("insert into landings (record, product, outcome, run_id, at, landed_at, row_count,"
+          " detail) values (?, ?, ?, ?, ?, ?, ?, ?) on conflict (record, product) do update set"
+          " outcome = excluded.outcome, run_id = excluded.run_id, at = excluded.at,"
+          " landed_at = coalesce(excluded.landed_at, landings.landed_at),"
+          " row_count = excluded.row_count, detail = excluded.detail")
+LANDING_COLUMNS = "record, product, outcome, run_id, at, landed_at, row_count, detail"
 PRODUCT = ("insert into record_products (record, method, code, status, event, occurred_at,"
            " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict (record, method) do update"
            " set code = excluded.code, status = excluded.status, event = excluded.event,"
@@ -133,7 +156,7 @@ def open_inbox(location: str | Path, *, create: bool = False) -> Inbox:
     """The inbox at `location`, a SQLite path or a postgresql:// URL; `create=True` (the
     receiver's) makes it if missing, any other reader gets InboxMissing."""
     if is_database_url(location):
-        from .inbox_postgres import PostgresInbox
+        from .postgres import PostgresInbox
 
         return PostgresInbox(str(location), create=create)
     return Inbox(location, create=create)
@@ -195,6 +218,28 @@ class RecordState:
     def active(self) -> bool:
         """Whether schedules and replay should still touch this record."""
         return self.status == CONNECTED
+
+
+LANDED_OK, HELD, FAILED = "landed", "held", "failed"
+
+
+@dataclass(frozen=True)
+class LandingState:
+    """A record's product as its last landing left it: `landed` (published), `held` (a
+    blocking check failed: the previous rows stay in view) or `failed` (nothing written)."""
+    record: str
+    product: str
+    outcome: str
+    run_id: str
+    at: float
+    landed_at: float | None = None  # when it was last published, whatever came since
+    row_count: int | None = None
+    detail: dict = field(default_factory=dict)  # the pull, the lake version, why it is held
+
+    def row(self) -> tuple:
+        return (self.record, self.product, self.outcome, self.run_id, self.at,
+                self.at if self.outcome == LANDED_OK else None, self.row_count,
+                orjson.dumps(self.detail).decode() if self.detail else None)
 
 
 def _name(value, what: str, *, optional: bool = False) -> str | None:
@@ -444,10 +489,12 @@ class Inbox:
         try:
             self._db.execute("pragma journal_mode=wal")
             self._db.execute("pragma synchronous=full")  # committed means on disk
-            self._begin_write()  # two openers of a new file make its tables once
-            for statement in SCHEMA.split(";"):
-                self._db.execute(statement)
-            self._db.execute("commit")
+            if not self._db.execute("select 1 from sqlite_master where type = 'table'"
+                                    " and name = 'landings'").fetchone():
+                self._begin_write()  # two openers of a new file make its tables once
+                for statement in SCHEMA.split(";"):
+                    self._db.execute(statement)
+                self._db.execute("commit")
         except BaseException:
             self._db.close()
             raise
@@ -728,6 +775,60 @@ class Inbox:
             return [r[0] for r in self._db.execute(
                 f"select record from records{clause} order by record limit ?",
                 (*params, limit))]
+
+    # -- what the pipeline made of each record ---------------------------------------------
+    def note_landings(self, states: Sequence[LandingState]) -> None:
+        """Keep each record's product as these landings left it, in one transaction."""
+        if not states:
+            return
+        with self._lock:
+            self._db.execute("begin")
+            try:
+                self._db.executemany(LANDED, [s.row() for s in states])
+                self._db.execute("commit")
+            except BaseException:
+                self._db.execute("rollback")
+                raise
+
+    def landings(self, records: Iterable[str] | None = None, *, product: str | None = None,
+                 outcomes: Sequence[str] | None = None, run_id: str | None = None,
+                 limit: int | None = None) -> list[LandingState]:
+        """Landing states (those of `records`, any number of them; of one product, of these
+        outcomes, of one run), by record and product."""
+        where, params = [], []
+        if records is not None:
+            records = list(records)
+            if not records:
+                return []
+            where.append(self.IDS_IN)
+            params.append(self._ids(records))
+        for column, value in (("product", product), ("run_id", run_id)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if outcomes is not None:
+            where.append(f"outcome in ({','.join('?' * len(outcomes))})")
+            params += outcomes
+        clause = (" where " + " and ".join(where)) if where else ""
+        tail = f" limit {int(limit)}" if limit is not None else ""
+        with self._lock:
+            rows = self._db.execute(f"select {LANDING_COLUMNS} from landings{clause}"
+                                    f" order by record, product{tail}", params).fetchall()
+        return [LandingState(*r[:7], orjson.loads(r[7]) if r[7] else {}) for r in rows]
+
+    def stale(self, product: str, cutoff: float, limit: int = 20) -> tuple[int, int, list[str]]:
+        """Connected records whose `product` was published once: how many, how many not since
+        `cutoff`, and the first `limit` of those."""
+        join = (" from landings l join records r on r.record = l.record where l.product = ?"
+                f" and r.status = '{CONNECTED}' and l.landed_at is not null")
+        with self._snapshot():
+            expected, stale = self._db.execute(
+                f"select count(*), coalesce(sum(case when l.landed_at < ? then 1 else 0 end), 0)"
+                f"{join}", (cutoff, product)).fetchone()
+            first = [r[0] for r in self._db.execute(
+                f"select l.record{join} and l.landed_at < ? order by l.record limit ?",
+                (product, cutoff, limit))]
+        return expected, stale, first
 
     def status(self, record: str) -> str | None:
         """connected, disconnected, reauth_required, or None for a record never heard of."""

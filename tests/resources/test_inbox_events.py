@@ -12,8 +12,8 @@ import time
 import orjson
 import pytest
 
-from pipeline.inbox import Inbox, InboxMissing, InvalidEvent, describe, kept_body, open_inbox
-from pipeline.inbox_resource import InboxResource
+from resources.inbox import Inbox, InboxMissing, InvalidEvent, describe, kept_body, open_inbox
+from resources.inbox.resource import InboxResource
 
 NAME = "is missing or not of the form ^[A-Za-z0-9_.-]{1,64}$"
 ID = "is not of the form ^[A-Za-z0-9_-]{1,64}$"
@@ -157,7 +157,7 @@ def test_times_are_utc_whatever_the_machines_zone(inbox, lagos, monkeypatch):
     assert describe(cb(ended_at="2026-01-01T00:00:00"))["occurred_at"] == \
         "2026-01-01T00:00:00.000Z"
     # an event without any time is dated when it arrives, in UTC
-    monkeypatch.setattr("pipeline.inbox.time.time", lambda: 1_767_225_600.5)  # 2026-01-01
+    monkeypatch.setattr("resources.inbox.store.time.time", lambda: 1_767_225_600.5)  # 2026-01-01
     inbox.add(cb(started_at=None, ended_at=None))
     assert inbox.records()["rec-1"].products["ACCOUNTS"].occurred_at == \
         "2026-01-01T00:00:00.500Z"
@@ -349,7 +349,7 @@ def test_dead_letters_and_replay_marks(inbox, make, monkeypatch):
     for rec in ("rec-a", "rec-b", "rec-c"):
         login(inbox, rec)
     inbox.mark_replayed(["rec-a"], at=1_700_000_000.0)
-    monkeypatch.setattr("pipeline.inbox.time.time", lambda: 1_800_000_000.0)
+    monkeypatch.setattr("resources.inbox.store.time.time", lambda: 1_800_000_000.0)
     inbox.mark_replayed(iter(["rec-b"]))
     assert {r: s.replayed_at for r, s in inbox.records().items()} == {
         "rec-a": 1_700_000_000.0, "rec-b": 1_800_000_000.0, "rec-c": None}

@@ -10,7 +10,7 @@ import orjson
 import psycopg2
 import pytest
 
-from pipeline.inbox import (
+from resources.inbox import (
     PERSONAL_MEMBERS,
     Inbox,
     InboxMissing,
@@ -21,7 +21,7 @@ from pipeline.inbox import (
     open_inbox,
     scrubbed,
 )
-from tests.pipeline.inbox_batches import random_batches
+from tests.resources.inbox_batches import random_batches
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -204,7 +204,7 @@ def test_a_redelivery_72_hours_later_is_still_the_same_event(inbox, make, monkey
     body = make.callback("r1")
     first, _ = inbox.add(body)
     later = time.time() + 73 * 3600
-    monkeypatch.setattr("pipeline.inbox.time.time", lambda: later)
+    monkeypatch.setattr("resources.inbox.store.time.time", lambda: later)
     assert inbox.add({**body, "serverResponse": {"status": 502}}) == (first, False)
 
 
@@ -327,7 +327,7 @@ def test_a_batch_that_fails_part_way_leaves_nothing_of_itself(inbox, make, where
 
 def test_received_at_is_read_back_as_stored(inbox, make, monkeypatch):
     clock = iter([1_767_225_600.25, 1_767_225_601.5])
-    monkeypatch.setattr("pipeline.inbox.time.time", lambda: next(clock))
+    monkeypatch.setattr("resources.inbox.store.time.time", lambda: next(clock))
     first_id, _ = inbox.add(make.callback("rec-1", "AUTH", "AUTH_SUCCESS", customer="c1"))
     inbox.add(make.reauth("c1", "2026-01-02T00:00:00.000Z"))
     first, second = inbox.after(0)
@@ -343,7 +343,7 @@ def test_a_batch_stores_what_its_events_one_by_one_store(tmp_path, make, monkeyp
     """The receiver's batches go in as a few statements over many rows; the same events
     stored one at a time (each its own statements, in its own transaction) leave the same
     events, ids, statuses and products, and the same answers."""
-    monkeypatch.setattr("pipeline.inbox.time.time", lambda: 1_767_225_600.25)
+    monkeypatch.setattr("resources.inbox.store.time.time", lambda: 1_767_225_600.25)
     batches = random_batches(make, seed)
     with Inbox(tmp_path / "batched.sqlite3", create=True) as batched, \
             Inbox(tmp_path / "one.sqlite3", create=True) as one:
@@ -389,7 +389,7 @@ def test_a_batch_keeps_what_one_by_one_keeps_at_ties_and_without_a_customer(tmp_
     though the record's first callback named none; an undated callback before a connection
     event in one batch is dated when it was received."""
     now = 1_767_225_600.25
-    monkeypatch.setattr("pipeline.inbox.time.time", lambda: now)
+    monkeypatch.setattr("resources.inbox.store.time.time", lambda: now)
     at, later = "2026-01-01T01:00:00.000Z", "2026-01-01T02:00:00.000Z"
 
     def login(started: str) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pipeline.config import ConfigError, Settings, local_path
+from resources.config import ConfigError, Settings, local_path
 from resources.lake import Lake
 from tests.resources.test_lake import s3_endpoint  # noqa: F401  (a fixture: moto's S3)
 

@@ -9,7 +9,7 @@ import random
 
 import orjson
 
-from pipeline.inbox import describe
+from resources.inbox import describe
 
 
 def random_batches(make, seed: int, events: int = 150) -> list[list[tuple[dict, bytes]]]:

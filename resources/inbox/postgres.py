@@ -1,9 +1,9 @@
 """The inbox in a Postgres database, which several receivers (each its own process, on any
 machine) write at once and the sensor reads by cursor.
 
-Same tables, rules and reads as the SQLite inbox (pipeline/inbox.py), and its SQL for
+Same tables, rules and reads as the SQLite inbox (resources/inbox/store.py), and its SQL for
 connection events; each run of callbacks in a batch goes in as one string of set-based
-statements, one round trip (the same writes as SQLite's, tests/pipeline/test_inbox_postgres.py
+statements, one round trip (the same writes as SQLite's, tests/resources/test_inbox_postgres.py
 compares them). Writers take
 turns on one advisory lock, committed with `synchronous_commit` on (durable before the
 receiver answers 200). A connection the server dropped is replaced at the next call, which is
@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import psycopg2
 
-from .inbox import (
+from .store import (
     CONNECTED,
     Inbox,
     InboxMissing,
@@ -82,9 +82,22 @@ create table if not exists record_products (
     received_at double precision not null,
     primary key (record, method)
 );
+create table if not exists landings (
+    record text collate "C" not null,
+    product text collate "C" not null,
+    outcome text collate "C" not null,
+    run_id text collate "C" not null,
+    at double precision not null,
+    landed_at double precision,
+    row_count bigint,
+    detail text,
+    primary key (record, product)
+);
+create index if not exists landings_run on landings (run_id, product);
+create index if not exists landings_to_act on landings (outcome) where outcome != 'landed';
 """
 
-# A run of callbacks (pipeline/inbox.py's Plan) as one string of statements, one round trip
+# A run of callbacks (resources/inbox/store.py's Plan) as one string of statements, one round trip
 # whatever its length: its events in order, then each record touched, moved back to connected
 # by its newest successful login, and each product's newest callback, the ids read by
 # identity from the events just written. Set-based, so Postgres plans five statements a run,
@@ -311,12 +324,18 @@ class PostgresInbox(Inbox):
     status = _retried(Inbox.status)
     payloads = _retried(Inbox.payloads)
     record_ids = _retried(Inbox.record_ids)
+    note_landings = _retried(Inbox.note_landings)
+    stale = _retried(Inbox.stale)
+    _landings = _retried(Inbox.landings)
     _mark_replayed = _retried(Inbox.mark_replayed)
     _records = _retried(Inbox.records)
 
     # an iterator given is read once, before a first try that may have to be repeated
     def mark_replayed(self, records: Iterable[str], at: float | None = None) -> None:
         self._mark_replayed(list(records), at)
+
+    def landings(self, records: Iterable[str] | None = None, **kw) -> list:
+        return self._landings(None if records is None else list(records), **kw)
 
     def records(self, ids: Iterable[str] | None = None,
                 status: str | None = None) -> dict[str, RecordState]:

@@ -15,8 +15,8 @@ from pathlib import Path
 import psycopg2
 import pytest
 
-from pipeline.config import Settings
-from pipeline.inbox import (
+from resources.config import Settings
+from resources.inbox import (
     InboxMissing,
     InboxUnavailable,
     InvalidEvent,
@@ -24,10 +24,10 @@ from pipeline.inbox import (
     is_database_url,
     open_inbox,
 )
-from pipeline.inbox_postgres import WRITE_LOCK, PostgresInbox, redact
-from pipeline.inbox_resource import InboxResource
-from tests.pipeline.inbox_batches import random_batches
+from resources.inbox.postgres import WRITE_LOCK, PostgresInbox, redact
+from resources.inbox.resource import InboxResource
 from tests.postgres import PostgresServer, find_bin, free_port
+from tests.resources.inbox_batches import random_batches
 
 
 def password(url: str) -> str:
@@ -283,7 +283,7 @@ def test_batches_store_in_postgres_what_they_store_in_sqlite(postgres_url, tmp_p
     by event as SQLite does: the same batches (repeats inside one and across them, products
     out of order, logins that do and do not reconnect, disconnects between callbacks) leave
     the same events, ids, statuses and products in both."""
-    monkeypatch.setattr("pipeline.inbox.time.time", lambda: 1_767_225_600.25)
+    monkeypatch.setattr("resources.inbox.store.time.time", lambda: 1_767_225_600.25)
     batches = random_batches(make, seed)
     answers, events, states = [], [], []
     for where in (tmp_path / "inbox.sqlite3", postgres_url):
@@ -307,7 +307,7 @@ def test_batches_store_in_postgres_what_they_store_in_sqlite(postgres_url, tmp_p
 ])
 def test_the_setting_refuses_what_is_no_postgres_url_without_repeating_a_password(value,
                                                                                  complaint):
-    from pipeline.config import ConfigError
+    from resources.config import ConfigError
 
     with pytest.raises(ConfigError, match=complaint) as info:
         Settings.from_env({"LEDGERLAKE_INBOX": value})

@@ -1,0 +1,53 @@
+"""A run's batch of records: the unit of orchestration.
+
+A record (a user's connection to one bank) is fetched and audited on its own, but Dagster is
+paid per run: the sensor and the schedules start runs over batches of records, each run given
+its records through its `batch` resource (`resources.batch.config.records` in the run's
+config), so a million records cost a thousand runs, not a million partitions and their events
+(docs/decisions/0001-unit-of-orchestration.md).
+"""
+
+from __future__ import annotations
+
+from dagster import AssetExecutionContext, ConfigurableResource
+from pydantic import Field
+
+from resources.lake import check_record_id
+
+# records per run of the daily refresh and the periodic callbacks: a run's start (a process,
+# the code location loaded) and its few events are then shared by this many records
+RECORDS_PER_RUN = 1000
+
+
+class Batch(ConfigurableResource):
+    """The records this run lands (set per run by the sensor, the schedules and `ledgerlake
+    rerun`; a run launched by hand names them in the launchpad)."""
+
+    records: list[str] = Field(default=[], description=(
+        "the record ids this run fetches, each on its own; empty: the run lands nothing"))
+
+    def ids(self) -> list[str]:
+        """The batch's records, each checked before it names a file, each once."""
+        return list(dict.fromkeys(check_record_id(r) for r in self.records))
+
+
+def batch_config(records: list[str]) -> dict:
+    """The run config that gives a run its batch."""
+    return {"resources": {"batch": {"config": {"records": list(records)}}}}
+
+
+def source_of(context: AssetExecutionContext) -> str:
+    """Why this run fetched balances: callback, periodic, schedule, or manual (UI, rerun).
+
+    The sensor tags a run with every callback method it serves (`ledgerlake/methods`), the
+    schedule with its name.
+    """
+    tags = context.run.tags
+    if tags.get("ledgerlake/schedule"):
+        return "schedule"
+    methods = set((tags.get("ledgerlake/methods") or tags.get("ledgerlake/method", "")).split(","))
+    if "BALANCE" in methods:
+        return "callback"
+    if "PERIODIC_BALANCE" in methods:
+        return "periodic"
+    return "manual"

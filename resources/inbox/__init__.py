@@ -1,0 +1,38 @@
+"""The inbox: every callback the receiver accepted, and each record's state.
+
+`store` is the SQLite inbox and the rules every inbox keeps; `postgres` the same in a
+Postgres database; `resource` the Dagster resource over either. This package imports no
+Dagster, so the receiver starts without it.
+"""
+
+from .store import (
+    CONNECTED,
+    DISCONNECTED,
+    FAILED,
+    HELD,
+    LANDED_OK,
+    NAME,
+    PAYLOADS,
+    PERSONAL_MEMBERS,
+    PRODUCTS,
+    REAUTH_REQUIRED,
+    RECORD_ID,
+    Event,
+    Inbox,
+    InboxMissing,
+    InboxUnavailable,
+    InvalidEvent,
+    LandingState,
+    Product,
+    RecordState,
+    describe,
+    is_database_url,
+    kept_body,
+    open_inbox,
+    scrubbed,
+)
+
+__all__ = ["CONNECTED", "DISCONNECTED", "FAILED", "HELD", "LANDED_OK", "NAME", "PAYLOADS", "PERSONAL_MEMBERS", "PRODUCTS",
+           "REAUTH_REQUIRED", "RECORD_ID", "Event", "Inbox", "InboxMissing", "InboxUnavailable",
+           "InvalidEvent", "LandingState", "Product", "RecordState", "describe", "is_database_url",
+           "kept_body", "open_inbox", "scrubbed"]
