@@ -5,10 +5,10 @@ name: its cost is that of its new callbacks, whatever the number of records. Rea
 ask for runs of the assets that fetch them, each run over a batch of records given in its
 config (assets/batch.py), keyed by the newest inbox event it serves, so a tick that is retried,
 or an event delivered twice, never starts a second run. A record's callbacks in one tick make
-one run for that record's products (with the other records that want the same ones: at most
-NEW_PER_RUN records a run, so a burst of connections is spread over several runs, which the
-run launcher spreads over processes or pods); the periodic callbacks the service sends for
-every record once a day are batched by RECORDS_PER_RUN. Failures start nothing: they are
+one run for that record's products, with the other records that want the same ones: a burst
+of connections is spread over as many runs as the instance runs at once, which the run
+launcher spreads over processes or pods; the periodic callbacks the service sends for every
+record once a day are batched by RECORDS_PER_RUN. Failures start nothing: they are
 reported as observations of the product, a tick's failures of one asset in one, so they show in
 the Dagster UI beside the data they concern. A connection event (a disconnect, a
 reauthentication) refreshes `record_status`, and with it the warehouse.
@@ -48,11 +48,12 @@ from resources.lake import Lake
 from .forget import forget_disconnected
 from .jobs import forget_job, ingest_job, warehouse_job
 
-BATCH = 500  # events per tick; a backlog drains over consecutive ticks
-# records per run for callbacks of new records: small enough that a burst of connections is
-# spread over several runs (the engine's parallelism), large enough that a run's start-up cost
-# (a process, the code location loaded) is shared; bench/README.md measures the start cost
+BATCH = 2000  # events per tick; a backlog drains over consecutive ticks
+# A burst of new records' callbacks is spread over as many runs as the instance runs at once
+# (the engine's parallelism), each of at least NEW_PER_RUN records, so that a run's start (a
+# process, the code location loaded: seconds) is shared, and at most RECORDS_PER_RUN.
 NEW_PER_RUN = 20
+PARALLEL = 4  # runs at once where the instance sets no limit (dagster.yaml sets 4)
 MIN_INTERVAL_S = 5
 SHOWN = 20  # failure callbacks an observation lists
 STATUS_ASSET = "record_status"
@@ -85,13 +86,14 @@ def is_failure(ev: Event) -> bool:
 
 
 def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
-         fetchable: set[str] | None = None, forget: bool = False
+         fetchable: set[str] | None = None, forget: bool = False, parallel: int = PARALLEL
          ) -> tuple[list[RunRequest], list[AssetObservation], list[str]]:
     """Runs to request, observations to report and lines to log.
 
     `existing` holds the asset names in the Definitions, `fetchable` those `ingest_job` can run
     (default: all of them); `status` each record's current status. `forget`: a
-    USER_DISCONNECT also asks for a run of `forget_job` for its records. Every event of one
+    USER_DISCONNECT also asks for a run of `forget_job` for its records. `parallel`: the runs
+    the instance runs at once, over which a burst of new records is spread. Every event of one
     record (a connection's AUTH, ACCOUNTS, one BALANCE per account, TRANSACTIONS, INCOME...)
     lands in one run of all the assets they ask for, so its income is checked against the
     transactions fetched in the same run. Records with nothing but periodic callbacks share
@@ -147,7 +149,7 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
                     if asset in existing]
     notes += [f"{len(evs)} failure callbacks reported on {asset}"
               for asset, evs in failures.items()]
-    requests = _batched_runs(wanted, NEW_PER_RUN, "inbox")
+    requests = _batched_runs(wanted, NEW_PER_RUN, "inbox", parallel)
     requests += _batched_runs(periodic, RECORDS_PER_RUN, "periodic")
     if moved and STATUS_ASSET in existing:
         requests.append(RunRequest(
@@ -158,15 +160,17 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
     return requests + requests_forget, observations, notes
 
 
-def _batched_runs(wanted: dict[str, tuple[dict[str, None], list[Event]]], size: int,
-                  prefix: str) -> list[RunRequest]:
-    """One run per product set and `size` records that want it, in the order they called;
-    keyed by the set and the newest event the run serves."""
+def _batched_runs(wanted: dict[str, tuple[dict[str, None], list[Event]]], least: int,
+                  prefix: str, parallel: int = 1) -> list[RunRequest]:
+    """The records that want a product set, in the order they called, spread over `parallel`
+    runs of at least `least` and at most RECORDS_PER_RUN records; each keyed by the set and
+    the newest event it serves."""
     by_products: dict[tuple[str, ...], list[str]] = {}
     for record, (assets, _) in wanted.items():
         by_products.setdefault(tuple(sorted(assets)), []).append(record)
     requests = []
     for products, members in by_products.items():
+        size = min(RECORDS_PER_RUN, max(least, -(-len(members) // max(parallel, 1))))
         for at in range(0, len(members), size):
             batch = members[at:at + size]
             evs = sorted((e for r in batch for e in wanted[r][1]), key=lambda e: e.id)
@@ -219,8 +223,10 @@ def inbox_sensor(context: SensorEvaluationContext, inbox: InboxResource):
     if not events:
         return SkipReason(f"no inbox events after {cursor}")
     known, fetchable = asset_names(context)
+    runs = context.instance.get_concurrency_config().run_queue_config.max_concurrent_runs
     requests, observations, notes = plan(events, known, status, fetchable,
-                                         forget=Settings.from_env().forget_on_disconnect)
+                                         forget=Settings.from_env().forget_on_disconnect,
+                                         parallel=runs if runs > 0 else PARALLEL)
     for line in notes:
         context.log.info(line)
     return SensorResult(run_requests=requests, asset_events=observations,
