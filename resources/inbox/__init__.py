@@ -5,6 +5,8 @@ Postgres database; `resource` the Dagster resource over either. This package imp
 Dagster, so the receiver starts without it.
 """
 
+from pathlib import Path
+
 from .store import (
     CONNECTED,
     DISCONNECTED,
@@ -28,9 +30,19 @@ from .store import (
     describe,
     is_database_url,
     kept_body,
-    open_inbox,
     scrubbed,
 )
+
+
+def open_inbox(location: str | Path, *, create: bool = False) -> Inbox:
+    """The inbox at `location`, a SQLite path or a postgresql:// URL; `create=True` (the
+    receiver's) makes it if missing, any other reader gets InboxMissing."""
+    if is_database_url(location):
+        from .postgres import PostgresInbox  # psycopg2 loaded only for a Postgres inbox
+
+        return PostgresInbox(str(location), create=create)
+    return Inbox(location, create=create)
+
 
 __all__ = ["CONNECTED", "DISCONNECTED", "FAILED", "HELD", "LANDED_OK", "NAME", "PAYLOADS", "PERSONAL_MEMBERS", "PRODUCTS",
            "REAUTH_REQUIRED", "RECORD_ID", "Event", "Inbox", "InboxMissing", "InboxUnavailable",

@@ -11,7 +11,8 @@ from pydantic import Field
 
 from resources.config import inbox_from_env
 
-from .store import Inbox, open_inbox
+from . import open_inbox
+from .store import Inbox
 
 
 class InboxResource(ConfigurableResource):

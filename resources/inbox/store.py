@@ -152,16 +152,6 @@ def is_database_url(location: str | Path) -> bool:
         ("postgresql://", "postgres://"))
 
 
-def open_inbox(location: str | Path, *, create: bool = False) -> Inbox:
-    """The inbox at `location`, a SQLite path or a postgresql:// URL; `create=True` (the
-    receiver's) makes it if missing, any other reader gets InboxMissing."""
-    if is_database_url(location):
-        from .postgres import PostgresInbox
-
-        return PostgresInbox(str(location), create=create)
-    return Inbox(location, create=create)
-
-
 # Members that tell two occurrences of one method on one record apart (docs/interface.md,
 # "Event identity"): two payments in one window are two events, not a redelivery. Each is part
 # of the identity only when the payload carries it, so the identity of every other callback is
