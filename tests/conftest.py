@@ -193,3 +193,26 @@ def make():
     m = Make()
     m.callback, m.disconnect, m.reauth, m.record_id = callback, disconnect, reauth, record_id
     return m
+
+
+# -- runs over a batch of records, as the sensor, the schedule and `ledgerlake rerun` make them
+
+def connected(inbox_path: Path, records: list[str]) -> str:
+    """An inbox at `inbox_path` that knows `records` (an AUTH callback each), connected:
+    its path, for an InboxResource."""
+    from resources.inbox import open_inbox
+
+    with open_inbox(inbox_path, create=True) as inbox:
+        for record in records:
+            inbox.add(callback(record, "AUTH", "AUTH_SUCCESS"))
+    return str(inbox_path)
+
+
+def land(assets: list, records: list[str], resources: dict, **kw):
+    """Materialize `assets` in process over one batch of `records` (`dg.materialize`'s other
+    arguments in `kw`); `resources` must hold the inbox."""
+    import dagster as dg
+
+    from assets.batch import Batch
+
+    return dg.materialize(assets, resources={**resources, "batch": Batch(records=records)}, **kw)
