@@ -223,7 +223,9 @@ def inbox_sensor(context: SensorEvaluationContext, inbox: InboxResource):
     if not events:
         return SkipReason(f"no inbox events after {cursor}")
     known, fetchable = asset_names(context)
-    runs = context.instance.get_concurrency_config().run_queue_config.max_concurrent_runs
+    # no run queue (an ephemeral instance, the default run coordinator): no limit to read
+    queue = context.instance.get_concurrency_config().run_queue_config
+    runs = queue.max_concurrent_runs if queue is not None else 0
     requests, observations, notes = plan(events, known, status, fetchable,
                                          forget=Settings.from_env().forget_on_disconnect,
                                          parallel=runs if runs > 0 else PARALLEL)
