@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import dagster as dg
 import orjson
@@ -241,9 +241,26 @@ def note(context: dg.AssetExecutionContext, lake: Lake, inbox: Inbox, asset: str
             "problems": pa.array([orjson.dumps(v.problems[:PROBLEMS_KEPT]).decode()
                                   if v.problems else None for v in judged], pa.string()),
             "record_id": [v.record_id for v in judged]}), CHECKS)
-    inbox.note_landings([LandingState(
+    inbox.note_landings([*(LandingState(
         x.record_id, asset, x.outcome, run_id, now.timestamp(), row_count=x.row_count,
-        detail=_detail(x, checks)) for x in landings])
+        detail=_detail(x, checks)) for x in landings), *_rejudged(inbox, extra)])
+
+
+def _rejudged(inbox: Inbox, extra: Sequence[Verdict]) -> list[LandingState]:
+    """The states of the records whose other product `extra` judged, each with that
+    verdict in place of the one its own landing left (or could not give)."""
+    out = []
+    for product in sorted({v.product for v in extra}):
+        mine = {v.record_id: v for v in extra if v.product == product}
+        for state in inbox.landings(mine, product=product):
+            v = mine[state.record]
+            detail = {**state.detail, "checks": {**state.detail.get("checks", {}),
+                                                 v.check.name: len(v.problems)}}
+            detail.pop("problems", None)
+            if v.problems:
+                detail["problems"] = v.problems[:STATE_PROBLEMS]
+            out.append(replace(state, detail=detail))
+    return out
 
 
 def _detail(x: Landing, checks: Sequence[Check]) -> dict:
