@@ -131,12 +131,8 @@ def cmd_receiver(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from resources.client import ConnectionClient
     from resources.config import Settings
-    from resources.errors import ServiceError
-    from resources.inbox import NAME, InboxMissing, InboxUnavailable, open_inbox
-
-    from .replay import replay, replay_named
+    from resources.inbox import NAME, RECORD_ID, InboxMissing, InboxUnavailable, open_inbox
 
     settings = Settings.from_env()
     where = args.inbox or settings.inbox
@@ -146,13 +142,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"ledgerlake: --expect takes methods such as ACCOUNTS,TRANSACTIONS, not "
               f"{args.expect!r}", file=sys.stderr)
         return 2
-    from resources.lake import RECORD_ID
-
     named = [r.strip() for r in (args.records or "").split(",") if r.strip()]
     if args.records is not None and not (named and all(map(RECORD_ID.fullmatch, named))):
         print(f"ledgerlake: --records takes record ids separated by commas, not "
               f"{args.records!r:.80}", file=sys.stderr)
         return 2
+    from resources.client import ConnectionClient
+    from resources.errors import ServiceError
+
+    from .replay import replay, replay_named
+
     try:
         inbox = open_inbox(where)
     except (InboxMissing, InboxUnavailable) as exc:
