@@ -30,7 +30,7 @@ def chain_breaks(record_id: str, table: pa.Table, lines: pa.Table | None = None)
     balance plus its own amount, to the kobo.
 
     A break means a line is missing before it (one posted back-dated, outside the last pull's
-    window) or a figure is wrong; either way the partition does not add up.
+    window) or a figure is wrong; either way the record's rows do not add up.
     """
     lines = posted_in_order(table)
     if lines.num_rows < 2:
@@ -133,10 +133,10 @@ def has_topic(topics: pa.ChunkedArray | pa.Array, topic: str) -> pa.Array:
 
 def accounts_belong_to_record(record_id: str, accounts: list[dict],
                               known_records: set[str]) -> list[dict]:
-    """Every account names its record, and that record is a known partition."""
+    """Every account names its record, and the inbox knows that record (`known_records`)."""
     problems = []
     if record_id not in known_records:
-        problems.append({"record": record_id, "problem": "record is not a known partition"})
+        problems.append({"record": record_id, "problem": "the inbox never heard of the record"})
     for a in accounts:
         if a.get("record") not in (None, record_id):
             problems.append({"record": record_id, "account": a.get("_id"),

@@ -168,7 +168,7 @@ def test_has_topic_reads_each_row_of_a_list_column():
     ([{"_id": "a1", "record": "other"}], {"r"},
      [{"record": "r", "account": "a1", "names_record": "other",
        "problem": "account names another record"}]),
-    ([], set(), [{"record": "r", "problem": "record is not a known partition"}]),
+    ([], set(), [{"record": "r", "problem": "the inbox never heard of the record"}]),
 ])
 def test_accounts_belong_to_their_record(accounts, known, want):
     assert accounts_belong_to_record("r", accounts, known) == want
