@@ -216,3 +216,16 @@ def land(assets: list, records: list[str], resources: dict, **kw):
     from assets.batch import Batch
 
     return dg.materialize(assets, resources={**resources, "batch": Batch(records=records)}, **kw)
+
+
+# -- what the service did with a record's callbacks: a moment to wait on, not a sleep
+
+def deliveries(box: Sandbox, record: str, methods: list[str]) -> dict[str, dict | None]:
+    """The sandbox's latest delivery of each of the record's callback `methods` (GET /callback:
+    its state pending, acknowledged, dropped or unsent, raised_at, next_attempt_at, attempts),
+    None before any; `BALANCE` covers PERIODIC_BALANCE, `TRANSACTIONS` PERIODIC_TRANSACTIONS.
+    A receiver stores a callback before it acknowledges it: once the sandbox says
+    acknowledged, the inbox holds all that delivery will bring."""
+    with box.api() as api:
+        return {m: api.get("callback", params={"record": record, "method": m}).json()["data"]
+                ["callback"] for m in methods}

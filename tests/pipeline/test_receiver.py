@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 from pipeline.local import Server
 from resources.inbox import Inbox
+from tests.conftest import deliveries
+from tests.ground_truth import wait
 
 # one client for the module: making an httpx client costs tens of milliseconds (its SSL context)
 HTTP = httpx.Client(timeout=30)
@@ -334,7 +336,9 @@ def test_the_sandbox_redelivers_to_a_receiver_killed_and_restarted(sandbox, tmp_
         os.kill(first.proc.pid, signal.SIGKILL)
         first.proc.wait()
         b = create()  # its callbacks meet a dead port and wait for the next hour
-        time.sleep(2.0)
+        wait("b's callbacks tried at the dead port", lambda: all(
+            d is not None and d["attempts"] and d["state"] == "pending"
+            for d in deliveries(sandbox, b, expected).values()), 30, every_s=0.1)
         assert methods() == {a: expected}
 
         with Server("receiver", "--inbox", str(inbox_path), "--token", token, "--port", port,
@@ -344,7 +348,12 @@ def test_the_sandbox_redelivers_to_a_receiver_killed_and_restarted(sandbox, tmp_
             api.post("sandbox/clock/advance", json={"seconds": 3600}).raise_for_status()
             wait_for(lambda: methods().get(b) == expected)
             api.post("sandbox/clock/advance", json={"seconds": 3600}).raise_for_status()
-            time.sleep(2.0)
+            # nothing left to send: the sandbox says every callback of both was acknowledged
+            # (A's re-sent ones are its latest), and the receiver stores before it answers
+            wait("every callback acknowledged", lambda: all(
+                d is not None and d["state"] == "acknowledged"
+                for r in (a, b) for d in deliveries(sandbox, r, expected).values()), 30,
+                 every_s=0.1)
             got = methods()
     assert got == {a: expected, b: expected}  # nothing lost, nothing doubled
 

@@ -12,6 +12,8 @@ import pytest
 from pipeline.replay import TRIGGER_LIMIT, overdue, replay
 from resources.inbox import Inbox
 from resources.inbox.resource import InboxResource
+from tests.conftest import deliveries
+from tests.ground_truth import wait
 
 HOUR = 3600.0
 
@@ -62,6 +64,27 @@ def wait_for(predicate, timeout_s=30.0):
     return ok
 
 
+def sandbox_now(sandbox) -> str:
+    return sandbox.control("clock/advance", seconds=0)["now"]
+
+
+def wait_acknowledged(sandbox, sent: dict[str, list[str]], since: str) -> None:
+    """Until the sandbox says each record's callbacks of these methods were delivered again
+    (raised at or after `since`) and acknowledged: the receiver stores a callback before it
+    answers, so the inbox then holds all that the re-sending will bring."""
+    left = {(r, m) for r, methods in sent.items() for m in methods}
+
+    def done() -> bool:
+        for record in sorted({r for r, _ in left}):
+            got = deliveries(sandbox, record, [m for r, m in left if r == record])
+            left.difference_update((record, m) for m, d in got.items() if d is not None
+                                   and d["raised_at"] >= since and d["state"] == "acknowledged")
+        return not left
+
+    wait(f"the sandbox to have re-sent {sum(map(len, sent.values()))} callbacks, acknowledged",
+         done, 120, every_s=0.2)
+
+
 @pytest.mark.slow
 def test_replay_brings_back_a_lost_callback_from_the_real_sandbox(sandbox, receiver):
     with sandbox.api() as api:
@@ -92,12 +115,14 @@ def test_replay_brings_back_a_lost_callback_from_the_real_sandbox(sandbox, recei
     assert "2 records overdue; would trigger 2 in 0 calls" in dry.stdout
     assert {m for _, m in methods()} == {"ACCOUNTS"}  # a dry run calls nothing
 
+    since = sandbox_now(sandbox)
     done = cli("replay", "--after-minutes", "0", env=env)
     assert done.returncode == 0, done.stderr
     assert "2 records overdue; triggered 2 in 1 calls" in done.stdout
-    # the sandbox re-sends each record's latest callbacks; those still held are not doubled
-    assert wait_for(lambda: methods() == before), (methods(), before)
-    time.sleep(1.0)
+    # the sandbox re-sends each record's latest callbacks: once it says each was acknowledged,
+    # the lost ones are back, and those still held are not doubled
+    wait_acknowledged(sandbox, {r: sorted({m for rr, m in before if rr == r})
+                                for r in records}, since)
     assert methods() == before
     # asked again at once, nothing is overdue any more
     again = cli("replay", "--after-minutes", "0", env=env)
@@ -119,6 +144,11 @@ def test_replay_calls_at_most_100_records_and_the_dagster_job(sandbox, receiver,
     assert wait_for(lambda: Inbox(receiver.inbox).count() >= len(records), 60)
     with Inbox(receiver.inbox) as ib:
         count = ib.count()
+        sent: dict[str, list[str]] = {}
+        for e in ib.after(0, 10_000):
+            sent.setdefault(e.record, []).append(e.method)
+    assert set(sent) == set(records)
+    since = sandbox_now(sandbox)
 
     monkeypatch.setenv("LEDGERLAKE_INBOX", str(receiver.inbox))
     monkeypatch.setenv("LEDGERLAKE_HOME", str(tmp_path / "home"))
@@ -139,8 +169,9 @@ def test_replay_calls_at_most_100_records_and_the_dagster_job(sandbox, receiver,
     shown = meta.event_specific_data.metadata
     assert shown["calls"].value == 2 == -(-len(records) // TRIGGER_LIMIT)
     assert shown["triggered"].value == 160
-    # the re-sent ACCOUNTS callbacks are duplicates: the inbox does not grow
-    time.sleep(3.0)
+    # the re-sent callbacks are duplicates: once the sandbox says each was acknowledged
+    # again, the inbox has not grown
+    wait_acknowledged(sandbox, sent, since)
     with Inbox(receiver.inbox) as ib:
         assert ib.count() == count
 
@@ -174,8 +205,14 @@ def test_replay_by_name_brings_back_a_record_the_inbox_never_heard_of(sandbox, r
     assert dry.returncode == 0, dry.stderr
     assert f"record {record}: never heard of" in dry.stdout
     assert "1 records named; would trigger 1 in 0 calls" in dry.stdout
-    time.sleep(1.0)
-    assert methods() == []  # dropped for good: nothing came back by itself
+    # lost for good: the sandbox tried each of the record's callbacks (the first ones and the
+    # periodic ones of the days that passed) at the address it had when they were raised,
+    # and none reached us; nothing comes back by itself
+    wait("the sandbox to have tried the record's callbacks", lambda: all(
+        d is not None and d["attempts"] and d["state"] in ("pending", "dropped")
+        for d in deliveries(sandbox, record, ["ACCOUNTS", "TRANSACTIONS"]).values()),
+         60, every_s=0.2)
+    assert methods() == []
 
     done = cli("replay", "--records", record, env=env)
     assert done.returncode == 0, done.stderr
