@@ -11,7 +11,7 @@ export UV_PROJECT_ENVIRONMENT := $(CURDIR)/$(VENV)
 # it every process (each server a test starts, each launched run) compiles Dagster anew
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: all setup chromium test demo lint bench chaos dev mutation clean
+.PHONY: all setup chromium test test-all demo lint bench chaos dev mutation clean
 
 all: test
 
@@ -27,15 +27,22 @@ $(VENV)/.synced: pyproject.toml uv.lock
 setup: $(VENV)/.synced
 
 # the connect page's browser tests drive Debian's chromium (no browser download): installed
-# here only when it is missing and apt-get is there; else those tests skip, saying why
+# here only when it is missing and apt-get is there; without it the browser tests fail,
+# saying how to install it
 chromium:
 	@command -v chromium >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || { \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; } || \
-	  echo "chromium could not be installed (apt-get install -y chromium): browser tests skip"
+	  echo "chromium could not be installed (apt-get install -y chromium): browser tests fail"
 
+# what CI runs: unit, integration and one short end-to-end slice (docs/testing.md)
 test: setup chromium
+	$(VENV)/bin/pytest -n 2 --dist loadscope -m "not slow"
+
+# everything, the chaos seed, the bench smoke and the slowest end-to-end cases too: run it
+# before an issue is called resolved
+test-all: setup chromium
 	$(VENV)/bin/pytest -n 2 --dist loadscope
 
 demo: setup
