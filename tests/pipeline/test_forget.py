@@ -101,18 +101,25 @@ def record_rows(record: str, gen: int) -> dict[str, pa.Table]:
         "payments": rows("payments", [{
             "payment_id": f"pay_{record}", "status": "successful", "amount": Decimal("5000.00"),
             "currency": "NGN", "debit_account": NUBAN[record], "created_at": when}]),
+        # what the pipeline noted of each landing and check of the record
+        "landings": rows("landings", [{
+            "product": "accounts", "run_id": f"run-{gen}", "landed_at": when,
+            "outcome": "landed", "row_count": 1, "lake_table": "accounts"}]),
+        "checks": rows("checks", [{
+            "product": "accounts", "check_name": "account_has_record", "run_id": f"run-{gen}",
+            "evaluated_at": when, "passed": True, "blocking": True, "problem_count": 0}]),
     }
 
 
 def write_lake(root: Path) -> Lake:
-    """Every record's rows of every erasable table, written twice (replaced; balances
-    appended), so that files of older versions hold the rows too."""
+    """Every record's rows of every erasable table, written twice (replaced; balances and the
+    landings and checks appended), so that files of older versions hold the rows too."""
     lake = Lake(root=str(root))
     for gen in range(2):
         parts = {r: record_rows(r, gen) for r in OWNER}
         for table in ERASABLE:
             by_record = {r: parts[r][table] for r in OWNER}
-            if table == "balance_history":
+            if table in ("balance_history", "landings", "checks"):
                 lake.append(table, by_record, LAKE_TABLES[table])
             else:
                 lake.replace(table, by_record, LAKE_TABLES[table])
@@ -367,8 +374,8 @@ def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected
         assert (inbox.status(R1), inbox.status(R2)) == ("disconnected", "connected")
 
     status = {R1: "disconnected", R2: "disconnected"}
-    _, told, _, _ = plan(events, {"record_status"}, status, forget=True)
-    _, untold, _, _ = plan(events, {"record_status"}, status, forget=False)
+    told, _, _ = plan(events, {"record_status"}, status, forget=True)
+    untold, _, _ = plan(events, {"record_status"}, status, forget=False)
     assert [r.job_name for r in untold] == ["warehouse_job"]  # statuses rebuilt, data kept
     (request,) = [r for r in told if r.job_name == forget_job.name]
     assert request.run_key == f"forget-{gone}"

@@ -16,7 +16,9 @@ from assets.income import STREAMS, SUMMARY
 from assets.record_status import SCHEMA as RECORDS
 from assets.warehouse import build
 from pipeline.cli import main
+from resources.inbox import HELD, LANDED_OK, LandingState, open_inbox
 from resources.lake import Lake
+from tests.conftest import connected
 from tests.pipeline.test_sql_cli import lines
 
 
@@ -47,13 +49,27 @@ def home(tmp_path_factory):
          "status_at": dt.datetime(2025, 1, 30, tzinfo=dt.UTC)}], schema=RECORDS),
         schema=RECORDS)
     build(lake.root, home / "warehouse.duckdb")
+    # each product's landing as the inbox keeps it: transactions landed and checked, income
+    # held by its check (its previous rows in view), balances landed two days ago
+    now = dt.datetime.now(dt.UTC).timestamp()
+    with open_inbox(connected(home / "inbox.sqlite3", ["rec1"])) as inbox:
+        inbox.note_landings([
+            LandingState("rec1", "balances", LANDED_OK, "run-1", now - 2 * 86400),
+            LandingState("rec1", "transactions", LANDED_OK, "run-2", now, row_count=60,
+                         detail={"checks": {"running_balance_reconciles": 0}}),
+            LandingState("rec1", "income", LANDED_OK, "run-1", now - 86400)])
+        inbox.note_landings([LandingState(
+            "rec1", "income", HELD, "run-2", now, detail={
+                "checks": {"income_matches_transactions": 2},
+                "problems": [{"problem": "stream s1 has no matching credit"},
+                             {"problem": "stream s2 has no matching credit"}]})])
     return home
 
 
 @pytest.fixture
 def env(home, monkeypatch, tmp_path):
     monkeypatch.setenv("LEDGERLAKE_HOME", str(home))
-    for var in ("DAGSTER_HOME", "LEDGERLAKE_WAREHOUSE", "LEDGERLAKE_LAKE"):
+    for var in ("DAGSTER_HOME", "LEDGERLAKE_WAREHOUSE", "LEDGERLAKE_LAKE", "LEDGERLAKE_INBOX"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -70,10 +86,26 @@ def test_one_page_with_a_chart_per_account(env, capsys):
     months = re.findall(r"<tr><td>(2025-\d\d)</td><td class=\"n\">(₦[\d,.]+)</td>", page)
     assert [m for m, _ in months] == ["2025-01", "2025-02", "2025-03"]
     assert "ACME LTD" in page and "₦350,000.00" in page and "Salary (primary)" in page
-    assert "no Dagster instance" in page  # the checks: unknown here, never guessed
-    # self-contained: nothing fetched when it is opened
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
-    assert "<script" not in page and "@import" not in page
+    # each check's latest verdict on the record, and when its products landed, from the inbox
+    checks = re.findall(r'<tr><td>(\w+)</td><td>(\w+)</td><td><span class="(\w+)">', page)
+    assert checks == [("balances", "connected_records_fresh", "fail"),
+                      ("transactions", "running_balance_reconciles", "pass"),
+                      ("transactions", "connected_records_fresh", "pass"),
+                      ("income", "income_matches_transactions", "fail")]
+    assert "2 problems: stream s1 has no matching credit; stream s2" in page
+    assert "last landed more than 1 day, 2:00:00 ago" in page  # balances: two days old
+    landed = dict(re.findall(r"<tr><td>(\w+)</td><td>(<span class=\"none\">never|[^<]*)<", page))
+    assert [a for a, when in landed.items() if "never" in when] == [
+        "accounts", "identity", "payments"]
+    assert landed["income"] < landed["transactions"]  # held since: its last landing stays
+
+
+def test_without_an_inbox_the_checks_are_unknown_never_guessed(env, capsys, monkeypatch):
+    monkeypatch.setenv("LEDGERLAKE_INBOX", str(env / "no-inbox.sqlite3"))
+    assert main(["report", "rec1"]) == 0
+    assert "the checks are unknown" in capsys.readouterr().err
+    page = (env / "report-rec1.html").read_text()
+    assert "Unknown: no inbox to ask" in page and "running_balance_reconciles" not in page
 
 
 @pytest.mark.parametrize("args, message", [

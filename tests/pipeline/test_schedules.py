@@ -1,4 +1,4 @@
-"""The daily refresh: connected records only, in contiguous batches of partitions."""
+"""The daily refresh: the inbox's connected records, a page of them per run."""
 
 from __future__ import annotations
 
@@ -8,18 +8,10 @@ import gc
 import dagster as dg
 import pytest
 
-from assets.partitions import batches
+from assets.batch import RECORDS_PER_RUN, batch_config
 from pipeline.schedules import daily_refresh
-from resources.inbox import Inbox
+from resources.inbox import Inbox, describe, kept_body
 from resources.inbox.resource import InboxResource
-
-
-def test_batches_are_contiguous_and_bounded():
-    keys = list("abcdefgh")
-    assert list(batches(keys, set("abdefgh"), size=2)) == [
-        ("a", "b", 2), ("d", "e", 2), ("f", "g", 2), ("h", "h", 1)]
-    assert list(batches(keys, set(), size=2)) == []
-    assert list(batches(keys, set(keys), size=100)) == [("a", "h", 8)]
 
 
 @pytest.fixture
@@ -27,7 +19,7 @@ def inbox_with_states(tmp_path, monkeypatch, make):
     path = tmp_path / "inbox.sqlite3"
     monkeypatch.setenv("LEDGERLAKE_INBOX", str(path))
     with Inbox(path, create=True) as inbox:
-        for i in range(6):
+        for i in (5, 3, 0, 4, 1, 2):  # heard of in any order: paged in the records' order
             inbox.add(make.callback(f"rec{i}", customer=f"cust{i}"))
         inbox.add(make.disconnect("cust2", "2026-11-02T00:00:00.000Z"))
         inbox.add(make.reauth("cust4", "2026-11-02T00:00:00.000Z"))
@@ -38,24 +30,59 @@ def inbox_with_states(tmp_path, monkeypatch, make):
 
 def refresh_requests() -> list[dg.RunRequest]:
     with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("records", [f"rec{i}" for i in range(6)] + ["manual"])
         # entered: the context opens an instance of its own for the resources, which only
         # its exit closes
         with dg.build_schedule_context(
                 instance=instance, resources={"inbox": InboxResource()},
                 scheduled_execution_time=dt.datetime(2026, 11, 22, 2, tzinfo=dt.UTC)) as ctx:
-            return list(daily_refresh(ctx))
+            out = daily_refresh(ctx)
+    return out if isinstance(out, dg.SkipReason) else list(out)
+
+
+def batch(request: dg.RunRequest) -> list[str]:
+    return request.run_config["resources"]["batch"]["config"]["records"]
 
 
 def test_daily_refresh_skips_disconnected_and_reauth(inbox_with_states):
-    requests = refresh_requests()
-    ranges = [(r.tags["dagster/asset_partition_range_start"],
-               r.tags["dagster/asset_partition_range_end"]) for r in requests]
-    assert ranges == [("rec0", "rec1"), ("rec3", "rec3"), ("rec5", "manual")]
-    assert all(r.run_key.startswith("refresh-2026-11-22-") for r in requests)
-    assert {r.tags["ledgerlake/schedule"] for r in requests} == {"daily_refresh"}
+    (request,) = refresh_requests()
+    assert batch(request) == ["rec0", "rec1", "rec3", "rec5"]  # connected ones, in order
+    assert request.run_config == batch_config(["rec0", "rec1", "rec3", "rec5"])
+    assert request.run_key == "refresh-2026-11-22-rec0"
+    assert request.tags["ledgerlake/schedule"] == "daily_refresh"
+    assert (request.tags["ledgerlake/records"], request.tags["ledgerlake/first_record"]) == \
+        ("4", "rec0")
     # the day rides along: the transactions asset reconciles a seventh of the records in full
-    assert {r.tags["ledgerlake/refresh_day"] for r in requests} == {"2026-11-22"}
+    assert request.tags["ledgerlake/refresh_day"] == "2026-11-22"
+    # evaluated again (a retried tick), the same keys: no second run
+    assert [r.run_key for r in refresh_requests()] == [request.run_key]
+
+
+def test_connected_records_are_paged_one_run_per_page(tmp_path, monkeypatch, make):
+    path = tmp_path / "inbox.sqlite3"
+    monkeypatch.setenv("LEDGERLAKE_INBOX", str(path))
+    records = [f"r{i:05d}" for i in range(2 * RECORDS_PER_RUN + 2)]
+    with Inbox(path, create=True) as inbox:
+        inbox.add_described([(describe(b), kept_body(b)) for b in (
+            make.callback(r, customer=f"c{r}") for r in records)])
+        inbox.add(make.disconnect(f"c{records[7]}", "2026-11-02T00:00:00.000Z"))
+    connected = records[:7] + records[8:]
+    requests = refresh_requests()
+    pages = [batch(r) for r in requests]
+    assert [len(p) for p in pages] == [RECORDS_PER_RUN, RECORDS_PER_RUN, 1]
+    assert [r for p in pages for r in p] == connected  # each once, in order; the gone left out
+    assert [r.run_key for r in requests] == [f"refresh-2026-11-22-{p[0]}" for p in pages]
+    assert [r.tags["ledgerlake/records"] for r in requests] == [str(len(p)) for p in pages]
+
+
+def test_nothing_connected_skips(tmp_path, monkeypatch, make):
+    path = tmp_path / "inbox.sqlite3"
+    monkeypatch.setenv("LEDGERLAKE_INBOX", str(path))
+    with Inbox(path, create=True) as inbox:
+        inbox.add(make.callback("gone", customer="c1"))
+        inbox.add(make.disconnect("c1", "2026-11-02T00:00:00.000Z"))
+    skipped = refresh_requests()
+    assert isinstance(skipped, dg.SkipReason) and "no record is connected" in \
+        skipped.skip_message
 
 
 def test_a_schedule_evaluation_leaves_no_dead_instance_behind(inbox_with_states):

@@ -1,4 +1,5 @@
-"""The inbox sensor through build_sensor_context over a real inbox file."""
+"""The inbox sensor through build_sensor_context over a real inbox file: which runs a tick
+asks for, over which batches of records (their run config), keyed how."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import pytest
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
 
 from assets.accounts import accounts
+from assets.batch import RECORDS_PER_RUN, batch_config
+from pipeline.freshness import freshness_checks
 from pipeline.jobs import ingest_job
-from pipeline.sensors import BATCH, NEW_PER_RUN, READY, inbox_sensor
-from resources.inbox import Inbox
+from pipeline.sensors import BATCH, NEW_PER_RUN, PARALLEL, READY, inbox_sensor, plan
+from resources.inbox import Inbox, describe, kept_body
 from resources.inbox.resource import InboxResource
 
 
@@ -30,7 +33,7 @@ def defs():
 
 @pytest.fixture
 def instance():
-    with DagsterInstance.ephemeral() as inst:
+    with DagsterInstance.ephemeral() as inst:  # no run queue: the sensor spreads over PARALLEL
         yield inst
 
 
@@ -44,6 +47,15 @@ def names(defs) -> set[str]:
     return {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
 
 
+def batch(rr: dg.RunRequest) -> list[str]:
+    """The records a run request lands (its run config's batch)."""
+    return rr.run_config["resources"]["batch"]["config"]["records"]
+
+
+def products(rr: dg.RunRequest) -> tuple[str, ...]:
+    return tuple(sorted(k.to_user_string() for k in rr.asset_selection))
+
+
 def test_ready_products_become_runs_keyed_by_inbox_event(inbox, defs, instance, make):
     present = names(defs)
     r1 = "rec1"
@@ -51,7 +63,7 @@ def test_ready_products_become_runs_keyed_by_inbox_event(inbox, defs, instance, 
     ids["auth"] = inbox.add(make.callback(r1, "AUTH", "AUTH_SUCCESS"))[0]
     accounts_ready = make.callback(r1, "ACCOUNTS", "ACCOUNTS_SUCCESS", account="a1")
     ids["accounts"] = inbox.add(accounts_ready)[0]
-    b1 = inbox.add(make.callback(r1, "BALANCE", "BALANCE_SUCCESS", account="a1"))[0]
+    inbox.add(make.callback(r1, "BALANCE", "BALANCE_SUCCESS", account="a1"))
     ids["balances"] = inbox.add(make.callback(r1, "BALANCE", "BALANCE_SUCCESS",
                                               account="a2"))[0]
     ids["transactions"] = inbox.add(make.callback(r1, "TRANSACTIONS", "PRODUCT_IS_READY",
@@ -61,23 +73,50 @@ def test_ready_products_become_runs_keyed_by_inbox_event(inbox, defs, instance, 
 
     result = evaluate(defs, instance)
     assert isinstance(result, SensorResult)
-    expected = [name for name in ("accounts", "balances", "transactions") if name in present]
-    # every event of the record makes one run of all the assets they ask for
+    expected = tuple(name for name in ("accounts", "balances", "transactions") if name in present)
+    # every event of the record makes one run of all the assets they ask for, over its batch
     (rr,) = result.run_requests
-    assert [k.to_user_string() for k in rr.asset_selection] == expected
-    assert rr.run_key == f"inbox-{ids['transactions']}"  # keyed by the newest event
-    assert rr.partition_key == r1
+    assert products(rr) == expected
+    last = ids["transactions"]
+    assert rr.run_key == f"inbox-{last}-{'-'.join(expected)}"  # the newest event, the products
+    assert rr.run_config == batch_config([r1])
     assert rr.job_name == ingest_job.name
-    assert rr.tags["ledgerlake/inbox_event"] == str(ids["transactions"])
-    assert rr.tags["ledgerlake/inbox_events"] == ",".join(
-        str(i) for i in (ids["accounts"], b1, ids["balances"], ids["transactions"]))
+    assert rr.partition_key is None and not result.dynamic_partitions_requests
+    assert rr.tags["ledgerlake/inbox_event"] == str(last)
     assert rr.tags["ledgerlake/methods"] == "ACCOUNTS,BALANCE,TRANSACTIONS"
-    (add,) = result.dynamic_partitions_requests
-    assert list(add.partition_keys) == [r1]
-    assert result.cursor == str(ids["transactions"])
+    assert (rr.tags["ledgerlake/records"], rr.tags["ledgerlake/first_record"]) == ("1", r1)
+    assert result.cursor == str(last)
 
+    # a tick retried from the same cursor asks for the very same runs: their keys are spent
+    again = evaluate(defs, instance)
+    assert [(r.run_key, r.run_config) for r in again.run_requests] == \
+        [(rr.run_key, rr.run_config)]
     # the next tick starts after the cursor
     assert isinstance(evaluate(defs, instance, result.cursor), SkipReason)
+
+
+def test_records_wanting_the_same_products_share_a_run(inbox, defs, instance, make):
+    """A tick's runs carry exactly the records whose callbacks asked for them, in the order
+    they called, one run per product set."""
+    inbox.add(make.callback("r1", "ACCOUNTS", "ACCOUNTS_SUCCESS"))
+    inbox.add(make.callback("r2", "BALANCE", "BALANCE_SUCCESS", account="a2"))
+    inbox.add(make.callback("r3", "AUTH", "AUTH_SUCCESS"))  # connected: nothing to fetch yet
+    inbox.add(make.callback("r4", "ACCOUNTS", "ACCOUNTS_SUCCESS"))
+    inbox.add(make.callback("r5", "INCOME", "INCOME_FAILED", status="is_failed"))
+    inbox.add(make.callback("r2", "ACCOUNTS", "ACCOUNTS_SUCCESS"))
+    last = inbox.add(make.callback("r6", "BALANCE", "BALANCE_SUCCESS", account="a6"))[0]
+    result = evaluate(defs, instance)
+    runs = {products(rr): (batch(rr), rr) for rr in result.run_requests}
+    assert {p: b for p, (b, _) in runs.items()} == {
+        ("accounts",): ["r1", "r4"],
+        ("accounts", "balances"): ["r2"],  # its two callbacks: one run of both products
+        ("balances",): ["r6"]}
+    for b, rr in runs.values():
+        assert rr.run_config == batch_config(b)
+        assert (rr.tags["ledgerlake/records"], rr.tags["ledgerlake/first_record"]) == \
+            (str(len(b)), b[0])
+    assert runs[("balances",)][1].run_key == f"inbox-{last}-balances"
+    assert runs[("accounts",)][1].tags["ledgerlake/methods"] == "ACCOUNTS"
 
 
 def test_runs_are_only_requested_for_assets_in_the_definitions(inbox, instance, make):
@@ -87,54 +126,57 @@ def test_runs_are_only_requested_for_assets_in_the_definitions(inbox, instance, 
 
     only_accounts = dg.Definitions(assets=[accounts, stray], jobs=[ingest_job],
                                    sensors=[inbox_sensor],
+                                   # ingest_job leaves them out by name: they must exist
+                                   asset_checks=freshness_checks,
                                    # forget_job (a target of the sensor) reads the inbox and
                                    # the warehouse too
                                    resources={"client": None, "lake": None, "inbox": None,
-                                              "warehouse_db": None})
+                                              "batch": None, "warehouse_db": None})
     inbox.add(make.callback("r1", "BALANCE", "BALANCE_SUCCESS", account="a1"))
     inbox.add(make.callback("r1", "INCOME", "PRODUCT_IS_READY"))
     acc = inbox.add(make.callback("r1", "ACCOUNTS", "ACCOUNTS_SUCCESS"))[0]
     result = evaluate(only_accounts, instance)
-    assert [(rr.run_key, [k.to_user_string() for k in rr.asset_selection])
-            for rr in result.run_requests] == [(f"inbox-{acc}", ["accounts"])]
+    assert [(rr.run_key, products(rr), batch(rr)) for rr in result.run_requests] == \
+        [(f"inbox-{acc}-accounts", ("accounts",), ["r1"])]
     # the job the requests name holds exactly the assets that exist
     job = only_accounts.resolve_job_def(ingest_job.name)
     assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == {"accounts"}
 
 
 def test_failures_start_nothing_and_are_observed(inbox, defs, instance, make):
+    """A tick's failure callbacks make one observation per asset, none a run."""
     present = names(defs)
-    inbox.add(make.callback("r2", "INCOME", "INCOME_FAILED", status="is_failed",
-                            message="no income found"))
+    first = inbox.add(make.callback("r2", "INCOME", "INCOME_FAILED", status="is_failed",
+                                    message="no income found"))[0]
     inbox.add(make.callback("r2", "PAYMENT", "PAYMENT_FAILED", status="is_failed"))
     inbox.add(make.callback("r2", "TRANSACTIONS", "PRODUCT_IS_READY", status="is_failed"))
+    second = inbox.add(make.callback("r3", "INCOME", "INCOME_FAILED", status="is_failed"))[0]
     result = evaluate(defs, instance)
-    assert result.run_requests == []
-    assert [list(r.partition_keys) for r in result.dynamic_partitions_requests] == [["r2"]]
-    seen = {(o.asset_key.to_user_string(), o.partition, o.metadata["code"].value)
-            for o in result.asset_events}
-    wanted = set()
+    assert result.run_requests == [] and not result.dynamic_partitions_requests
+    seen = {o.asset_key.to_user_string(): o.metadata for o in result.asset_events}
+    wanted: dict[str, list[str]] = {}
     for asset, code in (("income", "INCOME_FAILED"), ("payments", "PAYMENT_FAILED"),
-                        ("transactions", "PRODUCT_IS_READY")):
-        if asset in present:
-            wanted.add((asset, "r2", code))
-        elif "record_status" in present:
-            wanted.add(("record_status", None, code))
-    assert seen == wanted
-    income = [o for o in result.asset_events if o.metadata["code"].value == "INCOME_FAILED"]
-    assert all(o.metadata["message"].value == "no income found" for o in income)
+                        ("transactions", "PRODUCT_IS_READY"), ("income", "INCOME_FAILED")):
+        wanted.setdefault(asset if asset in present else "record_status", []).append(code)
+    assert {a: [e["code"] for e in m["first_events"].value] for a, m in seen.items()} == wanted
+    income = seen["income"]
+    assert (income["failure_callbacks"].value, income["records"].value) == (2, 2)
+    assert [(e["inbox_event"], e["record"], e["message"], e["record_status"])
+            for e in income["first_events"].value] == [
+        (first, "r2", "no income found", "connected"), (second, "r3", "", "connected")]
+    assert all(o.partition is None for o in result.asset_events)
 
 
 def test_disconnected_and_reauth_records_are_not_fetched(inbox, defs, instance, make):
     inbox.add(make.callback("r3", "AUTH", "AUTH_SUCCESS", customer="c3",
                             ended_at="2026-01-01T00:00:00.000Z"))
     first = evaluate(defs, instance)
-    inbox.add({"event": "USER_DISCONNECT", "message": "", "record": "r3",
-               "data": {"accounts": [], "customer": "c3", "record": "r3",
-                        "disconnected_at": "2026-01-02T00:00:00.000Z"}})
+    gone = inbox.add({"event": "USER_DISCONNECT", "message": "", "record": "r3",
+                      "data": {"accounts": [], "customer": "c3", "record": "r3",
+                               "disconnected_at": "2026-01-02T00:00:00.000Z"}})[0]
     # a product that was ready before the disconnect, delivered late
-    inbox.add(make.callback("r3", "ACCOUNTS", "ACCOUNTS_SUCCESS", customer="c3",
-                            ended_at="2026-01-01T00:10:00.000Z"))
+    late = inbox.add(make.callback("r3", "ACCOUNTS", "ACCOUNTS_SUCCESS", customer="c3",
+                                   ended_at="2026-01-01T00:10:00.000Z"))[0]
     inbox.add(make.callback("r4", "AUTH", "AUTH_SUCCESS", customer="c4",
                             ended_at="2026-01-01T00:00:00.000Z"))
     inbox.add(make.reauth("c4", "2026-01-02T00:00:00.000Z"))
@@ -146,33 +188,57 @@ def test_disconnected_and_reauth_records_are_not_fetched(inbox, defs, instance, 
     assert rebuild.job_name == "warehouse_job"
     assert [k.to_user_string() for k in rebuild.asset_selection] == ["record_status"]
     assert inbox.status("r3") == "disconnected" and inbox.status("r4") == "reauth_required"
-    if "record_status" in names(defs):
-        statuses = {(o.metadata["record"].value, o.metadata["status"].value)
-                    for o in result.asset_events if o.asset_key.to_user_string() == "record_status"}
-        assert statuses == {("r3", "disconnected"), ("r4", "reauth_required")}
+    # what the sensor logs of them: each connection event, and each product it did not fetch
+    events = inbox.after(int(first.cursor))
+    status = {r: s.status for r, s in inbox.records(["r3", "r4"]).items()}
+    _, _, notes = plan(events, names(defs), status)
+    assert f"event {gone}: USER_DISCONNECT for r3" in notes
+    assert f"event {late}: record r3 is disconnected; ACCOUNTS not fetched" in notes
+    assert any("record r4 is reauth_required; ACCOUNTS not fetched" in n for n in notes)
     # the record's history stays in the inbox
     assert set(inbox.records(["r3"])["r3"].products) == {"AUTH", "ACCOUNTS"}
 
 
-def test_a_backlog_drains_in_bounded_batches(inbox, defs, instance, make):
-    for i in range(BATCH * 2 + 17):
-        inbox.add(make.callback(f"r{i}", "ACCOUNTS", "ACCOUNTS_SUCCESS"))
-    cursor, sizes, covered = None, [], []
+def add_all(inbox: Inbox, bodies: list[dict]) -> None:
+    """Many callbacks in one transaction (one disk sync)."""
+    inbox.add_described([(describe(b), kept_body(b)) for b in bodies])
+
+
+def drain_batches(defs, instance) -> tuple[list[list[list[str]]], str | None]:
+    """Evaluate the sensor until the inbox is read: each tick's runs' batches, the cursor."""
+    cursor, ticks = None, []
     while not isinstance(result := evaluate(defs, instance, cursor), SkipReason):
-        sizes.append(len(result.run_requests))
-        added = list(result.dynamic_partitions_requests[0].partition_keys)
-        for rr in result.run_requests:  # new records side by side share runs
-            if rr.partition_key:
-                covered.append(rr.partition_key)
-                continue
-            start = added.index(rr.tags["dagster/asset_partition_range_start"])
-            end = added.index(rr.tags["dagster/asset_partition_range_end"])
-            assert end - start + 1 == int(rr.tags["ledgerlake/records"]) <= NEW_PER_RUN
-            covered += added[start:end + 1]
+        ticks.append([batch(rr) for rr in result.run_requests])
+        for rr in result.run_requests:
+            assert rr.tags["ledgerlake/records"] == str(len(batch(rr)))
+            assert rr.tags["ledgerlake/first_record"] == batch(rr)[0]
         cursor = result.cursor
-    assert sizes == [BATCH // NEW_PER_RUN, BATCH // NEW_PER_RUN, 1]
-    assert covered == [f"r{i}" for i in range(BATCH * 2 + 17)]  # each record once, in order
+    return ticks, cursor
+
+
+def test_a_backlog_drains_in_bounded_batches(inbox, defs, instance, make):
+    """BATCH events a tick; a burst of new records is spread over the runs the instance runs
+    at once (PARALLEL where it sets no limit), a trickle over runs of NEW_PER_RUN."""
+    records = [f"r{i:04d}" for i in range(BATCH * 2 + NEW_PER_RUN + 7)]
+    add_all(inbox, [make.callback(r, "ACCOUNTS", "ACCOUNTS_SUCCESS") for r in records])
+    ticks, cursor = drain_batches(defs, instance)
+    assert [len(runs) for runs in ticks] == [PARALLEL, PARALLEL, 2]
+    assert [len(b) for b in ticks[0]] == [BATCH // PARALLEL] * PARALLEL
+    assert [len(b) for b in ticks[2]] == [NEW_PER_RUN, 7]  # a trickle: small runs
+    assert [r for runs in ticks for b in runs for r in b] == records  # each once, in order
     assert int(cursor) == inbox.count()
+
+
+def test_no_run_holds_more_than_records_per_run(inbox, defs, make):
+    """One run at a time: a tick's burst still goes in runs of at most RECORDS_PER_RUN."""
+    records = [f"r{i:04d}" for i in range(BATCH)]
+    add_all(inbox, [make.callback(r, "ACCOUNTS", "ACCOUNTS_SUCCESS") for r in records])
+    with dg.instance_for_test(overrides={"concurrency": {"runs": {
+            "max_concurrent_runs": 1}}}) as instance:
+        ticks, _ = drain_batches(defs, instance)
+    assert [[len(b) for b in runs] for runs in ticks] == [
+        [RECORDS_PER_RUN] * (BATCH // RECORDS_PER_RUN)]
+    assert [r for runs in ticks for b in runs for r in b] == records
 
 
 def test_every_ready_product_of_the_spec_has_a_line():
@@ -196,17 +262,18 @@ def test_tick_stores_failures_as_observations_the_ui_shows(inbox, defs, instance
     asset = "income" if "income" in present else "record_status"
     (obs,) = instance.fetch_observations(AssetKey(asset), limit=10).records
     meta = obs.asset_observation.metadata
-    assert meta["code"].value == "INCOME_FAILED"
-    assert meta["message"].value == "statement unreadable"
-    assert instance.get_dynamic_partitions("records") == ["r5"]
+    assert meta["failure_callbacks"].value == 1
+    (shown,) = meta["first_events"].value
+    assert (shown["record"], shown["code"], shown["message"]) == \
+        ("r5", "INCOME_FAILED", "statement unreadable")
+    assert instance.get_run_records() == []
 
 
 def test_periodic_callbacks_of_many_records_are_batched(inbox, defs, instance, make):
-    """The daily periodic callbacks of many records make one run per product set and
-    contiguous range of records, not one run per record; a record that also has a first
-    callback keeps its own run, and a disconnected one splits the range."""
+    """The daily periodic callbacks of many records make one run per product set (of up to
+    RECORDS_PER_RUN records), not one run per record; a record that also has a first callback
+    keeps its own run, and a disconnected one is left out."""
     keys = [f"p{i:02d}" for i in range(12)]
-    instance.add_dynamic_partitions("records", keys)
     for key in keys:
         inbox.add(make.callback(key, "AUTH", "AUTH_SUCCESS", customer=f"c-{key}",
                                 ended_at="2026-01-01T00:00:00.000Z"))
@@ -218,24 +285,20 @@ def test_periodic_callbacks_of_many_records_are_batched(inbox, defs, instance, m
         if key != "p09":  # p09 sends no periodic balance: another product set
             inbox.add(make.callback(key, "PERIODIC_BALANCE", "BALANCE_SUCCESS",
                                     account=f"a-{key}", ended_at="2026-01-02T00:00:00.000Z"))
-    inbox.add(make.callback("p03", "ACCOUNTS", "ACCOUNTS_SUCCESS",
-                            ended_at="2026-01-02T00:00:00.000Z"))
+    last = inbox.add(make.callback("p03", "ACCOUNTS", "ACCOUNTS_SUCCESS",
+                                   ended_at="2026-01-02T00:00:00.000Z"))[0]
     result = evaluate(defs, instance, first.cursor)
-    runs = {}
-    for rr in result.run_requests:
-        products = tuple(sorted(k.to_user_string() for k in rr.asset_selection))
-        span = (rr.partition_key,) if rr.partition_key else (
-            rr.tags["dagster/asset_partition_range_start"],
-            rr.tags["dagster/asset_partition_range_end"])
-        runs[span] = products
+    runs = {(rr.run_key.split("-")[0], products(rr)): batch(rr) for rr in result.run_requests}
     assert runs == {
-        ("p03",): ("accounts", "balances", "transactions"),  # its own run takes all
-        ("p00", "p02"): ("balances", "transactions"),
-        ("p04", "p04"): ("balances", "transactions"),  # p05 is disconnected: not fetched
-        ("p06", "p08"): ("balances", "transactions"),
-        ("p10", "p11"): ("balances", "transactions"),
-        ("p09", "p09"): ("transactions",),
+        ("inbox", ("accounts", "balances", "transactions")): ["p03"],  # its own run takes all
+        # p05 is disconnected: not fetched
+        ("periodic", ("balances", "transactions")): [
+            "p00", "p01", "p02", "p04", "p06", "p07", "p08", "p10", "p11"],
+        ("periodic", ("transactions",)): ["p09"],
     }
+    own = next(rr for rr in result.run_requests if rr.run_key.startswith("inbox-"))
+    assert own.run_key == f"inbox-{last}-accounts-balances-transactions"
+    assert own.tags["ledgerlake/methods"] == "PERIODIC_TRANSACTIONS,PERIODIC_BALANCE,ACCOUNTS"
     assert len({rr.run_key for rr in result.run_requests}) == len(result.run_requests)
 
 

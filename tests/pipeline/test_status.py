@@ -1,5 +1,6 @@
 """`ledgerlake status` and `ledgerlake rerun`, as a data engineer runs them: real processes on
-a real Dagster instance, against a sandbox that fails a record's fetch past every retry."""
+a real inbox (each record's landing state) and Dagster instance (the reruns), against a
+sandbox that fails a record's fetch past every retry."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from resources.lake import Lake
+from tests.conftest import connected
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,6 +32,8 @@ def home(tmp_path, sandbox):
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "LEDGERLAKE_HOME": str(tmp_path),
            "LEDGERLAKE_API_URL": sandbox.url, "LEDGERLAKE_ENVIRONMENT": "sandbox",
            "LEDGERLAKE_SECRET_KEY": sandbox.sandbox_key, "LEDGERLAKE_RETRY_DELAY_S": "0.1"}
+    env.pop("LEDGERLAKE_INBOX", None)
+    connected(tmp_path / "inbox.sqlite3", [])  # the inbox, as the receiver makes it
     return env
 
 
@@ -44,38 +48,65 @@ def test_a_record_that_failed_every_retry_is_listed_and_rerun(sandbox, home, tmp
         failing = api.post("sandbox/records/fail", json={
             "record": record, "product": "transactions", "times": 4, "error_code": "BANK_DOWN"})
         assert failing.status_code == 200, failing.text
-
-    from dagster import DagsterInstance
-
-    os.environ["DAGSTER_HOME"] = home["DAGSTER_HOME"]
-    try:
-        with DagsterInstance.get() as instance:
-            instance.add_dynamic_partitions("records", [record])
-    finally:
-        del os.environ["DAGSTER_HOME"]
+    connected(tmp_path / "inbox.sqlite3", [record])  # its connection's callback came in
 
     first = cli(home, "rerun", record, "--products", "transactions")
     assert first.returncode == 1, first.stderr
-    assert f"record {record}: transactions: failed" in first.stdout
+    assert "1 record(s): transactions: failed" in first.stdout
 
     listed = cli(home, "status", "--failed", "--json")
     assert listed.returncode == 0, listed.stderr
     (row,) = json.loads(listed.stdout)
     assert row["record"] == record and row["products"]["transactions"] == "failed"
+    failed = row["landings"]["transactions"]
+    assert failed["outcome"] == "failed" and "BANK_DOWN" in failed["error"]
+    assert failed["last_landed_at"] is None  # nothing of it was ever published
     table = cli(home, "status")
     assert record in table.stdout and "failed" in table.stdout
-    assert "1 with a failed or held product" in table.stderr
+    assert "1 records; 1 with a failed or held product" in table.stderr
+    told = cli(home, "status", record)  # one record: told in full, with why
+    assert f"record {record}: connected" in told.stdout
+    (line,) = [ln for ln in told.stdout.splitlines() if ln.strip().startswith("transactions")]
+    assert "failed" in line and f"run {failed['run_id']}" in line and "BANK_DOWN" in line
 
     again = cli(home, "rerun", "--failed")  # no new callback: the same record, once more
     assert again.returncode == 0, again.stderr + again.stdout
-    assert f"record {record}: transactions: landed" in again.stdout
+    assert "1 record(s): transactions: landed" in again.stdout
     assert json.loads(cli(home, "status", "--failed", "--json").stdout) == []
-    assert Lake(root=str(tmp_path / "lake")).read("transactions", record).num_rows > 0
+    (row,) = json.loads(cli(home, "status", record, "--json").stdout)
+    landed = row["landings"]["transactions"]
+    assert row["products"]["transactions"] == "landed" and landed["rows"] > 0
+    assert landed["run_id"] != failed["run_id"]
+    lake = Lake(root=str(tmp_path / "lake"))
+    assert lake.read("transactions", record).num_rows == landed["rows"]
+    # the lake keeps each try: four failed in the first run, then the landing of the second
+    tries = lake.read("landings", record).sort_by("landed_at").to_pylist()
+    assert [(t["run_id"], t["outcome"]) for t in tries] == \
+        [(failed["run_id"], "failed")] * 4 + [(landed["run_id"], "landed")]
+
+
+def test_status_lists_the_first_records_unless_all(home, tmp_path, make):
+    """`status` needs only the inbox: the first LISTED records, or every one with --all."""
+    from pipeline.status import LISTED
+    from resources.inbox import Inbox, describe, kept_body
+
+    records = [f"r{i:05d}" for i in range(LISTED + 1)]
+    with Inbox(tmp_path / "inbox.sqlite3") as inbox:
+        inbox.add_described([(describe(b), kept_body(b)) for b in (
+            make.callback(r, "ACCOUNTS", "ACCOUNTS_SUCCESS") for r in records)])
+    env = {k: v for k, v in home.items() if k != "DAGSTER_HOME"}
+    shown = cli(env, "status", "--json")
+    assert shown.returncode == 0, shown.stderr
+    rows = json.loads(shown.stdout)
+    assert [r["record"] for r in rows] == records[:LISTED]
+    assert {r["products"]["accounts"] for r in rows} == {"waiting"}  # called back, not landed
+    every = json.loads(cli(env, "status", "--all", "--json").stdout)
+    assert [r["record"] for r in every] == records
 
 
 @pytest.mark.parametrize("args,message", [
     (["status", "../etc"], "a record id matches"),
-    (["status", "nosuchrecord"], "not a record partition: nosuchrecord"),
+    (["status", "nosuchrecord"], "the inbox has no record nosuchrecord"),
     (["rerun"], "name the records to run again, or --failed"),
     (["rerun", "r1", "--products", "transactions,money"], "products are accounts"),
 ])
