@@ -218,6 +218,18 @@ def land(assets: list, records: list[str], resources: dict, **kw):
     return dg.materialize(assets, resources={**resources, "batch": Batch(records=records)}, **kw)
 
 
+def noted(lake_root, table: str, run_id: str | None = None) -> list[dict]:
+    """The rows runs added to the lake's `landings` or `checks` table (assets/publish.py),
+    only those of `run_id` if given, by record, then check (or product), then time."""
+    from resources.lake import Lake
+
+    rows = Lake(root=str(lake_root)).read(table)
+    rows = [] if rows is None else rows.to_pylist()
+    return sorted((r for r in rows if run_id is None or r["run_id"] == run_id),
+                  key=lambda r: (r["record_id"], r.get("check_name") or r["product"],
+                                 r.get("landed_at") or r["evaluated_at"]))
+
+
 # -- what the service did with a record's callbacks: a moment to wait on, not a sleep
 
 def deliveries(box: Sandbox, record: str, methods: list[str]) -> dict[str, dict | None]:

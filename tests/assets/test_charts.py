@@ -4,6 +4,7 @@ when it is small, and a chart that fails never fails a landing."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from decimal import Decimal
 
 import duckdb
@@ -63,14 +64,16 @@ def published(*records: str) -> list[Landing]:
 
 
 def test_a_small_run_gets_a_chart_per_record_a_large_one_none(lake):
-    few = published("r1", "r2")
-    charts.add_charts(Context(), lake, few, "transactions")
-    assert all(x.metadata["daily_balance"].value.startswith("![daily balance of record "
-                                                           f"{x.record_id}](data:image/png;")
-               for x in few)
+    """A batch of at most CHART_RECORDS records is drawn, a chart per published record with
+    rows, in one Markdown value of the batch's materialization; a larger one is not."""
+    few = [*published("r1", "r2"), Landing("r3", error="ApiError: down")]
+    text = charts.chart_metadata(Context(), lake, few)["daily_balance"].value
+    drawn = re.findall(r"!\[daily balance of record (\w+)\]\(data:image/png;base64,", text)
+    assert drawn == ["r1", "r2"]  # not the record that failed
+    assert text.count("data:image/png;") == 2
     many = published("r1", "r2", *[f"n{i}" for i in range(charts.CHART_RECORDS)])
-    charts.add_charts(Context(), lake, many, "transactions")
-    assert all("daily_balance" not in x.metadata for x in many)
+    assert charts.chart_metadata(Context(), lake, many) == {}
+    assert charts.chart_metadata(Context(), lake, published("n1")) == {}  # nothing to draw
 
 
 def test_a_chart_that_fails_is_a_warning_not_a_failed_landing(lake):
@@ -79,8 +82,8 @@ def test_a_chart_that_fails_is_a_warning_not_a_failed_landing(lake):
             raise OSError("the store went away")
 
     ctx, landings = Context(), published("r1")
-    charts.add_charts(ctx, Broken(root=lake.root), landings, "transactions")
-    assert landings[0].published and "daily_balance" not in landings[0].metadata
+    assert charts.chart_metadata(ctx, Broken(root=lake.root), landings) == {}
+    assert landings[0].published and landings[0].error is None
     assert ctx.log.warnings == ["no balance chart this run: OSError: the store went away"]
 
 

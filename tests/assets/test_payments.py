@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import time
 
-import dagster as dg
-
 from assets.payments import payments
-from resources.callbacks import CallbackLog
 from resources.inbox import Inbox
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
+from tests.conftest import land, noted
 
 
 def payment_events(inbox_path, record: str) -> list:
@@ -41,15 +40,23 @@ def test_payments_from_callbacks(sandbox, receiver, tmp_path):
         time.sleep(0.2)
     assert len(payment_events(receiver.inbox, record)) >= 3
 
-    res = {"callback_log": CallbackLog(inbox_path=str(receiver.inbox)),
-           "lake": Lake(root=str(tmp_path))}
-    with dg.DagsterInstance.ephemeral() as instance:
-        instance.add_dynamic_partitions("records", [record])
-        for _ in range(2):  # a rerun replaces the partition: nothing doubles
-            out = dg.materialize([payments], partition_key=record, resources=res,
-                                 instance=instance)
-            assert out.success
+    # the receiver's own inbox, read through the one resource over it
+    res = {"inbox": InboxResource(path=str(receiver.inbox)), "lake": Lake(root=str(tmp_path))}
+    runs = []
+    for _ in range(2):  # a rerun replaces the record's rows: nothing doubles
+        out = land([payments], [record], res)
+        assert out.success
+        runs.append(out.run_id)
     table = Lake(root=str(tmp_path)).read("payments", record)
+    assert table.num_rows == 3
+    # each run noted the record in the lake, the inbox keeps the last one's landing
+    assert [(r["run_id"], r["outcome"], r["row_count"]) for r in noted(tmp_path, "landings")] \
+        == [(run, "landed", 3) for run in runs]
+    meta = out.asset_materializations_for_node("payments")[0].metadata
+    assert (meta["dagster/row_count"].value, meta["published"].value) == (3, 1)
+    with Inbox(receiver.inbox) as inbox:
+        (state,) = inbox.landings([record], product="payments")
+    assert (state.outcome, state.run_id, state.row_count) == ("landed", runs[-1], 3)
     rows = {r["payment_id"]: r for r in table.to_pylist()}
     assert set(rows) == set(ids)
     for pid, sent in ids.items():
@@ -78,12 +85,9 @@ def test_two_payments_in_one_window_both_land(tmp_path, make):
                                  payment={"_id": pid, "status": "success", "amount": amount,
                                           "fee": 750, "currency": "NGN"})
             assert inbox.add(body)[1]
-    res = {"callback_log": CallbackLog(inbox_path=str(inbox_path)),
+    res = {"inbox": InboxResource(path=str(inbox_path)),
            "lake": Lake(root=str(tmp_path / "lake"))}
-    with dg.DagsterInstance.ephemeral() as instance:
-        instance.add_dynamic_partitions("records", [record])
-        assert dg.materialize([payments], partition_key=record, resources=res,
-                              instance=instance).success
+    assert land([payments], [record], res).success
     table = Lake(root=str(tmp_path / "lake")).read("payments", record)
     assert sorted(table["payment_id"].to_pylist()) == ["pay1", "pay2"]
     assert sorted(str(a) for a in table["amount"].to_pylist()) == ["500.00", "700.00"]

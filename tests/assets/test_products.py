@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from decimal import Decimal
+from pathlib import Path
 
 import dagster as dg
 import pyarrow.compute as pc
@@ -20,9 +21,12 @@ from assets.identity import identity
 from assets.income import income
 from assets.transactions import transactions
 from resources.client import ConnectionClient
+from resources.inbox import open_inbox
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import Keys, reveal
 from tests.bad_service import BadPages
+from tests.conftest import connected, land, noted
 
 PRODUCTS = [accounts, balances, transactions, income, identity]
 
@@ -47,22 +51,42 @@ def raw_pages(box, path: str, body: dict, key: str) -> list[dict]:
     return items
 
 
-def resources(box, lake_root) -> dict:
+def inbox_of(lake_root) -> Path:
+    """The inbox beside a test's lake."""
+    return Path(f"{lake_root}-inbox.sqlite3")
+
+
+def resources(box, lake_root, records: list[str]) -> dict:
+    """The client of `box`, the lake, and an inbox that knows `records`."""
     return {"client": ConnectionClient(base_url=box.url, secret_key=box.sandbox_key,
                                        environment="sandbox"),
-            "lake": Lake(root=str(lake_root))}
+            "lake": Lake(root=str(lake_root)),
+            "inbox": InboxResource(path=connected(inbox_of(lake_root), records))}
 
 
-def run(assets, record: str, res: dict, instance=None, tags=None):
-    own = instance is None
-    instance = instance or dg.DagsterInstance.ephemeral()
-    try:
-        instance.add_dynamic_partitions("records", [record])
-        return dg.materialize(assets, partition_key=record, resources=res, instance=instance,
-                              tags=tags, raise_on_error=False)
-    finally:
-        if own:
-            instance.dispose()
+def bad_resources(bad: BadPages, lake_root, records: list[str]) -> dict:
+    """As `resources`, the client calling a service that serves invalid transactions."""
+    return {"client": ConnectionClient(base_url=bad.url, secret_key="sk_test_x",
+                                       environment="sandbox"),
+            "lake": Lake(root=str(lake_root)),
+            "inbox": InboxResource(path=connected(inbox_of(lake_root), records))}
+
+
+def run(assets, records: list[str], res: dict, instance=None, tags=None):
+    """One run over the batch `records`, as the sensor starts it."""
+    return land(assets, records, res, instance=instance, tags=tags, raise_on_error=False)
+
+
+def states(lake_root, records: list[str], product: str) -> dict:
+    """Each record's landing state of `product`, as the inbox keeps it."""
+    with open_inbox(inbox_of(lake_root)) as inbox:
+        return {s.record: s for s in inbox.landings(records, product=product)}
+
+
+def materialization(result, asset: str) -> dg.AssetMaterialization:
+    (mat,) = [e.materialization for e in result.get_asset_materialization_events()
+              if e.materialization.asset_key == dg.AssetKey(asset)]
+    return mat
 
 
 def failure_text(result) -> str:
@@ -76,7 +100,7 @@ def landed(shared_sandbox, tmp_path_factory):
     made = create(shared_sandbox, accounts=3, months=4)
     lake = tmp_path_factory.mktemp("lake")
     time.sleep(0.5)  # the connection completes on its own, right after creation
-    result = run(PRODUCTS, made["record"], resources(shared_sandbox, lake))
+    result = run(PRODUCTS, [made["record"]], resources(shared_sandbox, lake, [made["record"]]))
     assert result.success, failure_text(result)
     return made, lake, result
 
@@ -127,40 +151,86 @@ def test_balances_snapshot_and_periodic(shared_sandbox, landed):
 
 def test_income_and_identity(shared_sandbox, landed):
     made, lake, result = landed
+    record = made["record"]
     with shared_sandbox.api() as api:
-        inc = api.post("income/get", json={"record": made["record"]}).json()["data"]["income"]
-        ident = api.post("identity/get", json={"record": made["record"]}).json()["data"]
-    summary = read(lake, "income", made["record"])
+        inc = api.post("income/get", json={"record": record}).json()["data"]["income"]
+        ident = api.post("identity/get", json={"record": record}).json()["data"]
+    summary = read(lake, "income", record)
     assert summary["number_of_transactions"].to_pylist() == [inc["number_of_transactions"]]
-    streams = read(lake, "income_streams", made["record"])
+    streams = read(lake, "income_streams", record)
     assert sorted(streams["stream_id"].to_pylist()) == sorted(s["stream_id"]
                                                                for s in inc["streams"])
-    people = read(lake, "identity", made["record"])
+    people = read(lake, "identity", record)
     bvns = [i["bvn"] for i in ident["identity"]]
     assert people["bvn"].to_pylist() == ["*******" + b[-4:] for b in bvns]
     keys = Keys.from_env()
     assert people["bvn_hash"].to_pylist() == [keys.hash(b) for b in bvns]
     opened = reveal(people, keys)
-    # the run's preview in the UI shows the masked forms, never the numbers or the contacts
-    (mat,) = [m for m in result.get_asset_materialization_events()
-              if m.asset_key == dg.AssetKey("identity")]
-    preview = mat.materialization.metadata["preview"].value
-    assert "*******" + bvns[0][-4:] in preview and "sealed" not in preview
-    raw = [v for i in ident["identity"] for v in (i["bvn"], *i["phone"], *i["email"])]
-    assert [v for v in raw if v in preview] == []
     assert [o["bvn"] for o in opened] == bvns
     assert [o["emails"] for o in opened] == [i["email"] for i in ident["identity"]]
+    # what Dagster, the lake's landings and the inbox hear of identity: counts, never a
+    # number or a contact
+    raw = [v for i in ident["identity"] for v in (i["bvn"], *i["phone"], *i["email"])]
+    told = [str(materialization(result, "identity").metadata),
+            str(noted(lake, "landings", result.run_id)),
+            str(states(lake, [record], "identity"))]
+    assert [v for v in raw if any(v in t for t in told)] == []
+    assert materialization(result, "identity").metadata["published"].value == 1
+    # one verdict per check and run in Dagster, the record's own in the lake and the inbox;
+    # income's is Dagster's only when income landed after transactions (else the
+    # transactions step checked it, and says so in the lake and the inbox only)
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    waited = materialization(result, "income").metadata.get("checked_when_transactions_land")
     assert checks == {"account_has_record": True, "running_balance_reconciles": True,
-                      "income_matches_transactions": True}
+                      **({} if waited else {"income_matches_transactions": True})}
+    assert [(r["record_id"], r["product"], r["check_name"], r["passed"], r["problem_count"])
+            for r in noted(lake, "checks", result.run_id)] == [
+        (record, "accounts", "account_has_record", True, 0),
+        (record, "income", "income_matches_transactions", True, 0),
+        (record, "transactions", "running_balance_reconciles", True, 0)]
+    for product, check in (("accounts", "account_has_record"),
+                           ("transactions", "running_balance_reconciles"),
+                           ("income", "income_matches_transactions")):
+        state = states(lake, [record], product)[record]
+        assert (state.outcome, state.run_id) == ("landed", result.run_id)
+        assert state.detail["checks"] == {check: 0}
+
+
+def test_each_product_notes_the_record_it_landed(landed):
+    """A row per product in the lake's `landings`, its latest state in the inbox: landed by
+    this run, with the rows it published where the lake holds them."""
+    made, lake, result = landed
+    record = made["record"]
+    rows = noted(lake, "landings", result.run_id)
+    assert [(r["record_id"], r["product"], r["outcome"], r["error"]) for r in rows] == [
+        (record, p, "landed", None)
+        for p in ("accounts", "balances", "identity", "income", "transactions")]
+    tables = {"accounts": "accounts", "balances": "balance_history", "identity": "identity",
+              "income": "income", "transactions": "transactions"}
+    for r in rows:
+        table = tables[r["product"]]
+        # the version its commit made holds its rows (a later run may have added more)
+        at = Lake(root=str(lake)).read(table, record, version=r["lake_version"])
+        assert r["row_count"] == at.num_rows > 0
+        assert r["lake_table"] == str(lake / table)
+        state = states(lake, [record], r["product"])[record]
+        assert (state.outcome, state.row_count, state.detail["lake_version"]) == (
+            "landed", r["row_count"], r["lake_version"])
+        # and the batch's materialization says the same, for a batch of one
+        meta = materialization(result, r["product"]).metadata
+        assert (meta["records"].value, meta["published"].value, meta["held"].value,
+                meta["failed"].value) == (1, 1, 0, 0)
+        assert meta["dagster/row_count"].value == r["row_count"]
+        assert meta["lake_version"].value == r["lake_version"]
+        assert result.run_id in meta["each_record"].value
 
 
 def test_rerun_doubles_nothing(shared_sandbox, landed):
     made, lake, _ = landed
-    res = resources(shared_sandbox, lake)
+    res = resources(shared_sandbox, lake, [made["record"]])
     before = read(lake, "transactions", made["record"])
     time.sleep(1.1)  # snapshots are kept per second: make the second one a new one
-    again = run([balances, transactions], made["record"], res)
+    again = run([balances, transactions], [made["record"]], res)
     assert again.success, failure_text(again)
     after = read(lake, "transactions", made["record"])
     assert after.num_rows == before.num_rows
@@ -168,24 +238,51 @@ def test_rerun_doubles_nothing(shared_sandbox, landed):
     assert after["transaction_id"].to_pylist() == before["transaction_id"].to_pylist()
     history = read(lake, "balance_history", made["record"])
     assert history.num_rows == 2 * len(made["accounts"])  # one more snapshot per account
+    assert [(r["product"], r["outcome"]) for r in noted(lake, "landings", again.run_id)] == [
+        ("balances", "landed"), ("transactions", "landed")]
 
 
 def test_many_records_in_one_run(shared_sandbox, tmp_path):
-    """The backfill policy lets one run carry several records."""
+    """One run carries a batch of records: each lands on its own, Dagster hears of the
+    batch once."""
     made = [create(shared_sandbox, accounts=1, months=2) for _ in range(3)]
     keys = [m["record"] for m in made]
     time.sleep(0.5)
-    defs = dg.Definitions(assets=[accounts], resources=resources(shared_sandbox, tmp_path),
-                          jobs=[dg.define_asset_job("acc", selection=["accounts"])])
-    with dg.DagsterInstance.ephemeral() as instance:
-        instance.add_dynamic_partitions("records", keys)
-        out = defs.resolve_job_def("acc").execute_in_process(
-            instance=instance, tags={"dagster/asset_partition_range_start": keys[0],
-                                     "dagster/asset_partition_range_end": keys[-1]})
-        assert out.success
+    out = run([accounts], keys, resources(shared_sandbox, tmp_path, keys))
+    assert out.success, failure_text(out)
     for m in made:
         table = read(tmp_path, "accounts", m["record"])
         assert table["account_id"].to_pylist() == m["accounts"]
+    (mat,) = out.asset_materializations_for_node("accounts")
+    assert (mat.metadata["records"].value, mat.metadata["published"].value) == (3, 3)
+    assert mat.metadata["dagster/row_count"].value == 3
+    (check,) = out.get_asset_check_evaluations()
+    assert check.passed and check.metadata["records_checked"].value == 3
+    assert [(r["record_id"], r["outcome"]) for r in noted(tmp_path, "landings", out.run_id)] \
+        == [(k, "landed") for k in sorted(keys)]
+    assert {r: s.outcome for r, s in states(tmp_path, keys, "accounts").items()} == \
+        dict.fromkeys(keys, "landed")
+
+
+def test_an_account_of_a_record_the_inbox_never_heard_of_is_held(shared_sandbox, tmp_path):
+    """The inbox is who knows the records: one it never heard of is held back, and the
+    others of its batch land."""
+    made = [create(shared_sandbox, accounts=1, months=1) for _ in range(2)]
+    known, stranger = made[0]["record"], made[1]["record"]
+    time.sleep(0.5)
+    out = run([accounts], [known, stranger], resources(shared_sandbox, tmp_path, [known]))
+    assert out.success, failure_text(out)  # held back is not failed
+    (mat,) = out.asset_materializations_for_node("accounts")
+    assert (mat.metadata["published"].value, mat.metadata["held"].value) == (1, 1)
+    assert mat.metadata["held_records"].value == [stranger]
+    (check,) = out.get_asset_check_evaluations()
+    assert not check.passed and check.metadata["failing_records"].value == [stranger]
+    assert check.metadata["records_failed"].value == 1
+    assert read(tmp_path, "accounts", known) is not None
+    assert stranger not in Lake(root=str(tmp_path)).partitions("accounts")
+    (bad,) = [r for r in noted(tmp_path, "checks", out.run_id) if not r["passed"]]
+    assert bad["record_id"] == stranger and json.loads(bad["problems"])[0]["record"] == stranger
+    assert states(tmp_path, [stranger], "accounts")[stranger].outcome == "held"
 
 
 @pytest.mark.slow
@@ -196,7 +293,7 @@ def test_record_with_100k_transactions(frozen_sandbox, tmp_path):
         first = api.post("transactions/get", json={"record": made["record"], "limit": 1})
         total = first.json()["data"]["pagination"]["totalDocs"]
     assert total >= 100_000
-    result = run([transactions], made["record"], resources(box, tmp_path))
+    result = run([transactions], [made["record"]], resources(box, tmp_path, [made["record"]]))
     assert result.success, failure_text(result)
     table = read(tmp_path, "transactions", made["record"])
     assert table.num_rows == total
@@ -230,27 +327,30 @@ def test_incremental_pull_after_new_days(frozen_sandbox, tmp_path):
     of the truth below made the two differ by one."""
     sandbox = frozen_sandbox
     made = create(sandbox, accounts=2, months=2, volume=20)
-    res = resources(sandbox, tmp_path)
+    record = made["record"]
+    res = resources(sandbox, tmp_path, [record])
     time.sleep(0.5)
-    with dg.DagsterInstance.ephemeral() as instance:
-        first = run([transactions], made["record"], res, instance)
-        assert first.success, failure_text(first)
-        before = total_transactions(sandbox, made["record"])
-        with sandbox.api() as api:
-            moved = api.post("sandbox/clock/advance", json={"seconds": 3 * 86400})
-            assert moved.status_code == 200, moved.text
-        after_total = total_transactions(sandbox, made["record"])
-        assert after_total > before  # three new days of transactions
-        second = run([transactions], made["record"], res, instance)
-        assert second.success, failure_text(second)
+    first = run([transactions], [record], res)
+    assert first.success, failure_text(first)
+    before = total_transactions(sandbox, record)
+    with sandbox.api() as api:
+        moved = api.post("sandbox/clock/advance", json={"seconds": 3 * 86400})
+        assert moved.status_code == 200, moved.text
+    after_total = total_transactions(sandbox, record)
+    assert after_total > before  # three new days of transactions
+    second = run([transactions], [record], res)
+    assert second.success, failure_text(second)
     meta = second.asset_materializations_for_node("transactions")[0].metadata
-    pulled = meta["pull"].value
-    assert pulled.startswith("window from")  # from the last date seen, less 3 days
+    assert meta["pulled_whole"].value == 0
     assert meta["fetched_rows"].value < after_total
-    table = read(tmp_path, "transactions", made["record"])
-    assert table.num_rows == after_total
+    (row,) = noted(tmp_path, "landings", second.run_id)
+    assert row["pull"].startswith("window from")  # from the last date seen, less 3 days
+    assert row["fetched_rows"] == meta["fetched_rows"].value
+    assert states(tmp_path, [record], "transactions")[record].detail["pull"] == row["pull"]
+    table = read(tmp_path, "transactions", record)
+    assert table.num_rows == after_total == row["row_count"]
     assert pc.count_distinct(table["transaction_id"]).as_py() == after_total
-    wire = raw_pages(sandbox, "transactions/get", {"record": made["record"]}, "transaction")
+    wire = raw_pages(sandbox, "transactions/get", {"record": record}, "transaction")
     assert sorted(table["transaction_id"].to_pylist()) == sorted(t["_id"] for t in wire)
 
 
@@ -262,68 +362,75 @@ def test_failed_validation_writes_nothing(tmp_path):
     version, files = lake.version("transactions"), sorted((tmp_path / "transactions").rglob("*"))
     bad = BadPages()
     try:
-        res = {"client": ConnectionClient(base_url=bad.url, secret_key="sk_test_x",
-                                          environment="sandbox"),
-               "lake": lake}
-        result = run([transactions], "rec1", res)
+        result = run([transactions], ["rec1"], bad_resources(bad, tmp_path, ["rec1"]))
     finally:
         bad.close()
     assert not result.success
     text = failure_text(result)
     assert "ValidationFailed" in text and "exactly one of debit and credit" in text
-    assert "rows 1" in text and "nothing was written" in text
+    assert "rows 1" in text and "were not written" in text
+    assert "not retried" in text  # bad data: the engine does not try again
+    assert not [e for e in result.all_events if e.event_type_value == "STEP_RESTARTED"]
     assert lake.version("transactions") == version  # no commit
     assert sorted((tmp_path / "transactions").rglob("*")) == files  # no file left behind
-
-
-def run_range(assets, keys: list[str], res: dict):
-    """One run over a range of records, as a backfill makes it."""
-    defs = dg.Definitions(assets=assets, resources=res,
-                          jobs=[dg.define_asset_job("batch", selection=assets)])
-    with dg.DagsterInstance.ephemeral() as instance:
-        instance.add_dynamic_partitions("records", keys)
-        return defs.resolve_job_def("batch").execute_in_process(
-            instance=instance, raise_on_error=False,
-            tags={"dagster/asset_partition_range_start": keys[0],
-                  "dagster/asset_partition_range_end": keys[-1]})
+    (row,) = noted(tmp_path, "landings", result.run_id)
+    assert (row["record_id"], row["outcome"], row["lake_version"]) == ("rec1", "failed", None)
+    assert "exactly one of debit and credit" in row["error"]
+    state = states(tmp_path, ["rec1"], "transactions")["rec1"]
+    assert state.outcome == "failed" and state.detail["error"] == row["error"]
 
 
 def test_a_large_batch_lands_chunk_by_chunk(shared_sandbox, tmp_path, monkeypatch):
     monkeypatch.setattr("assets.transactions.CHUNK", 4)  # ten records: three chunks
     made = [create(shared_sandbox, accounts=1, months=1, volume=5) for _ in range(10)]
     keys = [m["record"] for m in made]
-    out = run_range([transactions], keys, resources(shared_sandbox, tmp_path))
+    out = run([transactions], keys, resources(shared_sandbox, tmp_path, keys))
     assert out.success, failure_text(out)
-    # landed chunk by chunk, reported by the run: each record with its own figures
-    mats = {m.partition: m.metadata for m in out.asset_materializations_for_node("transactions")}
-    assert set(mats) == set(keys)
+    # landed chunk by chunk, each record noted with its own figures, the batch told once
+    rows = {r["record_id"]: r for r in noted(tmp_path, "landings", out.run_id)}
+    assert set(rows) == set(keys)
     for key in keys:
         table = read(tmp_path, "transactions", key)
         assert table.num_rows == total_transactions(shared_sandbox, key) > 0
-        assert mats[key]["dagster/row_count"].value == table.num_rows
-        assert mats[key]["fetched_rows"].value == table.num_rows  # a first pull: all of it
-        first_id = table["transaction_id"][0].as_py()
-        assert first_id in mats[key]["preview"].value  # this record's rows, not another's
-        assert mats[key]["lake_table"].value == str(tmp_path / "transactions")
-        assert mats[key]["lake_version"].value >= 1  # committed per chunk of records
-    verdicts = {(c.partition, c.check_name): c.passed for c in out.get_asset_check_evaluations()}
-    assert verdicts == {(k, "running_balance_reconciles"): True for k in keys}
+        assert rows[key]["outcome"] == "landed"
+        assert rows[key]["row_count"] == table.num_rows
+        assert rows[key]["fetched_rows"] == table.num_rows  # a first pull: all of it
+        assert rows[key]["lake_table"] == str(tmp_path / "transactions")
+    # committed per chunk of records, in the batch's order
+    first = rows[keys[0]]["lake_version"]
+    assert [rows[k]["lake_version"] - first for k in keys] == [0] * 4 + [1] * 4 + [2] * 2
+    (mat,) = out.asset_materializations_for_node("transactions")
+    assert (mat.metadata["records"].value, mat.metadata["published"].value) == (10, 10)
+    assert mat.metadata["dagster/row_count"].value == sum(r["row_count"] for r in rows.values())
+    assert mat.metadata["fetched_rows"].value == mat.metadata["dagster/row_count"].value
+    assert mat.metadata["lake_version"].value == first + 2 == Lake(
+        root=str(tmp_path)).version("transactions")
+    assert "daily_balance" not in mat.metadata  # more records than are drawn
+    (check,) = out.get_asset_check_evaluations()
+    assert (check.check_name, check.passed) == ("running_balance_reconciles", True)
+    assert (check.metadata["records_checked"].value, check.metadata["records_failed"].value) \
+        == (10, 0)
+    assert {(r["record_id"], r["passed"]) for r in noted(tmp_path, "checks", out.run_id)} == {
+        (k, True) for k in keys}
 
 
 def test_a_failure_in_a_large_batch_fails_the_run_and_writes_nothing(tmp_path):
     keys = [f"rec{i:02d}" for i in range(9)]
     bad = BadPages()
     try:
-        res = {"client": ConnectionClient(base_url=bad.url, secret_key="sk_test_x",
-                                          environment="sandbox"),
-               "lake": Lake(root=str(tmp_path))}
-        out = run_range([transactions], keys, res)
+        out = run([transactions], keys, bad_resources(bad, tmp_path, keys))
     finally:
         bad.close()
     assert not out.success
     text = failure_text(out)
-    assert "exactly one of debit and credit" in text and "nothing was written" in text
-    assert not list(tmp_path.rglob("*.parquet"))
+    assert "exactly one of debit and credit" in text and "were not written" in text
+    assert "9 record(s) of transactions failed" in text
+    assert not list((tmp_path / "transactions").rglob("*.parquet"))
+    assert not out.asset_materializations_for_node("transactions")
+    rows = noted(tmp_path, "landings", out.run_id)
+    assert [(r["record_id"], r["outcome"]) for r in rows] == [(k, "failed") for k in keys]
+    assert all("exactly one of debit and credit" in r["error"] for r in rows)
+    assert {s.outcome for s in states(tmp_path, keys, "transactions").values()} == {"failed"}
 
 
 def test_balances_and_transactions_show_the_daily_balance_chart(landed):

@@ -6,8 +6,8 @@ import dagster as dg
 from deltalake import DeltaTable
 
 from assets.record_status import SCHEMA, record_status
-from resources.callbacks import CallbackLog
 from resources.inbox import Inbox
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 
 
@@ -26,7 +26,7 @@ def test_record_status_table(tmp_path, make):
         inbox.add(make.disconnect("c2", "2026-11-03T00:00:00.000Z"))
 
     lake = Lake(root=str(tmp_path / "lake"))
-    resources = {"callback_log": CallbackLog(inbox_path=str(inbox_path)), "lake": lake}
+    resources = {"inbox": InboxResource(path=str(inbox_path)), "lake": lake}
     with dg.instance_for_test() as instance:  # its own instance: no state left by other tests
         out = dg.materialize([record_status], instance=instance, resources=resources)
     assert out.success
@@ -60,7 +60,7 @@ def test_a_rebuild_replaces_the_whole_table_in_one_commit(tmp_path, make):
         inbox.add(make.callback("r1", "ACCOUNTS", "ACCOUNTS_SUCCESS", customer="c1",
                                 ended_at="2026-11-01T00:00:00.000Z"))
     lake = Lake(root=str(tmp_path / "lake"))
-    resources = {"callback_log": CallbackLog(inbox_path=str(inbox_path)), "lake": lake}
+    resources = {"inbox": InboxResource(path=str(inbox_path)), "lake": lake}
     versions = []
     with dg.instance_for_test() as instance:
         for later in ("r2", "r3"):

@@ -27,7 +27,7 @@ from tests.bad_service import BadPages
 from tests.conftest import Sandbox, start_sandbox
 
 CHECK = tx.RUNNING_BALANCE.name
-SAID = "record %s: %d fetched (%s), %d in the partition"
+SAID = "record %s: %d fetched (%s), %d in the record"
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def rows_of(lake: Lake, record: str) -> int:
 
 
 def assert_lake_is_truth(box, lake: Lake, record: str) -> dict:
-    """The partition holds exactly the lines a full pull returns now: ids and sums."""
+    """The lake holds exactly the record's lines a full pull returns now: ids and sums."""
     want = truth(box, record)
     table = lake.read("transactions", record)
     ids = table["transaction_id"].to_pylist()
@@ -102,16 +102,13 @@ def test_a_run_lands_each_record_in_order_with_its_own_pull_and_figures(box, tmp
         windowed = rid == ids[1]
         fetched = in_window if windowed else want["lines"]
         assert x.published is True and x.error is None and x.problems == {CHECK: []}
-        meta = x.metadata
-        assert meta["pull"] == (f"window from {start}" if windowed else tx.FULL)
-        assert meta["fetched_rows"] == fetched
-        assert meta["accounts"] == 2
-        assert meta["pending_lines"] == sum(a["pending"] for a in want["accounts"])
-        assert meta["dagster/row_count"] == want["lines"]
-        assert meta["lake_table"].value == str(tmp_path / "transactions")
-        assert meta["lake_version"] == landings[0].metadata["lake_version"]  # one commit
-        first = lake.read("transactions", rid)["transaction_id"][0].as_py()
-        assert first in meta["preview"].value  # this record's rows, not another's
+        assert x.outcome == "landed"
+        assert x.pull == (f"window from {start}" if windowed else tx.FULL)
+        assert x.fetched_rows == fetched
+        assert x.row_count == want["lines"]
+        assert x.lake_table == str(tmp_path / "transactions")
+        assert x.lake_version == landings[0].lake_version  # one commit
+        assert x.lake_version == lake.version("transactions") and x.rows == {}
         logged.append((SAID, rid, fetched, f"from {start}" if windowed else "full history",
                        want["lines"]))
     assert 0 < in_window < truth(box, ids[1])["lines"]  # a window, not the whole history
@@ -136,7 +133,9 @@ def test_a_failing_record_is_reported_with_its_error_and_the_others_land(box, tm
     assert "on POST transactions/get" in fetch.error and fetch.retryable is True
     assert audit.error.startswith("RecordError: RECORD_LOGIN_REQUIRED: ")
     assert "on POST balance/get" in audit.error and audit.retryable is False
-    assert fetch.metadata == {} and audit.metadata == {}
+    for x in (fetch, audit):
+        assert x.outcome == "failed" and x.row_count == 0
+        assert (x.lake_table, x.lake_version, x.pull) == (None, None, None)
     assert rows_of(lake, ids[1]) == rows_of(lake, ids[2]) == 0
     for rid in (ids[0], ids[3]):
         assert_lake_is_truth(box, lake, rid)
@@ -160,7 +159,7 @@ def last_line(table: pa.Table, account: str) -> tuple[str, int]:
     return mine["transaction_id"][-1].as_py(), int(mine["balance"][-2].as_py() * 100)
 
 
-def test_a_partition_short_of_its_last_line_is_held_or_pulled_whole(box, tmp_path):
+def test_a_record_short_of_its_last_line_is_held_or_pulled_whole(box, tmp_path):
     """Its chain holds but ends off the ledger: from a whole pull it is held back, nothing
     written; from a window it is pulled again whole, and that one is published."""
     rid = create(box, accounts=2, months=1, volume=3, seed=60, settlement=False)
@@ -182,17 +181,15 @@ def test_a_partition_short_of_its_last_line_is_held_or_pulled_whole(box, tmp_pat
         {"record": rid, "account": account, "running_balance": naira(running),
          "ledger_balance": naira(ledger[account]),
          "problem": "last running balance differs from the ledger balance"}]}
-    assert {k: held.metadata[k] for k in ("fetched_rows", "pull", "accounts", "pending_lines",
-                                          "dagster/row_count")} == {
-        "fetched_rows": 11, "pull": tx.FULL, "accounts": 2, "pending_lines": 0,
-        "dagster/row_count": short.num_rows}
-    assert "lake_table" not in held.metadata and held.rows == {}
+    assert (held.outcome, held.fetched_rows, held.pull, held.row_count) == (
+        "held", 11, tx.FULL, short.num_rows)
+    assert (held.lake_table, held.lake_version) == (None, None) and held.rows == {}
     assert mended.record_id == rid and mended.published is True
     assert mended.problems == {CHECK: []}
-    assert mended.metadata["pull"] == f"{tx.FULL} (the window pull from {start} did not reconcile)"
-    assert mended.metadata["fetched_rows"] == 11 + whole.num_rows
-    assert mended.metadata["dagster/row_count"] == whole.num_rows
-    assert mended.metadata["lake_version"] == lake.version("transactions")
+    assert mended.pull == f"{tx.FULL} (the window pull from {start} did not reconcile)"
+    assert mended.fetched_rows == 11 + whole.num_rows
+    assert mended.row_count == whole.num_rows
+    assert mended.lake_version == lake.version("transactions")
     assert_lake_is_truth(box, lake, rid)
 
 
@@ -205,9 +202,9 @@ def test_a_broken_chain_a_whole_pull_does_not_mend_is_held(box, tmp_path):
         table = tx.apply_window(None, tx.fetch(c, rid, None), None)
         held = tx.land_one(c, rid, table, start, 5)
         commit(lake, [held], {"transactions": tx.SCHEMA})
-    assert held.published is False and held.record_id == rid
-    assert held.metadata["pull"] == f"{tx.FULL} (the window pull from {start} did not reconcile)"
-    assert held.metadata["fetched_rows"] == 5 + table.num_rows
+    assert held.published is False and held.record_id == rid and held.outcome == "held"
+    assert held.pull == f"{tx.FULL} (the window pull from {start} did not reconcile)"
+    assert held.fetched_rows == 5 + table.num_rows
     first = held.problems[CHECK][0]
     assert first["record"] == rid and first["transaction_id"] == bad["transaction"]
     assert first["balance"] == f"{Decimal(str(bad['balance_served'])):.2f}"
@@ -223,20 +220,17 @@ def test_a_broken_chain_a_whole_pull_does_not_mend_is_held(box, tmp_path):
     assert rows_of(lake, rid) == 0
 
 
-def test_a_record_without_lines_publishes_an_empty_partition(box, tmp_path):
-    """A record whose accounts have no line yet: nothing to reconcile, an empty partition."""
+def test_a_record_without_lines_publishes_no_rows(box, tmp_path):
+    """A record whose accounts have no line yet: nothing to reconcile, no rows published."""
     rid = create(box, accounts=1, months=1, volume=1, seed=62, settlement=False)
     lake = Lake(root=str(tmp_path))
     with client(box) as c:
         x = tx.land_one(c, rid, tx.SCHEMA.empty_table(), None, 0)
         commit(lake, [x], {"transactions": tx.SCHEMA})
     assert x.published is True and x.problems == {CHECK: []}
-    assert {k: x.metadata[k] for k in ("fetched_rows", "pull", "accounts", "pending_lines",
-                                       "dagster/row_count")} == {
-        "fetched_rows": 0, "pull": tx.FULL, "accounts": 0, "pending_lines": 0,
-        "dagster/row_count": 0}
+    assert (x.outcome, x.fetched_rows, x.pull, x.row_count) == ("landed", 0, tx.FULL, 0)
     assert lake.read("transactions", rid).num_rows == 0
-    assert x.metadata["lake_version"] == lake.version("transactions")  # a commit of no rows
+    assert x.lake_version == lake.version("transactions")  # a commit of no rows
 
 
 def test_records_failing_validation_are_named_written_nowhere_and_not_retried(tmp_path):
@@ -287,7 +281,7 @@ def test_many_records_land_chunk_by_chunk(box, tmp_path, monkeypatch):
     assert in_lake == [sorted(ids[:2] + [ids[3]]), sorted(ids[:4]), sorted(ids)]
     landings = [x for chunk in chunks for x in chunk]
     assert [(x.record_id, x.published) for x in landings] == [(r, True) for r in ids]
-    assert [x.metadata["pull"] for x in landings] == [
+    assert [x.pull for x in landings] == [
         tx.FULL, f"window from {start}", tx.FULL, tx.FULL, tx.FULL]
     for rid in ids:
         assert_lake_is_truth(box, lake, rid)

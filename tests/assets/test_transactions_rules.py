@@ -110,16 +110,16 @@ def test_which_records_a_run_pulls_whole(monkeypatch):
     day = dt.date(2026, 11, 5)
     seen = {}
 
-    @dg.asset(partitions_def=dg.StaticPartitionsDefinition(["p"]))
+    @dg.asset
     def probe(context):
         seen["full"] = tx.full_pulls(context, tx.PullConfig(), ids)
         seen["forced"] = tx.full_pulls(context, tx.PullConfig(full_history=True), ids)
 
-    dg.materialize([probe], partition_key="p", tags={"ledgerlake/refresh_day": day.isoformat()})
+    dg.materialize([probe], tags={"ledgerlake/refresh_day": day.isoformat()})
     assert seen["full"] == {r for r in ids if tx.reconciles_on(r, day, 7)}
     assert 0 < len(seen["full"]) < len(ids)
     assert seen["forced"] == set(ids)
-    dg.materialize([probe], partition_key="p")  # not the schedule's run: no reconcile
+    dg.materialize([probe])  # not the schedule's run: no reconcile
     assert seen["full"] == set() and seen["forced"] == set(ids)
 
 
@@ -144,7 +144,7 @@ def test_a_lake_of_one_line_keeps_it_when_a_window_does_not_reach_it():
     assert tx.pull_from(lake) == dt.date(2026, 2, 26)  # one line is a date seen too
 
 
-def test_a_partition_whose_lines_carry_no_date_is_pulled_whole():
+def test_a_record_whose_lines_carry_no_date_is_pulled_whole():
     lake = rows(("a", at(1), "1.00"))
     lake = lake.set_column(lake.schema.get_field_index("trans_date"), "trans_date",
                            pa.array([None], TS))

@@ -24,6 +24,7 @@ from deltalake import DeltaTable
 
 from assets.warehouse import build, load_views
 from resources.lake import Lake
+from tests.conftest import connected, land
 
 UTC = dt.UTC
 TS = pa.timestamp("ms", tz="UTC")
@@ -55,7 +56,7 @@ def sandbox_lake(shared_sandbox, tmp_path_factory):
     Returns the warehouse, its views, the lake root and what the sandbox served over HTTP
     after the runs (balances with their periodic history, every transaction).
     """
-    from dagster import DagsterInstance, materialize
+    from dagster import materialize
 
     from assets.accounts import accounts
     from assets.balances import balances
@@ -64,6 +65,7 @@ def sandbox_lake(shared_sandbox, tmp_path_factory):
     from assets.transactions import transactions
     from assets.warehouse import Warehouse, warehouse
     from resources.client import ConnectionClient
+    from resources.inbox.resource import InboxResource
 
     root = tmp_path_factory.mktemp("lake")
     target = root / "warehouse.duckdb"
@@ -83,16 +85,14 @@ def sandbox_lake(shared_sandbox, tmp_path_factory):
         record_ids = [c["record"] for c in made.json()["data"]["customers"]]
         for record in record_ids:  # wait until the service has processed the products
             _pages(api, "transactions/get", {"record": record}, "transaction")
-        with DagsterInstance.ephemeral() as instance:
-            instance.add_dynamic_partitions("records", record_ids)
-            for record in record_ids:
-                out = materialize([accounts, transactions, balances, identity, income],
-                                  partition_key=record, instance=instance,
-                                  resources=resources)
-                assert out.success
-            out = materialize([warehouse], instance=instance, resources=resources)
-            assert out.success
-            views = out.asset_materializations_for_node("warehouse")[0].metadata["views"].text
+        # one run over the three records, as the sensor starts it
+        inbox = InboxResource(path=connected(root / "inbox.sqlite3", record_ids))
+        out = land([accounts, transactions, balances, identity, income], record_ids,
+                   {**resources, "inbox": inbox})
+        assert out.success
+        out = materialize([warehouse], resources=resources)
+        assert out.success
+        views = out.asset_materializations_for_node("warehouse")[0].metadata["views"].text
         served = {record: {
             "balances": _pages(api, "balance/get", {"record": record}, "balance"),
             "transactions": _pages(api, "transactions/get", {"record": record}, "transaction"),
@@ -126,6 +126,30 @@ def test_every_view_built_over_a_lake_the_assets_filled(sandbox_lake):
     assert set(views) == set(VIEWS)  # payments and records too, empty: none landed
     assert view_columns(target, "payments") == VIEWS["payments"]
     assert query(target, "select count(*) as n from payments")["n"][0] == 0
+
+
+def test_the_landings_and_checks_views_tell_each_record_of_the_run(sandbox_lake):
+    """What the run did to each record, in SQL: a landing per record and product, a verdict
+    per record and check, all of one run."""
+    target, _, lake_root, _ = sandbox_lake
+    records = sorted(set(lake_frame(lake_root, "accounts")["record_id"]))
+    landed = query(target, "select record_id, product, outcome, row_count, run_id "
+                           "from landings order by all")
+    products = ["accounts", "balances", "identity", "income", "transactions"]
+    assert list(zip(landed["record_id"], landed["product"], landed["outcome"], strict=True)) \
+        == [(r, p, "landed") for r in records for p in products]
+    assert landed["run_id"].nunique() == 1
+    rows = landed[landed["product"] == "transactions"].set_index("record_id")["row_count"]
+    assert rows.to_dict() == lake_frame(lake_root, "transactions").groupby(
+        "record_id").size().to_dict()
+    checked = query(target, "select record_id, check_name, passed, blocking, run_id "
+                            "from checks order by all")
+    assert list(zip(checked["record_id"], checked["check_name"], checked["passed"],
+                    checked["blocking"], strict=True)) == [
+        (r, c, True, b) for r in records for c, b in (
+            ("account_has_record", True), ("income_matches_transactions", False),
+            ("running_balance_reconciles", True))]
+    assert set(checked["run_id"]) == set(landed["run_id"])
 
 
 def test_transactions_view_is_every_line_the_sandbox_served(sandbox_lake):
@@ -331,6 +355,10 @@ LAKE = {
                                                           "payment")),
     "erasures": "erasure_id requested_at:ts finished_at:ts subject subject_id record_id "
                 "lake_table rows_deleted:int files_purged:int reason",
+    "landings": "product run_id landed_at:ts outcome row_count:int fetched_rows:int pull "
+                "lake_table lake_version:int error",
+    "checks": "product check_name run_id evaluated_at:ts passed:bool blocking:bool "
+              "problem_count:int problems",
 }
 
 # the views as docs/lake.md's table documents them: the lake table's columns, then record_id
@@ -350,6 +378,8 @@ VIEWS = {
     "payments": columns(LAKE["payments"] + " record_id amount_kobo:int"),
     "records": columns(LAKE["records"] + " is_connected:bool needs_reauth:bool"),
     "erasures": columns(LAKE["erasures"]),
+    "landings": columns(LAKE["landings"] + " record_id"),
+    "checks": columns(LAKE["checks"] + " record_id"),
 }
 
 
@@ -737,7 +767,9 @@ def filled_over_many_commits(lake: Lake) -> None:
 
     from assets.balances import HISTORY, PERIODIC
     from assets.payments import SCHEMA as PAYMENTS
+    from assets.publish import CHECKS, LANDINGS
     from assets.record_status import SCHEMA as RECORDS
+    from resources.delta import with_record_id
 
     lake.write("accounts", "r1", accounts_table(["a"]))
     lake.write("accounts", "r2", accounts_table(["b", "c"]))
@@ -766,6 +798,18 @@ def filled_over_many_commits(lake: Lake) -> None:
     for status in ("connected", "reauth_required"):
         lake.write("records", None, of(RECORDS, {"record_id": "r1", "status": status}),
                    schema=RECORDS)
+    # what each run noted of its records: a commit per run, as the assets append them
+    for n, outcome in enumerate(("landed", "held", "failed")):
+        at = dt.datetime(2024, 3, 1 + n, tzinfo=UTC)
+        lake.append_rows("landings", pa.Table.from_pylist([
+            {"product": "transactions", "run_id": f"run{n}", "landed_at": at,
+             "outcome": outcome, "row_count": 3, "record_id": r} for r in ("r1", "r2")],
+            schema=with_record_id(LANDINGS)), LANDINGS)
+        lake.append_rows("checks", pa.Table.from_pylist([
+            {"product": "transactions", "check_name": "running_balance_reconciles",
+             "run_id": f"run{n}", "evaluated_at": at, "passed": outcome == "landed",
+             "blocking": True, "problem_count": n, "record_id": "r1"}],
+            schema=with_record_id(CHECKS)), CHECKS)
 
 
 def parquet_on_disk(lake: Lake, table: str) -> list[Path]:
@@ -785,7 +829,7 @@ def test_compaction_and_vacuum_change_no_views_answer(tmp_path):
     assert [v for v in VIEWS if not before[v]] == ["income_summary", "income_streams",
                                                    "identity", "erasures"]  # not filled here
     tables = ["accounts", "transactions", "balance_history", "balance_periodic", "payments",
-              "records"]
+              "records", "landings", "checks"]
     on_disk = {t: parquet_on_disk(lake, t) for t in tables}
 
     compacted = {t: delta.compact(lake.table_uri(t)) for t in tables}
