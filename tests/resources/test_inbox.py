@@ -15,12 +15,13 @@ from resources.inbox import (
     Inbox,
     InboxMissing,
     InvalidEvent,
-    _identity,
+    LandingState,
     describe,
     kept_body,
     open_inbox,
     scrubbed,
 )
+from resources.inbox.store import _identity
 from tests.resources.inbox_batches import random_batches
 
 
@@ -580,3 +581,91 @@ def test_record_ids_come_in_pages_after_a_key(inbox, make):
     assert inbox.record_ids("rec-d") == []
     assert inbox.record_ids(status="connected") == ["rec-a", "rec-c", "rec-d"]
     assert inbox.record_ids("rec-a", limit=1, status="connected") == ["rec-c"]
+
+
+# -- what the pipeline made of each record: its landing state per product -------------------
+
+def landing(record: str, product: str, outcome: str, run_id: str, at: float, **kw
+            ) -> LandingState:
+    return LandingState(record, product, outcome, run_id, at, **kw)
+
+
+def test_a_records_landing_state_is_its_latest_and_keeps_when_it_last_landed(inbox, make):
+    """Each (record, product) keeps the state its last landing left; a landing that held or
+    failed leaves the time the product was last published as it was."""
+    for r in ("rec-a", "rec-b"):
+        inbox.add(make.callback(r, "AUTH", "AUTH_SUCCESS"))
+    inbox.note_landings([
+        landing("rec-a", "transactions", "landed", "run1", 100.0, row_count=5,
+                detail={"pull": "full history", "lake_version": 3}),
+        landing("rec-b", "transactions", "failed", "run1", 100.0,
+                detail={"error": "ApiError: down"}),
+        landing("rec-a", "income", "landed", "run1", 100.0, row_count=1)])
+    got = inbox.landings()
+    assert [(s.record, s.product, s.outcome, s.landed_at) for s in got] == [
+        ("rec-a", "income", "landed", 100.0), ("rec-a", "transactions", "landed", 100.0),
+        ("rec-b", "transactions", "failed", None)]
+    assert got[1].detail == {"pull": "full history", "lake_version": 3} and got[1].row_count == 5
+    assert got[2].detail == {"error": "ApiError: down"}
+
+    inbox.note_landings([landing("rec-a", "transactions", "held", "run2", 200.0, row_count=6,
+                                 detail={"checks": {"running_balance_reconciles": 2}})])
+    (held,) = inbox.landings(["rec-a"], product="transactions")
+    assert (held.outcome, held.run_id, held.at, held.landed_at, held.row_count) == (
+        "held", "run2", 200.0, 100.0, 6)
+    assert held.detail == {"checks": {"running_balance_reconciles": 2}}  # not merged
+    inbox.note_landings([landing("rec-a", "transactions", "landed", "run3", 300.0)])
+    (again,) = inbox.landings(["rec-a"], product="transactions")
+    assert (again.outcome, again.landed_at, again.detail) == ("landed", 300.0, {})
+
+
+def test_landing_states_are_read_by_record_product_outcome_and_run(inbox, make):
+    """The reads the pipeline makes: a retry's (its run's landed and held records), `status
+    --failed`'s (every record wanting action), a batch's records (any number of ids)."""
+    inbox.note_landings([
+        landing("rec-a", "accounts", "landed", "run1", 1.0),
+        landing("rec-b", "accounts", "held", "run1", 1.0),
+        landing("rec-c", "accounts", "failed", "run1", 1.0),
+        landing("rec-a", "balances", "landed", "run2", 2.0),
+        landing("rec-d", "accounts", "landed", "run2", 2.0)])
+
+    def keys(states):
+        return [(s.record, s.product) for s in states]
+
+    assert keys(inbox.landings(run_id="run1", product="accounts",
+                               outcomes=["landed", "held"])) == [
+        ("rec-a", "accounts"), ("rec-b", "accounts")]
+    assert keys(inbox.landings(outcomes=["held", "failed"])) == [
+        ("rec-b", "accounts"), ("rec-c", "accounts")]
+    assert keys(inbox.landings(["rec-a", "rec-never"])) == [
+        ("rec-a", "accounts"), ("rec-a", "balances")]
+    assert keys(inbox.landings(run_id="run2")) == [("rec-a", "balances"), ("rec-d", "accounts")]
+    assert keys(inbox.landings(limit=2)) == [("rec-a", "accounts"), ("rec-a", "balances")]
+    assert inbox.landings([]) == [] and inbox.landings(product="income") == []
+    many = [f"rec-{i:06d}" for i in range(100_000)]  # more than a statement binds one by one
+    assert keys(inbox.landings([*many, "rec-d"])) == [("rec-d", "accounts")]
+    inbox.note_landings([])  # nothing to keep: nothing changes
+    assert len(inbox.landings()) == 5
+
+
+def test_stale_counts_the_connected_records_not_published_since_a_cutoff(inbox, make):
+    """What the freshness check reads: of the connected records whose product was published
+    once, how many have not been since the cutoff, and the first of them."""
+    for r in ("rec-a", "rec-b", "rec-c", "rec-d", "rec-e"):
+        inbox.add(make.callback(r, "AUTH", "AUTH_SUCCESS", customer=f"cust-{r[-1]}"))
+    inbox.add({**make.disconnect("cust-d", "2099-11-03T00:00:00.000Z"), "record": "rec-d"})
+    inbox.note_landings([
+        landing("rec-a", "balances", "landed", "run1", 100.0),
+        landing("rec-b", "balances", "landed", "run1", 300.0),
+        landing("rec-c", "balances", "failed", "run1", 300.0),  # never published: not counted
+        landing("rec-d", "balances", "landed", "run1", 50.0),  # disconnected: not counted
+        landing("rec-e", "balances", "landed", "run1", 150.0),
+        landing("rec-a", "transactions", "landed", "run1", 300.0)])
+    assert inbox.stale("balances", 200.0) == (3, 2, ["rec-a", "rec-e"])
+    assert inbox.stale("balances", 200.0, limit=1) == (3, 2, ["rec-a"])
+    assert inbox.stale("transactions", 200.0) == (1, 0, [])
+    # a later landing that fails leaves rec-b as fresh as its last publication
+    inbox.note_landings([landing("rec-b", "balances", "failed", "run2", 400.0)])
+    assert inbox.stale("balances", 250.0) == (3, 2, ["rec-a", "rec-e"])
+    assert inbox.stale("balances", 350.0) == (3, 3, ["rec-a", "rec-b", "rec-e"])
+    assert inbox.stale("income", 350.0) == (0, 0, [])

@@ -85,7 +85,8 @@ def test_receivers_starting_together_make_the_schema_once(postgres_url):
     for inbox in opened:
         inbox.close()
     assert errors == [] and len(opened) == 6
-    assert tables(postgres_url) == {"events", "dead_letters", "records", "record_products"}
+    assert tables(postgres_url) == {"events", "dead_letters", "records", "record_products",
+                                    "landings"}
     with open_inbox(postgres_url, create=True) as again:  # and once more, later: a no-op
         assert again.count() == 0
 
@@ -244,11 +245,11 @@ def where_all(request, tmp_path):
     return tmp_path / "inbox.sqlite3"
 
 
-def test_the_callback_log_reads_a_postgres_inbox_as_it_reads_a_file(postgres_url, tmp_path,
-                                                                      make, monkeypatch):
-    """The assets that land what callbacks carry (payments, record status) read either."""
-    from resources.callbacks import PAYMENT_METHODS, CallbackLog
-
+def test_the_inbox_resource_reads_a_postgres_inbox_as_it_reads_a_file(postgres_url, tmp_path,
+                                                                     make, monkeypatch):
+    """The assets that land what callbacks carry (payments, record status) read either,
+    through the one resource over the inbox."""
+    payments = ("PAYMENT", "PAYMENT_RECURRING")  # the methods the payments asset reads
     path = tmp_path / "inbox.sqlite3"
     bodies = [make.callback("rec-a", "AUTH", "AUTH_SUCCESS", customer="c1", account="acc-a",
                             ended_at="2026-01-01T00:00:00.000Z"),
@@ -263,17 +264,18 @@ def test_the_callback_log_reads_a_postgres_inbox_as_it_reads_a_file(postgres_url
         with open_inbox(where, create=True) as inbox:
             for body in bodies:
                 inbox.add(body)
-    on_file = CallbackLog(inbox_path=str(path))
     monkeypatch.setenv("LEDGERLAKE_INBOX", postgres_url)
-    in_db = CallbackLog()  # the setting, read when opened: no URL in the resource's config
-    assert [p["paymentId"] for p in in_db.payloads("rec-a", PAYMENT_METHODS)] == \
-        ["pay1", "pay2"]
-    assert in_db.payloads("rec-a", PAYMENT_METHODS) == \
-        on_file.payloads("rec-a", PAYMENT_METHODS)
-    statuses = in_db.record_status()
-    assert statuses == on_file.record_status()
-    assert [(s["record"], s["status"]) for s in statuses] == [("rec-a", "disconnected"),
-                                                              ("rec-b", "connected")]
+    # the setting, read when opened: no URL in the resource's config
+    with InboxResource(path=str(path)).open() as on_file, InboxResource().open() as in_db:
+        assert [p["paymentId"] for p in in_db.payloads("rec-a", payments)] == ["pay1", "pay2"]
+        assert in_db.payloads("rec-a", payments) == on_file.payloads("rec-a", payments)
+        statuses = in_db.records()
+        assert {r: (s.status, s.status_at, sorted(s.products)) for r, s in statuses.items()} \
+            == {r: (s.status, s.status_at, sorted(s.products))
+                for r, s in on_file.records().items()}
+        assert [(r, s.status) for r, s in statuses.items()] == [("rec-a", "disconnected"),
+                                                                ("rec-b", "connected")]
+        assert statuses["rec-b"].products["INCOME"].code == "INCOME_FAILED"
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
