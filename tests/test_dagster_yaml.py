@@ -11,7 +11,9 @@ import dagster as dg
 
 from assets.accounts import accounts
 from resources.client import ConnectionClient
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
+from tests.conftest import connected, land
 from tests.resources.sandboxes import client_for, make_customers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,13 +50,13 @@ def test_a_client_retry_warning_lands_in_the_runs_event_log(sandbox, tmp_path):
         ended.start()
         try:
             with dg.DagsterInstance.from_config(str(home)) as instance:
-                instance.add_dynamic_partitions("records", [record])
                 client = ConnectionClient(base_url=sandbox.url, secret_key=sandbox.sandbox_key,
                                           environment="sandbox", max_attempts=1000,
                                           backoff_base_s=0.05, backoff_max_s=0.2)
-                result = dg.materialize([accounts], partition_key=record, instance=instance,
-                                        resources={"client": client,
-                                                   "lake": Lake(root=str(tmp_path / "lake"))})
+                inbox = connected(tmp_path / "inbox.sqlite3", [record])
+                result = land([accounts], [record], {
+                    "client": client, "inbox": InboxResource(path=inbox),
+                    "lake": Lake(root=str(tmp_path / "lake"))}, instance=instance)
                 logs = instance.all_logs(result.run_id)
         finally:
             seen.event.set()  # let the thread go whatever happened

@@ -19,9 +19,12 @@ import pytest
 import yaml
 
 from assets.accounts import accounts
+from assets.batch import Batch, batch_config
 from assets.publish import SERVICE_POOL
 from resources.client import ConnectionClient
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
+from tests.conftest import connected, land, noted
 from tests.postgres import free_port, pg_env
 from tests.resources.sandboxes import client_for, make_customers, sandbox_with
 
@@ -61,8 +64,8 @@ def test_it_differs_from_the_embedded_default_only_in_storage_and_how_runs_start
 
 
 @dg.asset(pool=SERVICE_POOL)
-def tiny() -> int:
-    return 1
+def tiny(batch: Batch) -> int:
+    return len(batch.ids())
 
 
 READ_BACK = """
@@ -74,7 +77,8 @@ with dg.DagsterInstance.get() as instance:
     print(json.dumps({{
         "status": run.status.value,
         "materializations": [m.run_id for m in mats],
-        "partitions": instance.get_dynamic_partitions("records"),
+        "records": run.run_config["resources"]["batch"]["config"]["records"],
+        "tags": {{k: v for k, v in run.tags.items() if k.startswith("ledgerlake/")}},
         "ticks": len(instance.get_ticks("ledgerlake-test", "selector")),
         "launcher": type(instance.run_launcher).__name__,
         "storage": type(instance.run_storage).__name__,
@@ -90,8 +94,10 @@ def test_runs_event_logs_and_schedules_live_in_postgres(production, postgres_url
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
         assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 4
         assert instance.run_monitoring_enabled and instance.run_retries_max_retries == 2
-        result = dg.materialize([tiny], instance=instance)
-        instance.add_dynamic_partitions("records", ["rec_a", "rec_b"])
+        # a run's batch is its config, kept with the run (no partitions)
+        result = dg.materialize([tiny], instance=instance, resources={"batch": Batch()},
+                                run_config=batch_config(["rec_a", "rec_b"]),
+                                tags={"ledgerlake/records": "2"})
         instance.create_tick(TickData(
             instigator_origin_id="ledgerlake-test", instigator_name="daily_refresh",
             instigator_type=InstigatorType.SCHEDULE, status=TickStatus.SUCCESS,
@@ -105,11 +111,13 @@ def test_runs_event_logs_and_schedules_live_in_postgres(production, postgres_url
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen == {"status": "SUCCESS", "materializations": [result.run_id],
-                    "partitions": ["rec_a", "rec_b"], "ticks": 1,
-                    "launcher": "DefaultRunLauncher", "storage": "PostgresRunStorage"}
+                    "records": ["rec_a", "rec_b"], "tags": {"ledgerlake/records": "2"},
+                    "ticks": 1, "launcher": "DefaultRunLauncher",
+                    "storage": "PostgresRunStorage"}
+    assert result.output_for_node("tiny") == 2  # the run got its batch
 
-    assert {"runs", "event_logs", "job_ticks", "instigators", "concurrency_limits",
-            "dynamic_partitions"} <= tables(postgres_url)
+    assert {"runs", "event_logs", "job_ticks", "instigators",
+            "concurrency_limits"} <= tables(postgres_url)
     with psycopg2.connect(postgres_url) as con, con.cursor() as cur:
         cur.execute("select run_id from runs")
         assert cur.fetchall() == [(result.run_id,)]
@@ -134,13 +142,14 @@ def test_a_fetching_step_waits_for_a_slot_of_the_service_pool_held_by_another_ru
         storage = instance.event_log_storage
         storage.set_concurrency_slots(SERVICE_POOL, 1)  # what an operator sets by hand
         assert storage.claim_concurrency_slot(SERVICE_POOL, "another-run", "accounts").is_claimed
-        instance.add_dynamic_partitions("records", [record])
         client = ConnectionClient(base_url=sandbox.url, secret_key=sandbox.sandbox_key,
                                   environment="sandbox")
+        inbox = InboxResource(path=connected(production / "inbox.sqlite3", [record]))
         results: list = []
-        run = threading.Thread(target=lambda: results.append(dg.materialize(
-            [accounts], partition_key=record, instance=instance,
-            resources={"client": client, "lake": Lake(root=str(production / "lake"))})))
+        run = threading.Thread(target=lambda: results.append(land(
+            [accounts], [record], {"client": client, "inbox": inbox,
+                                   "lake": Lake(root=str(production / "lake"))},
+            instance=instance)))
         run.start()
         try:
             blocked_run = None
@@ -159,20 +168,24 @@ def test_a_fetching_step_waits_for_a_slot_of_the_service_pool_held_by_another_ru
         assert results and results[0].success
         events = _events(instance, blocked_run)
         assert "STEP_START" in events and "ASSET_MATERIALIZATION" in events
+    assert [(r["record_id"], r["outcome"]) for r in noted(production / "lake", "landings",
+                                                          blocked_run)] == [(record, "landed")]
 
 
 ONE_RUN = """
 import json, os, sys
 import dagster as dg
 from assets.accounts import accounts
+from assets.batch import Batch
 from resources.client import ConnectionClient
+from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 client = ConnectionClient(base_url=os.environ["T_URL"], secret_key=os.environ["T_KEY"],
                           environment="sandbox", max_attempts=1)
 with dg.DagsterInstance.get() as instance:
-    out = dg.materialize([accounts], partition_key=sys.argv[1], instance=instance,
-                         raise_on_error=False,
-                         resources={"client": client, "lake": Lake(root=os.environ["T_LAKE"])})
+    out = dg.materialize([accounts], instance=instance, raise_on_error=False, resources={
+        "client": client, "lake": Lake(root=os.environ["T_LAKE"]),
+        "inbox": InboxResource(path=os.environ["T_INBOX"]), "batch": Batch(records=sys.argv[1:])})
 print(json.dumps({"run_id": out.run_id, "success": out.success}))
 """
 
@@ -189,9 +202,9 @@ def test_a_429_storm_across_runs_slows_them_down_and_fails_none(production, tmp_
                     for _ in range(4)]
         with dg.DagsterInstance.get() as instance:
             instance.event_log_storage.set_concurrency_slots(SERVICE_POOL, 4)
-            instance.add_dynamic_partitions("records", made)
         env = {**os.environ, "T_URL": box.url, "T_KEY": box.sandbox_key,
-               "T_LAKE": str(tmp_path / "lake")}
+               "T_LAKE": str(tmp_path / "lake"),
+               "T_INBOX": connected(tmp_path / "inbox.sqlite3", made)}
         runs = [subprocess.Popen([sys.executable, "-c", ONE_RUN, record], cwd=REPO, env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for record in made]
@@ -206,6 +219,8 @@ def test_a_429_storm_across_runs_slows_them_down_and_fails_none(production, tmp_
                         if "ACCOUNTS_LIMIT" in e.user_message]
     assert told_to_wait  # the storm happened, and was waited out
     assert all(m.startswith("retrying POST accounts/get") for m in told_to_wait)
+    assert sorted((r["record_id"], r["outcome"]) for r in noted(tmp_path / "lake", "landings")) \
+        == sorted((record, "landed") for record in made)
 
 
 DOWN = "pw-" + "Zq9" * 6  # a password no message has any other reason to hold
