@@ -32,7 +32,7 @@ def chain_breaks(record_id: str, table: pa.Table, lines: pa.Table | None = None)
     A break means a line is missing before it (one posted back-dated, outside the last pull's
     window) or a figure is wrong; either way the record's rows do not add up.
     """
-    lines = posted_in_order(table)
+    lines = posted_in_order(table) if lines is None else lines
     if lines.num_rows < 2:
         return []
     accounts = lines["account_id"].combine_chunks()
