@@ -22,6 +22,20 @@ def test_definitions_validate():
     assert defs.resolve_sensor_def("inbox_sensor").default_status == dg.DefaultSensorStatus.RUNNING
 
 
+def test_runs_are_over_batches_of_records_not_partitions():
+    """The unit of orchestration is a run over a batch of records (assets/batch.py): no asset
+    is partitioned, and each product asset takes its records from the run's `batch`."""
+    from assets.batch import Batch
+    from pipeline.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    assert [n.key.to_user_string() for n in graph.asset_nodes if n.partitions_def] == []
+    products = ["accounts", "balances", "transactions", "income", "identity", "payments"]
+    assert [p for p in products
+            if "batch" not in defs.resolve_assets_def(p).required_resource_keys] == []
+    assert isinstance(defs.resources["batch"], Batch) and defs.resources["batch"].records == []
+
+
 def test_dg_check_defs(tmp_path):
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "LEDGERLAKE_HOME": str(tmp_path)}
     env.pop("LEDGERLAKE_SECRET_KEY", None)  # the key is resolved at run time, not at load

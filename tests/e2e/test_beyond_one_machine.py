@@ -7,8 +7,9 @@ server, checking signatures). The sandbox delivers the webhooks of 200 new recor
 receivers, half to each, each redelivery to the other; one receiver is SIGKILLed mid-stream and
 the sandbox's hourly redelivery (its clock advanced) reaches the survivor. Then every record is
 in the lake once, with exactly the sandbox's rows (count, ids and sum per record), the
-warehouse over S3 answers, and the webserver's GraphQL lists the runs and the records'
-partitions from Postgres. No password, key or token appears in any process's log.
+warehouse over S3 answers, and the webserver's GraphQL lists the runs, the batches of
+records they ran over and what they landed, from Postgres. No password, key or token appears
+in any process's log.
 
 The sandbox's clock is frozen and the daemon starts once the inbox holds every record's
 callbacks (after the last clock advance), so the sandbox's history at the end is the history
@@ -30,6 +31,7 @@ from urllib.parse import urlsplit
 import httpx
 import pyarrow as pa
 import pytest
+import yaml
 
 from pipeline.local import Server, stop_process
 from resources.inbox import open_inbox
@@ -46,10 +48,11 @@ BIN = Path(sys.executable).parent
 GRAPHQL = """
 {
   runsOrError(filter: {pipelineName: "ingest_job"}) {
-    ... on Runs { results { runId status tags { key value } } }
+    ... on Runs { results { runId status runConfigYaml } }
   }
   assetNodeOrError(assetKey: {path: ["transactions"]}) {
-    ... on AssetNode { partitionKeys }
+    ... on AssetNode { assetMaterializations(limit: 1000) {
+      runId metadataEntries { label ... on IntMetadataEntry { intValue } } } }
   }
 }
 """
@@ -186,19 +189,29 @@ def test_two_receivers_a_daemon_and_runs_on_postgres_and_s3(postgres_server, tmp
                     assert sorted(got) == sorted(t["_id"] for t in truth), record
                     assert sums[record] == sum(signed(t) for t in truth)
 
-            # the UI's API reads the runs and the records from Postgres
+            # the UI's API reads the runs, their batches and what they landed from Postgres
             body = wait("every run settled, in the webserver's GraphQL", lambda: graphql(port),
                         300, procs[1], every_s=3)
             runs = body["runsOrError"]["results"]
             assert runs and {r["status"] for r in runs} == {"SUCCESS"}
             ran = set()
             for run in runs:
-                tags = {t["key"]: t["value"] for t in run["tags"]}
-                ran |= ({tags["dagster/partition"]} if "dagster/partition" in tags else
-                        {tags["dagster/asset_partition_range_start"],
-                         tags["dagster/asset_partition_range_end"]})
-            assert ran <= set(records) and len(runs) < RECORDS  # records share runs
-            assert set(body["assetNodeOrError"]["partitionKeys"]) == set(records)
+                ran |= set(yaml.safe_load(run["runConfigYaml"])["resources"]["batch"]
+                           ["config"]["records"])
+            assert ran == set(records) and len(runs) < RECORDS  # records share runs
+            landed = body["assetNodeOrError"]["assetMaterializations"]
+            assert {m["runId"] for m in landed} <= {r["runId"] for r in runs}
+            published = [e["intValue"] for m in landed for e in m["metadataEntries"]
+                         if e["label"] == "published"]
+            assert len(published) == len(landed) and sum(published) >= RECORDS
+            # and each record's landing in the lake names one of those runs
+            rows = lake.read("landings", schema=pa.schema([
+                ("record_id", pa.string()), ("product", pa.string()),
+                ("outcome", pa.string()), ("run_id", pa.string())])).to_pylist()
+            by = {(r["record_id"], r["run_id"]) for r in rows
+                  if r["product"] == "transactions" and r["outcome"] == "landed"}
+            assert {record for record, _ in by} == set(records)
+            assert {run for _, run in by} <= {m["runId"] for m in landed}
         finally:
             for proc in procs:
                 stop_process(proc, timeout_s=30)

@@ -17,6 +17,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from pipeline import demo
 from pipeline.local import stop_process
+from resources.inbox import open_inbox
 from resources.lake import Lake
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,19 +80,23 @@ def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
         with DagsterInstance.get() as instance:
             runs = instance.get_run_records(RunsFilter(job_name="ingest_job"))
             builds = instance.fetch_materializations(AssetKey("warehouse"), limit=100).records
-            assert sorted(set(instance.get_dynamic_partitions("records"))) == sorted(records)
+            landed_by = {m.run_id for m in instance.fetch_materializations(
+                AssetKey("transactions"), limit=100).records}
     finally:
         del os.environ["DAGSTER_HOME"]
     assert {r.dagster_run.status for r in runs} == {DagsterRunStatus.SUCCESS}
-    ran = set()  # one run per record, or one for a range of new records side by side
+    ran = set()  # runs over batches of records: the records their callbacks asked for
     for r in runs:
-        tags = r.dagster_run.tags
-        if "dagster/partition" in tags:
-            ran.add(tags["dagster/partition"])
-        else:
-            ran |= {tags["dagster/asset_partition_range_start"],
-                    tags["dagster/asset_partition_range_end"]}
+        ran |= set(r.dagster_run.run_config["resources"]["batch"]["config"]["records"])
     assert ran == set(records)
+    # each record's products landed, as the inbox keeps them, by the runs Dagster recorded
+    with open_inbox(receiver.inbox) as inbox:
+        states = inbox.landings(records)
+    assert {(s.record, s.product) for s in states if s.outcome == "landed"} >= {
+        (r, p) for r in records for p in ("accounts", "balances", "transactions", "income",
+                                          "identity")}
+    assert {s.run_id for s in states} <= {r.dagster_run.run_id for r in runs}
+    assert {s.run_id for s in states if s.product == "transactions"} <= landed_by
     for r in records:
         table = Lake(root=str(home / "lake")).read("balance_history", r)
         assert set(table["source"].to_pylist()) == {"callback"}  # fetched on BALANCE
@@ -105,8 +110,6 @@ def test_a_run_killed_holding_the_duckdb_slot_gives_it_back(tmp_path):
     waited for it forever. The shipped run monitoring (dagster.yaml) gives a dead run's slots
     back after free_slots_after_run_end_seconds, and the next build lands."""
     from dagster import DagsterEventType
-
-    from resources.inbox import open_inbox
 
     home = tmp_path / "home"
     dagster_home = demo.dagster_home(home)  # the shipped dagster.yaml, pools and all

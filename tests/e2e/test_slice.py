@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from dagster import DagsterInstance
+from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
 from pipeline.demo import wait_for_events
 from pipeline.local import tick
@@ -59,13 +59,33 @@ def test_callback_to_sql(pipeline_env, sandbox, receiver, tmp_path):
     defs = load_defs()
     with DagsterInstance.ephemeral() as instance:
         run_ids = tick(defs, instance)
-        assert len(run_ids) == 1  # two new records side by side share one run
-        assert all(instance.get_run_by_id(r).is_success for r in run_ids)
-        assert set(instance.get_dynamic_partitions("records")) == set(records)
+        assert len(run_ids) == 1  # two new records wanting the same product share one run
+        (run,) = [instance.get_run_by_id(r) for r in run_ids]
+        assert run.is_success
+        assert sorted(run.run_config["resources"]["batch"]["config"]["records"]) == \
+            sorted(records)
+        # Dagster hears of the batch: one materialization, one verdict per check
+        (mat,) = instance.fetch_materializations(AssetKey("accounts"), limit=10).records
+        meta = mat.asset_materialization.metadata
+        assert mat.run_id == run.run_id
+        assert (meta["records"].value, meta["published"].value, meta["held"].value,
+                meta["failed"].value, meta["dagster/row_count"].value) == (2, 2, 0, 0, 5)
+        key = AssetCheckKey(AssetKey("accounts"), "account_has_record")
+        check = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+        assert check.run_id == run.run_id and check.evaluation.passed
+        assert check.evaluation.metadata["records_checked"].value == 2
         # a second tick finds nothing new: the cursor moved and run keys are spent
         assert tick(defs, instance) == []
         out = defs.resolve_job_def("warehouse_job").execute_in_process(instance=instance)
         assert out.success
+    # each record's landing, as the inbox keeps it and as the lake's `landings` table says
+    with Inbox(receiver.inbox) as inbox:
+        states = inbox.landings(records, product="accounts")
+    assert {(s.record, s.outcome, s.run_id, s.row_count) for s in states} == {
+        (r, "landed", run.run_id, len(accounts)) for r, accounts in records.items()}
+    landed = Lake(root=str(pipeline_env / "lake")).read("landings").to_pylist()
+    assert sorted((x["record_id"], x["product"], x["outcome"], x["run_id"]) for x in landed) == \
+        sorted((r, "accounts", "landed", run.run_id) for r in records)
 
     lake = Lake(root=str(pipeline_env / "lake"))
     for record, account_ids in records.items():

@@ -338,8 +338,20 @@ class Pipeline:
             instance=self.instance, run_config=QUIET).success
         return runs
 
-    def partitions(self) -> list[str]:
-        return self.instance.get_dynamic_partitions("records")
+    def batched(self, runs: list[str]) -> set[str]:
+        """The records these runs landed: each run's batch (its run config)."""
+        return {r for run in runs for r in self.instance.get_run_by_id(run)
+                .run_config["resources"]["batch"]["config"]["records"]}
+
+    def known(self) -> int:
+        """How many records the inbox has heard of."""
+        with Inbox(self.inbox) as inbox:
+            return len(inbox.records())
+
+    def landings(self, record: str) -> dict[str, str]:
+        """Each product's outcome as the record's last landing left it (the inbox's state)."""
+        with Inbox(self.inbox) as inbox:
+            return {s.product: s.outcome for s in inbox.landings([record])}
 
     def sql(self, query: str) -> list[dict]:
         """`ledgerlake sql QUERY --format json`, as an analyst runs it."""
@@ -442,7 +454,9 @@ def test_each_login_method_lands_in_the_lake(page, pipeline, tmp_path, search, l
                                     amounts=[0.02, 0.01]) == {"verified": True}
     assert pipeline.callbacks(record, len(picks) + 3) == expected_callbacks(len(picks))
     runs = pipeline.land()
-    assert runs and record in pipeline.partitions()
+    assert runs and record in pipeline.batched(runs)
+    assert pipeline.landings(record) == {p: "landed" for p in ("accounts", "balances",
+                                                                "transactions")}
     source, landed = pipeline.source(record), pipeline.landed(record)
     assert landed["accounts"] == source["accounts"]
     assert set(landed["accounts"]) == {a["_id"] for a in done["accounts"]}
@@ -455,7 +469,7 @@ def test_each_login_method_lands_in_the_lake(page, pipeline, tmp_path, search, l
 
 def test_a_returning_user_lands_no_duplicate(page, browser, pipeline, tmp_path):
     """The same login again, and the same customer by id with the returning option, give back
-    the record the lake already holds: no new callback, run, partition or row. Another bank
+    the record the lake already holds: no new callback, run, record or row. Another bank
     under the same customer is a new record whose data collate under that customer."""
     user = someone()
     flow = Flow(page, pipeline.box, tmp_path / "first", products=LAKE_PRODUCTS)
@@ -466,7 +480,7 @@ def test_a_returning_user_lands_no_duplicate(page, browser, pipeline, tmp_path):
     record, customer = first["record"], first["customer"]["_id"]
     assert pipeline.callbacks(record, 5) == expected_callbacks(2)
     pipeline.land()
-    before = pipeline.landed(record), len(pipeline.partitions())
+    before = pipeline.landed(record), pipeline.known()
     with Inbox(pipeline.inbox) as inbox:
         events = inbox.count()
 
@@ -488,7 +502,7 @@ def test_a_returning_user_lands_no_duplicate(page, browser, pipeline, tmp_path):
     with Inbox(pipeline.inbox) as inbox:
         assert inbox.count() == events
     assert pipeline.land() == []  # nothing new to run
-    assert (pipeline.landed(record), len(pipeline.partitions())) == before
+    assert (pipeline.landed(record), pipeline.known()) == before
 
     ctx = browser.new_context(viewport={"width": 900, "height": 760})
     try:  # another bank, linked to the customer the application already knows
@@ -541,8 +555,10 @@ def test_the_fourth_micro_deposit_attempt_locks_the_link(page, pipeline, tmp_pat
         assert data.json()["error_code"] == "TOO_MANY_VERIFICATION_ATTEMPTS"
         item = api.post("item/get", json={"record": record}).json()["data"]["item"]
         assert item["last_webhook"] is None and item["verified"] is False
-    pipeline.land()
-    assert record not in pipeline.partitions()
+    runs = pipeline.land()
+    assert record not in pipeline.batched(runs) and pipeline.landings(record) == {}
+    with Inbox(pipeline.inbox) as inbox:
+        assert inbox.records([record]) == {}  # never a callback
     assert pipeline.sql(f"select count(*) as n from accounts where record_id = '{record}'") \
         == [{"n": 0}]
     # the same account at the same bank: refused on the page, with the spec's advice
@@ -565,9 +581,9 @@ def test_an_unverified_link_expires_after_seven_days(page, pipeline, tmp_path):
     assert (auth.code, auth.status) == ("VERIFICATION_EXPIRED", "is_failed")
     assert auth.body["error"]["error_code"] == "VERIFICATION_EXPIRED"
     runs = pipeline.land()  # the other records' periodic callbacks of those 7 days run too
-    assert record in pipeline.partitions()
-    assert not [r for r in runs
-                if pipeline.instance.get_run_by_id(r).tags.get("dagster/partition") == record]
+    with Inbox(pipeline.inbox) as inbox:
+        assert inbox.records([record])[record].products["AUTH"].code == "VERIFICATION_EXPIRED"
+    assert record not in pipeline.batched(runs) and pipeline.landings(record) == {}
     status = pipeline.sql(f"select auth_code, accounts_code from records "
                           f"where record_id = '{record}'")
     assert status == [{"auth_code": "VERIFICATION_EXPIRED", "accounts_code": None}]
