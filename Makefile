@@ -61,7 +61,7 @@ bench: setup
 chaos: setup
 	$(VENV)/bin/python tests/chaos/run.py --seeds 10 --records 300 --window 240 --docs $(CHAOS_ARGS)
 
-# mutmut on resources/inbox/store.py, resources/client.py, assets/checks.py, assets/transactions.py,
+# mutmut on resources/inbox/store.py, resources/client/sdk.py, assets/checks.py, assets/transactions.py,
 # each with its own tests (mutation/run.py); not part of `make test`. MODULES=... picks some.
 # Figures and how long it takes: docs/testing.md; the equivalent mutants it leaves out of
 # the score: mutation/equivalents.toml

@@ -1,9 +1,9 @@
 """The accounts of each record, fetched from `/accounts/get` into the lake."""
 
 import pyarrow as pa
-from dagster import AssetExecutionContext
+from dagster import AssetExecutionContext, ResourceParam
 
-from resources.client import ConnectionClient
+from resources.client import Client
 from resources.columns import ref
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
@@ -46,7 +46,7 @@ def to_table(accounts: list[dict]) -> pa.Table:
 
 @product("accounts", checks=[ACCOUNT_HAS_RECORD],
          description="Every account of the record: NUBAN, name, type, currency, bank, owner")
-def accounts(context: AssetExecutionContext, batch: Batch, client: ConnectionClient,
+def accounts(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client],
              lake: Lake, inbox: InboxResource):
     with inbox.open() as db:
         ids = to_land(context, batch, db, "accounts")

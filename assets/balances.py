@@ -10,9 +10,9 @@ whole at each fetch (two writers write the same series: the last one is as good 
 import datetime as dt
 
 import pyarrow as pa
-from dagster import AssetExecutionContext
+from dagster import AssetExecutionContext, ResourceParam
 
-from resources.client import ConnectionClient
+from resources.client import Client
 from resources.columns import money, ref
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
@@ -62,7 +62,7 @@ def periodic(items: list[dict]) -> pa.Table:
 @product("balances", table="balance_history",
          description="Available and ledger balance of every account, as a "
                      "history of snapshots beside the service's daily series")
-def balances(context: AssetExecutionContext, batch: Batch, client: ConnectionClient, lake: Lake,
+def balances(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client], lake: Lake,
              inbox: InboxResource):
     source = source_of(context)
 

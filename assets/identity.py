@@ -6,9 +6,9 @@ in `sealed` (resources/privacy.py). Validation runs on the raw rows, before they
 """
 
 import pyarrow as pa
-from dagster import AssetExecutionContext
+from dagster import AssetExecutionContext, ResourceParam
 
-from resources.client import ConnectionClient
+from resources.client import Client
 from resources.columns import ref
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
@@ -46,7 +46,7 @@ def to_table(items: list[dict]) -> pa.Table:
 
 @product("identity", tags=PII,
          description="Who the record's customer is, as their bank knows them")
-def identity(context: AssetExecutionContext, batch: Batch, client: ConnectionClient, lake: Lake,
+def identity(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client], lake: Lake,
              inbox: InboxResource):
     keys = Keys.from_env(local_lake=lake.is_local)
 

@@ -7,9 +7,9 @@ reports and does not hold income back: either side may be the stale one.
 """
 
 import pyarrow as pa
-from dagster import AssetExecutionContext
+from dagster import AssetExecutionContext, ResourceParam
 
-from resources.client import ConnectionClient
+from resources.client import Client
 from resources.columns import money, ref
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
@@ -105,7 +105,7 @@ def recheck_income(lake: Lake, record_ids: list[str]) -> list[Verdict]:
 
 @product("income", checks=[INCOME_MATCHES],
          description="Income summary and streams (salary and recurrent credits) of the record")
-def income(context: AssetExecutionContext, batch: Batch, client: ConnectionClient, lake: Lake,
+def income(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client], lake: Lake,
            inbox: InboxResource):
     with inbox.open() as db:
         ids = to_land(context, batch, db, "income")

@@ -24,7 +24,7 @@ import dagster as dg
 import orjson
 import pyarrow as pa
 
-from resources.errors import (
+from resources.client.errors import (
     ApiError,
     BankError,
     MalformedResponse,

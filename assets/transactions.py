@@ -20,9 +20,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import AssetExecutionContext, Config
+from dagster import AssetExecutionContext, Config, ResourceParam
 
-from resources.client import ConnectionClient, tls_context
+from resources.client import Client
+from resources.client.sdk import tls_context
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.tables import UTC_MS, schema
@@ -111,12 +112,12 @@ def pull_from(existing: pa.Table | None) -> dt.date | None:
     return (last - OVERLAP).date() if last else None
 
 
-def fetch(client: ConnectionClient, record_id: str, start: dt.date | None) -> pa.Table:
+def fetch(client: Client, record_id: str, start: dt.date | None) -> pa.Table:
     """The record's transactions from `start` (None: all), following nextPage."""
     return client.transactions(record_id, from_date=start).select(SCHEMA.names)
 
 
-def audit(client: ConnectionClient, record_id: str, table: pa.Table) -> list[dict]:
+def audit(client: Client, record_id: str, table: pa.Table) -> list[dict]:
     """What stops the record's rows from being published: a broken chain, a last running balance
     that is not the service's ledger balance."""
     lines = posted_in_order(table)  # sorted once for both rules
@@ -143,7 +144,7 @@ def bad_records(tables: dict[str, pa.Table]) -> dict[str, str]:
     return bad
 
 
-def land_one(client: ConnectionClient, record_id: str, table: pa.Table,
+def land_one(client: Client, record_id: str, table: pa.Table,
              start: dt.date | None, fetched: int) -> Landing:
     """Audit a record's validated rows; it is published (committed with the others) if it
     holds. A window pull that does not add up is pulled again whole: a line was posted
@@ -162,7 +163,7 @@ def land_one(client: ConnectionClient, record_id: str, table: pa.Table,
                    rows={} if problems else {"transactions": table})
 
 
-def land_chunks(client: ConnectionClient, lake: Lake, ids: list[str],
+def land_chunks(client: Client, lake: Lake, ids: list[str],
                 full: Collection[str] = frozenset(), say: Callable[..., None] | None = None,
                 split: bool = False) -> Iterator[list[Landing]]:
     """Fetch, window, validate and audit each record's rows, in order; each CHUNK records'
@@ -249,7 +250,7 @@ def land_chunks(client: ConnectionClient, lake: Lake, ids: list[str],
             yield out
 
 
-def land_records(client: ConnectionClient, lake: Lake, ids: list[str],
+def land_records(client: Client, lake: Lake, ids: list[str],
                  full: Collection[str] = frozenset(), say: Callable[..., None] | None = None,
                  split: bool = False) -> list[Landing]:
     """Every record's landing, in order, committed (`land_chunks`, all at once)."""
@@ -275,7 +276,7 @@ def warm() -> None:
         _warm["done"] = True
 
 
-def fetch_split(client: ConnectionClient, record_id: str, start: dt.date | None) -> pa.Table:
+def fetch_split(client: Client, record_id: str, start: dt.date | None) -> pa.Table:
     """One record's pull; a big one is fetched as SPLIT_RANGES page ranges side by side.
 
     The service's order is stable (date, then id), so the ranges join in order; a line that
@@ -311,7 +312,7 @@ def full_pulls(context: AssetExecutionContext, config: PullConfig, ids: list[str
          description="Every transaction of the record: signed amount, running balance, "
                      "narration; the source wins inside each pull's window")
 def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batch,
-                 client: ConnectionClient, lake: Lake, inbox: InboxResource):
+                 client: ResourceParam[Client], lake: Lake, inbox: InboxResource):
     with inbox.open() as db:
         ids = to_land(context, batch, db, "transactions")
         full = full_pulls(context, config, ids)

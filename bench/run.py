@@ -90,7 +90,7 @@ def child_ledgerlake(job: dict) -> dict:
 
     from assets.batch import RECORDS_PER_RUN, Batch, batch_config
     from assets.transactions import transactions, warm
-    from resources.client import ConnectionClient
+    from resources.client.resource import ConnectionClient
     from resources.inbox import describe, kept_body, open_inbox
     from resources.inbox.resource import InboxResource
     from resources.lake import Lake
@@ -363,7 +363,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
     from assets.warehouse import Warehouse
     from pipeline.jobs import ingest_job
     from pipeline.sensors import inbox_sensor
-    from resources.client import ConnectionClient
+    from resources.client.resource import ConnectionClient
     from resources.inbox.resource import InboxResource
     from resources.lake import Lake
 

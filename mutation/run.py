@@ -50,7 +50,7 @@ MODULES: dict[str, tuple[list[str], float | None]] = {
                            "tests/resources/test_inbox.py",
                            "tests/resources/test_inbox_postgres.py",
                            "tests/pipeline/test_receiver.py"], 90.0),
-    "resources/client.py": (["tests/resources/test_client_wire.py",
+    "resources/client/sdk.py": (["tests/resources/test_client_wire.py",
                              "tests/resources/test_faults.py",
                              "tests/resources/test_transaction_pages.py",
                              "tests/resources/test_client_sandbox.py",

@@ -147,8 +147,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"ledgerlake: --records takes record ids separated by commas, not "
               f"{args.records!r:.80}", file=sys.stderr)
         return 2
-    from resources.client import ConnectionClient
-    from resources.errors import ServiceError
+    from resources.client import Client
+    from resources.client.errors import ServiceError
 
     from .replay import replay, replay_named
 
@@ -165,7 +165,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             inbox.close()
             return 2
-        client = ConnectionClient(base_url=args.api_url or settings.api_url,
+        client = Client(base_url=args.api_url or settings.api_url,
                                   environment=settings.environment, secret_key=key)
     try:
         with inbox:

@@ -18,7 +18,7 @@ from assets.payments import payments
 from assets.record_status import record_status
 from assets.transactions import transactions
 from assets.warehouse import Warehouse, warehouse
-from resources.client import ConnectionClient
+from resources.client.resource import ConnectionClient
 from resources.config import ConfigError, Settings, check_lake, local_path
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-from dagster import Config, OpExecutionContext, op
+from dagster import Config, OpExecutionContext, ResourceParam, op
 
-from resources.client import ConnectionClient
+from resources.client import Client
 from resources.inbox import CONNECTED, Inbox
 from resources.inbox.resource import InboxResource
 
@@ -63,7 +63,7 @@ def overdue(inbox: Inbox, *, after_s: float, expect: Sequence[str] = EXPECTED,
     return found[:limit]
 
 
-def trigger(client: ConnectionClient, records: list[str]) -> None:
+def trigger(client: Client, records: list[str]) -> None:
     """One call of at most TRIGGER_LIMIT records."""
     if len(records) > TRIGGER_LIMIT:
         raise ValueError(f"at most {TRIGGER_LIMIT} records per call, not {len(records)}")
@@ -73,7 +73,7 @@ def trigger(client: ConnectionClient, records: list[str]) -> None:
         client.post("callback/trigger", {"records": records})
 
 
-def replay(inbox: Inbox, client: ConnectionClient | None, *, after_s: float,
+def replay(inbox: Inbox, client: Client | None, *, after_s: float,
            expect: Sequence[str] = EXPECTED, dry_run: bool = False, now: float | None = None,
            say: Callable[[str], None] = log.info) -> Replay:
     """Find overdue records and, unless `dry_run`, trigger their callbacks 100 at a time.
@@ -89,7 +89,7 @@ def replay(inbox: Inbox, client: ConnectionClient | None, *, after_s: float,
     return _trigger_all(inbox, client, result, now=now, say=say)
 
 
-def replay_named(inbox: Inbox, client: ConnectionClient | None, records: Sequence[str], *,
+def replay_named(inbox: Inbox, client: Client | None, records: Sequence[str], *,
                  dry_run: bool = False, now: float | None = None,
                  say: Callable[[str], None] = log.info) -> Replay:
     """Trigger the callbacks of the records named, whatever the inbox knows of them: a record
@@ -105,7 +105,7 @@ def replay_named(inbox: Inbox, client: ConnectionClient | None, records: Sequenc
     return _trigger_all(inbox, client, result, known=known, now=now, say=say)
 
 
-def _trigger_all(inbox: Inbox, client: ConnectionClient | None, result: Replay, *,
+def _trigger_all(inbox: Inbox, client: Client | None, result: Replay, *,
                  known: Collection[str] | None = None, now: float | None,
                  say: Callable[[str], None]) -> Replay:
     """Trigger `result.overdue`'s callbacks 100 a call, each call's records marked replayed
@@ -131,7 +131,7 @@ class ReplayConfig(Config):
 
 @op(description="Re-trigger the callbacks of records whose expected products never called back")
 def replay_missing_callbacks(context: OpExecutionContext, config: ReplayConfig,
-                             client: ConnectionClient, inbox: InboxResource) -> int:
+                             client: ResourceParam[Client], inbox: InboxResource) -> int:
     with inbox.open() as db:
         result = replay(db, client, after_s=config.after_minutes * 60,
                         expect=config.expect, dry_run=config.dry_run, say=context.log.info)

@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets.accounts import accounts
-from resources.client import ConnectionClient
+from resources.client.resource import ConnectionClient
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from tests.conftest import connected, land

@@ -73,7 +73,7 @@ def test_the_equivalent_mutants_file_reads():
 @pytest.mark.parametrize("entry, message", [
     ('"resources.inbox.store.x_f__mutmut_1" = { change = "c" }', "needs a change and a kind or a why"),
     ('"resources.inbox.store.x_f__mutmut_1" = { change = "c", kind = "nope" }', "is not one of"),
-    ('"resources.client.x_f__mutmut_1" = { change = "c", why = "w" }', "not the name of one"),
+    ('"resources.client.sdk.x_f__mutmut_1" = { change = "c", why = "w" }', "not the name of one"),
     ('"resources.inbox.store.x_f" = { change = "c", why = "w" }', "not the name of one"),
 ])
 def test_a_malformed_equivalent_is_named(tmp_path, entry, message):

@@ -21,7 +21,7 @@ import yaml
 from assets.accounts import accounts
 from assets.batch import Batch, batch_config
 from assets.publish import SERVICE_POOL
-from resources.client import ConnectionClient
+from resources.client.resource import ConnectionClient
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from tests.conftest import connected, land, noted
@@ -177,7 +177,7 @@ import json, os, sys
 import dagster as dg
 from assets.accounts import accounts
 from assets.batch import Batch
-from resources.client import ConnectionClient
+from resources.client.resource import ConnectionClient
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 client = ConnectionClient(base_url=os.environ["T_URL"], secret_key=os.environ["T_KEY"],

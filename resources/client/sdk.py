@@ -1,4 +1,4 @@
-"""The connection service's API client: one keep-alive httpx client, pages as they arrive.
+"""The connection service's API: a plain httpx SDK (no Dagster), pages as they arrive.
 
 Retries live here and only here: 429 waits for `Retry-After` (or backs off when it is missing
 or 0); 5xx, BANK_NOT_RESPONDING, timeouts, dropped connections and 2xx bodies cut short (not
@@ -23,10 +23,14 @@ import httpx
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import ConfigurableResource, InitResourceContext
-from pydantic import Field, PrivateAttr
 
-from .columns import TRANSACTION_SCHEMA, read_transaction_pages, transactions_batch, wire_batch
+from resources.columns import (
+    TRANSACTION_SCHEMA,
+    read_transaction_pages,
+    transactions_batch,
+    wire_batch,
+)
+
 from .errors import DamagedAnswer, MalformedResponse, ServiceError, TransportError, from_response
 
 log = logging.getLogger("ledgerlake.client")
@@ -52,47 +56,58 @@ def tls_context():
     return httpx.create_ssl_context()
 
 
-class ConnectionClient(ConfigurableResource):
-    """Calls `/v2/` (production) or `/sandbox/v2/` (sandbox) with the environment's secret key."""
+class _Secret:
+    """The key, kept where no repr, dump or vars() of the client shows it."""
 
-    base_url: str = Field(description="Scheme, host and port of the service, without the /v2/.")
-    secret_key: str = Field(repr=False, exclude=True, description=(
-        "The environment's secret key. Pass dagster.EnvVar(...) so that Dagster stores only the "
-        "variable's name."))
-    environment: str = Field(default="sandbox", description="sandbox or production.")
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 30.0
-    max_attempts: int = Field(default=6, description=(
-        "Tries per request, the first included; a 429 spends retry_budget_s, not a try."))
-    retry_budget_s: float = Field(default=60.0, description=(
-        "Wall time one request may spend waiting between tries; a longer Retry-After raises."))
-    backoff_base_s: float = 0.25
-    backoff_max_s: float = 8.0
-    page_size: int = Field(default=100, description="`limit` of paged calls, 1 to 100.")
+    __slots__ = ("value",)
 
-    _http: httpx.Client | None = PrivateAttr(default=None)
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "'***'"
+
+
+class Client:
+    """Calls `/v2/` (production) or `/sandbox/v2/` (sandbox) with the environment's secret key,
+    over one keep-alive connection pool, made at the first call."""
+
+    def __init__(self, base_url: str, secret_key: str, environment: str = "sandbox", *,
+                 connect_timeout_s: float = 5.0, read_timeout_s: float = 30.0,
+                 max_attempts: int = 6, retry_budget_s: float = 60.0,
+                 backoff_base_s: float = 0.25, backoff_max_s: float = 8.0,
+                 page_size: int = 100) -> None:
+        if environment not in BASE_PATHS:
+            raise ValueError(f"environment must be one of {sorted(BASE_PATHS)}, "
+                             f"not {environment!r}")
+        if not re.fullmatch(r"https?://[^/\s?#]+/?", base_url):
+            raise ValueError(f"base_url must be http(s)://host[:port], not {base_url!r:.80}")
+        if not KEY.fullmatch(secret_key or ""):
+            # Say what is wrong with the key without showing any of it.
+            raise ValueError(f"secret_key must be 1 to 512 visible ASCII characters "
+                             f"(got {len(secret_key or '')} characters)")
+        if not 1 <= page_size <= 100 or max_attempts < 1:
+            raise ValueError("page_size must be 1 to 100 and max_attempts at least 1")
+        self.base_url, self.environment = base_url, environment
+        self._key = _Secret(secret_key)
+        self.connect_timeout_s, self.read_timeout_s = connect_timeout_s, read_timeout_s
+        self.max_attempts, self.retry_budget_s = max_attempts, retry_budget_s
+        self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
+        self.page_size = page_size
+        self._http: httpx.Client | None = None
+
+    def __repr__(self) -> str:  # never the key
+        return f"Client({self.base_url!r}, environment={self.environment!r})"
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _client(self) -> httpx.Client:
         if self._http is None:
-            if self.environment not in BASE_PATHS:
-                raise ValueError(f"environment must be one of {sorted(BASE_PATHS)}, "
-                                 f"not {self.environment!r}")
-            if not re.fullmatch(r"https?://[^/\s?#]+/?", self.base_url):
-                raise ValueError(f"base_url must be http(s)://host[:port], not "
-                                 f"{self.base_url!r:.80}")
-            if not KEY.fullmatch(self.secret_key or ""):
-                # Say what is wrong with the key without showing any of it.
-                raise ValueError(f"secret_key must be 1 to 512 visible ASCII characters "
-                                 f"(got {len(self.secret_key or '')} characters)")
-            if not 1 <= self.page_size <= 100 or self.max_attempts < 1:
-                raise ValueError("page_size must be 1 to 100 and max_attempts at least 1")
             self._http = httpx.Client(
                 base_url=self.base_url.rstrip("/") + BASE_PATHS[self.environment],
                 verify=tls_context(),
                 timeout=httpx.Timeout(self.read_timeout_s, connect=self.connect_timeout_s),
                 limits=httpx.Limits(max_keepalive_connections=8, keepalive_expiry=30.0),
-                headers={"Authorization": f"Bearer {self.secret_key}",
+                headers={"Authorization": f"Bearer {self._key.value}",
                          "Content-Type": "application/json",
                          "Accept": "application/json"},
             )
@@ -103,13 +118,7 @@ class ConnectionClient(ConfigurableResource):
             self._http.close()
             self._http = None
 
-    def setup_for_execution(self, context: InitResourceContext) -> None:
-        self._client()  # a bad setting fails the run at resource init, before any asset
-
-    def teardown_after_execution(self, context: InitResourceContext) -> None:
-        self.close()
-
-    def __enter__(self) -> ConnectionClient:
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:

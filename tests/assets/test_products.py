@@ -20,7 +20,8 @@ from assets.balances import balances
 from assets.identity import identity
 from assets.income import income
 from assets.transactions import transactions
-from resources.client import ConnectionClient
+from resources.client import Client
+from resources.client.resource import ConnectionClient
 from resources.inbox import open_inbox
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
@@ -299,7 +300,7 @@ def test_record_with_100k_transactions(frozen_sandbox, tmp_path):
     assert table.num_rows == total
     assert pc.count_distinct(table["transaction_id"]).as_py() == total
     # fetched as page ranges at once (SPLIT_ROWS), joined in the service's order
-    with ConnectionClient(base_url=box.url, secret_key=box.sandbox_key) as client:
+    with Client(base_url=box.url, secret_key=box.sandbox_key) as client:
         whole = client.transactions(made["record"])
     assert table["transaction_id"].to_pylist() == whole["transaction_id"].to_pylist()
 

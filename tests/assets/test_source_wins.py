@@ -19,7 +19,7 @@ import pytest
 
 from assets.income import INCOME_MATCHES, income
 from assets.transactions import FULL, RUNNING_BALANCE, reconciles_on, transactions
-from resources.client import ConnectionClient
+from resources.client.resource import ConnectionClient
 from resources.inbox import open_inbox
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake

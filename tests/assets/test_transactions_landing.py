@@ -20,7 +20,7 @@ import pytest
 from assets import transactions as tx
 from assets.publish import commit
 from assets.schemas import ValidationFailed
-from resources.client import ConnectionClient
+from resources.client import Client
 from resources.columns import naira
 from resources.lake import Lake
 from tests.bad_service import BadPages
@@ -49,13 +49,9 @@ def create(box, **spec) -> str:
     return box.customer(**spec)["record"]
 
 
-def client(box, **settings) -> ConnectionClient:
-    return ConnectionClient(base_url=box.url, secret_key=box.sandbox_key,
-                            environment="sandbox", **settings)
-
-
-def config_of(c: ConnectionClient) -> dict:
-    return {name: getattr(c, name) for name in type(c).model_fields}
+def client(box, **settings) -> Client:
+    return Client(base_url=box.url, secret_key=box.sandbox_key, environment="sandbox",
+                  **settings)
 
 
 def truth(box, record: str) -> dict:
@@ -212,7 +208,7 @@ def test_a_broken_chain_a_whole_pull_does_not_mend_is_held(box, tmp_path):
     # a whole pull that breaks the rules is refused as a window's would be, naming the record
     service = BadPages()
     try:
-        with ConnectionClient(base_url=service.url, secret_key="sk_test_x") as c:
+        with Client(base_url=service.url, secret_key="sk_test_x") as c:
             with pytest.raises(ValidationFailed, match=f"^transactions of record {rid}: 1 row"):
                 tx.land_one(c, rid, table, start, 5)
     finally:
@@ -237,7 +233,7 @@ def test_records_failing_validation_are_named_written_nowhere_and_not_retried(tm
     bad = BadPages()
     lake = Lake(root=str(tmp_path))
     try:
-        with ConnectionClient(base_url=bad.url, secret_key="sk_test_x") as c:
+        with Client(base_url=bad.url, secret_key="sk_test_x") as c:
             landings = tx.land_records(c, lake, ["rec1", "rec2"])
     finally:
         bad.close()

@@ -64,7 +64,7 @@ def sandbox_lake(shared_sandbox, tmp_path_factory):
     from assets.income import income
     from assets.transactions import transactions
     from assets.warehouse import Warehouse, warehouse
-    from resources.client import ConnectionClient
+    from resources.client.resource import ConnectionClient
     from resources.inbox.resource import InboxResource
 
     root = tmp_path_factory.mktemp("lake")

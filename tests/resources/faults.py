@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from resources.client import ConnectionClient
+from resources.client import Client
 
 KEY = "sk_test_" + "f" * 24
 
@@ -47,10 +47,10 @@ class FaultServer:
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
-    def client(self, **kw) -> ConnectionClient:
+    def client(self, **kw) -> Client:
         kw = {"base_url": self.url, "secret_key": KEY, "backoff_base_s": 0.01,
               "backoff_max_s": 0.05, "read_timeout_s": 2.0, **kw}
-        return ConnectionClient(**kw)
+        return Client(**kw)
 
     def _serve(self) -> None:
         while not self.stopping.is_set():

@@ -7,17 +7,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from resources.client import ConnectionClient
+from resources.client import Client
 from tests.conftest import Sandbox, start_sandbox
 
 
-def client_for(box, env: str = "sandbox", **kw) -> ConnectionClient:
+def client_for(box, env: str = "sandbox", **kw) -> Client:
     key = box.sandbox_key if env == "sandbox" else box.production_key
-    return ConnectionClient(**{"base_url": box.url, "secret_key": key, "environment": env,
+    return Client(**{"base_url": box.url, "secret_key": key, "environment": env,
                                **kw})
 
 
-def make_customers(client: ConnectionClient, *specs: dict, ready: bool = True) -> list[dict]:
+def make_customers(client: Client, *specs: dict, ready: bool = True) -> list[dict]:
     """Create customers (at most 100 per call) and wait until each record's products settle."""
     made = []
     for start in range(0, len(specs), 100):

@@ -8,7 +8,7 @@ import re
 import pytest
 from sandboxes import client_for, make_customers
 
-from resources.errors import InvalidInput, InvalidRequest, Unauthorized
+from resources.client.errors import InvalidInput, InvalidRequest, Unauthorized
 
 REQUEST_ID = re.compile(r"^[0-9a-f]{24}$")
 

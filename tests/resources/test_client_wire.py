@@ -15,14 +15,15 @@ import orjson
 import pytest
 from faults import KEY, answer, error, page, reset_mid_body, success
 
-from resources.client import ConnectionClient
-from resources.errors import (
+from resources.client import Client
+from resources.client.errors import (
     ApiError,
     MalformedResponse,
     RateLimitExceeded,
     ServiceError,
     TransportError,
 )
+from resources.client.resource import ConnectionClient
 
 RECORD = "a" * 24
 
@@ -59,8 +60,8 @@ def one_page(key: str, items: list, **extra) -> object:
     ({"max_attempts": 0}, "page_size must be 1 to 100 and max_attempts at least 1"),
 ])
 def test_a_bad_setting_is_named_before_anything_is_sent(faulty, setting, message):
-    with faulty.client(**setting) as client, pytest.raises(ValueError) as info:
-        client.banks()
+    with pytest.raises(ValueError) as info:
+        faulty.client(**setting)
     assert str(info.value) == message
     assert faulty.seen == []
 
@@ -74,7 +75,7 @@ def test_settings_at_their_bounds_are_taken(faulty, setting):
 
 
 def test_the_http_client_is_built_from_the_settings():
-    client = ConnectionClient(base_url="http://BOX/", secret_key=KEY, environment="production",
+    client = Client(base_url="http://BOX/", secret_key=KEY, environment="production",
                               connect_timeout_s=1.5, read_timeout_s=7.0)
     http = client._client()
     assert str(http.base_url) == "http://box/v2/"
@@ -550,15 +551,18 @@ def test_a_transport_error_without_words_still_says_what_it_was(faulty):
 
 
 def test_as_a_dagster_resource_it_checks_its_settings_at_init_and_closes_after(faulty):
+    faulty.script = [success({"banks": []})]
     context = dg.build_init_resource_context()
-    client = faulty.client()
-    client.setup_for_execution(context)  # a bad setting fails the run here, before any asset
-    http = client._http
-    assert http is not None and not http.is_closed
-    client.teardown_after_execution(context)
+    resource = ConnectionClient(base_url=faulty.url, secret_key=KEY)
+    with resource.yield_for_execution(context) as client:
+        assert isinstance(client, Client) and client.banks() == []
+        http = client._http
+        assert not http.is_closed
     assert client._http is None and http.is_closed
-    with pytest.raises(ValueError, match="page_size"):
-        faulty.client(page_size=0).setup_for_execution(context)
+    with pytest.raises(ValueError, match="page_size"):  # the run fails here, before any asset
+        with ConnectionClient(base_url=faulty.url, secret_key=KEY,
+                              page_size=0).yield_for_execution(context):
+            pass
 
 
 def test_transactions_of_an_account_in_a_window(faulty):

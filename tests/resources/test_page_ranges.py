@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from resources.client import ConnectionClient
+from resources.client import Client
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def record(shared_sandbox):
 
 
 def test_ranges_join_to_the_whole(shared_sandbox, record):
-    with ConnectionClient(base_url=shared_sandbox.url, secret_key=shared_sandbox.sandbox_key,
+    with Client(base_url=shared_sandbox.url, secret_key=shared_sandbox.sandbox_key,
                           environment="sandbox") as client:
         whole = client.transactions(record)
         assert client.transaction_total(record) == whole.num_rows > 1000

@@ -11,9 +11,9 @@ import pyarrow.compute as pc
 import pytest
 from sandboxes import client_for, make_customers
 
-from resources.client import PARSE_PAGES
+from resources.client.errors import AuthError, InvalidInput, InvalidRequest, RecordError
+from resources.client.sdk import PARSE_PAGES
 from resources.columns import MONEY, TRANSACTION_SCHEMA
-from resources.errors import AuthError, InvalidInput, InvalidRequest, RecordError
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import threading
 import pytest
 from sandboxes import client_for, make_customers, sandbox_with
 
-from resources.errors import ApiError, BankError, RateLimitExceeded
+from resources.client.errors import ApiError, BankError, RateLimitExceeded
 
 
 def retries(caplog) -> list[str]:

@@ -11,8 +11,8 @@ import pytest
 from faults import KEY, answer, error, reset_mid_body, stall
 from sandboxes import client_for
 
-from resources.client import ConnectionClient
-from resources.errors import (
+from resources.client import Client
+from resources.client.errors import (
     ApiError,
     AuthError,
     BankError,
@@ -25,6 +25,7 @@ from resources.errors import (
     TransportError,
     Unauthorized,
 )
+from resources.client.resource import ConnectionClient
 
 WRONG_KEY = "sk_test_wrongwrongwrongwrong1234"
 
@@ -90,8 +91,11 @@ def test_no_error_family_and_no_log_line_shows_a_key(shared_sandbox, faulty, cap
 
 def test_the_resource_shows_no_key(shared_sandbox):
     client = client_for(shared_sandbox)
-    for text in (repr(client), str(client), str(client.model_dump()),
-                 client.model_dump_json(), repr(client._client().headers)):
+    resource = ConnectionClient(base_url=shared_sandbox.url,
+                                secret_key=shared_sandbox.sandbox_key)
+    for text in (repr(client), str(client), str(vars(client)), repr(resource),
+                 str(resource.model_dump()), resource.model_dump_json(),
+                 repr(client._client().headers)):
         assert shared_sandbox.sandbox_key not in text
     client.close()
 
@@ -101,7 +105,7 @@ def test_a_dagster_run_records_no_key(shared_sandbox, monkeypatch):
     monkeypatch.setenv("LEDGERLAKE_WRONG_KEY", WRONG_KEY)
 
     @dg.asset
-    def banks(context, client: ConnectionClient):
+    def banks(context, client: dg.ResourceParam[Client]):
         context.log.info("client %r", client)
         found = client.banks()
         return dg.MaterializeResult(metadata={"client": repr(client), "banks": len(found)})
@@ -126,7 +130,7 @@ def test_a_bad_key_fails_the_run_at_resource_init_without_showing_it(monkeypatch
     monkeypatch.setenv("LEDGERLAKE_BAD_KEY", bad)
 
     @dg.asset
-    def never(client: ConnectionClient):
+    def never(client: dg.ResourceParam[Client]):
         raise AssertionError("the asset must not run with a bad client")
 
     with dg.DagsterInstance.ephemeral() as instance:

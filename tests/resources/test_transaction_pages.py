@@ -1,4 +1,4 @@
-"""`ConnectionClient.transactions`: pages read by Arrow in groups, asked for ahead of parsing.
+"""`Client.transactions`: pages read by Arrow in groups, asked for ahead of parsing.
 
 Over a real socket with scripted answers, so that a history can shrink or grow between two
 pages, a page can be pretty-printed or wrong, and the order of requests can be checked.
@@ -10,8 +10,8 @@ import orjson
 import pytest
 from faults import answer, reset_mid_body, success
 
+from resources.client.errors import MalformedResponse
 from resources.columns import transactions_batch
-from resources.errors import MalformedResponse
 
 RECORD = "a" * 24
 
