@@ -9,6 +9,8 @@ from .errors import ServiceError
 
 PRODUCTION = "production"
 SANDBOX = "production-sandbox"
+SHORT = {PRODUCTION: "production", SANDBOX: "sandbox"}  # in tokens, operation ids, faults' env
+BASES = {SANDBOX: "/sandbox/v2/", PRODUCTION: "/v2/"}  # the longer prefix first
 
 
 class Keys:
