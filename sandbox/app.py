@@ -12,7 +12,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,7 +139,7 @@ SCHEMAS = {  # body rule -> its JSON schema, for /openapi.json
 @dataclass
 class Endpoint:
     path: str
-    handler: Callable[..., Awaitable[dict]]
+    handler: Callable[[str, dict], dict]  # (env, checked body) -> the answer's data
     summary: str
     fields: dict[str, Callable] = field(default_factory=dict)
     required: str = ""  # space-separated; "a|b": one of them
@@ -237,7 +237,8 @@ class Service(Products, Bulk):
             E("settings/connect", self.connect.settings,
               "This environment's connect page: public key, URL, plan, wallet, signed "
               "agreement", {"plan": _string, "wallet": _any, "agreement": _any}),
-            E("banks/list", self.banks_list, "Supported banks", method="GET"),
+            E("banks/list", lambda env, body: {"banks": self.banks_of(env)}, "Supported banks",
+              method="GET"),
             E("sandbox/customers/create", self.customers_create,
               "Create customers whose connections then complete", {"customers": _array},
               "customers"),
@@ -255,20 +256,20 @@ class Service(Products, Bulk):
               "Raise a product callback for a record now",
               {"record": _string, "method": _callback_method, "code": _callback_code},
               "record method"),
-            E("sandbox/faults", self.faults_set,
+            E("sandbox/faults", lambda env, body: self.faults.set(body["rules"], body.get("seed")),
               "Inject faults: refusals, resets, stalls, truncated pages, doubled, late or "
               "shuffled webhooks (seeded)", {"rules": _array, "seed": _any}, "rules"),
-            E("sandbox/faults", self.faults_report,
+            E("sandbox/faults", lambda env, body: self.faults.report(),
               "The fault rules and the faults injected, by kind", method="GET"),
-            E("sandbox/faults", self.faults_clear, "Clear every fault rule (the counts stay)",
-              method="DELETE"),
+            E("sandbox/faults", lambda env, body: self.faults.clear(),
+              "Clear every fault rule (the counts stay)", method="DELETE"),
             E("sandbox/clock/advance", self.clock_advance,
               "Move the sandbox clock forward (redelivery, periodic products)",
               {"seconds": _seconds}, "seconds"),
         ]
 
-    # -- handlers: each takes (env, body) and returns `data` -------------------------------
-    async def settings_webhook(self, env: str, body: dict) -> dict:
+    # -- handlers -------------------------------------------------------------------------
+    def settings_webhook(self, env: str, body: dict) -> dict:
         url = body["url"]
         conf = {"url": url, "token": body.get("token"), "env": env}
         if isinstance(url, list):  # several receivers: deliveries go round them
@@ -279,35 +280,22 @@ class Service(Products, Bulk):
         self.webhooks.settings_changed(env)
         return {"url": url, "token_set": conf["token"] is not None, "env": env}
 
-    async def faults_set(self, env: str, body: dict) -> dict:
-        return self.faults.set(body["rules"], body.get("seed"))
-
-    async def faults_report(self, env: str, body: dict) -> dict:
-        return self.faults.report()
-
-    async def faults_clear(self, env: str, body: dict) -> dict:
-        return self.faults.clear()
-
-    async def banks_list(self, env: str, body: dict) -> dict:
-        return {"banks": self.banks_of(env)}
-
     # -- webhooks: the Dispatcher (webhooks.py) keeps every delivery and its attempts ----------
-    async def callback_get(self, env: str, body: dict) -> dict:
+    def callback_get(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         product = METHODS[body["method"]][0]
         st = self.webhooks.callback_status(env, rec["_id"], body["method"])
         data = {"product": product, "record": rec["_id"]}
         if st:
             data.update({k: v for k, v in st["payload"].items() if k in PRODUCT_MEMBERS})
-        enabled = product in rec.get("products", [product])
-        data["status"] = {"process": {"running": st is None and enabled,
+        data["status"] = {"process": {"running": st is None and product in rec["products"],
                                       "completed": st is not None},
                           "last_callback": st and st["sent_at"]}
         data["callback"] = st and {k: st[k] for k in ("method", "code", "state", "raised_at",
                                                       "sent_at", "next_attempt_at", "attempts")}
         return data
 
-    async def callback_trigger(self, env: str, body: dict) -> dict:
+    def callback_trigger(self, env: str, body: dict) -> dict:
         records = body["records"] if "records" in body else [body["record"]]
         if not 1 <= len(records) <= 100:
             raise ServiceError("INVALID_FIELD", "records must hold 1 to 100 record ids")
@@ -325,7 +313,7 @@ class Service(Products, Bulk):
                                       url=body.get("url"))
         return {}
 
-    async def fire_webhook(self, env: str, body: dict) -> dict:
+    def fire_webhook(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         method = body["method"]
         _, callback_type, default_code, _ = METHODS[method]
@@ -341,7 +329,7 @@ class Service(Products, Bulk):
         self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
         return {}
 
-    async def clock_advance(self, env: str, body: dict) -> dict:
+    def clock_advance(self, env: str, body: dict) -> dict:
         now = self.clock.advance(body["seconds"])
         self.store.set_meta("clock_offset", self.clock.offset_s)
         return {"now": iso(now)}
@@ -389,7 +377,7 @@ class Service(Products, Bulk):
         paths: dict = {}
         error = {"$ref": "#/components/schemas/Error"}
         for ep in self.endpoints.values():
-            props = {k: SCHEMAS.get(v, {"type": "string"}) for k, v in ep.fields.items()}
+            props = {k: SCHEMAS[v] for k, v in ep.fields.items()}
             op: dict = {"summary": ep.summary, "operationId": ep.path.replace("/", "_"),
                         "security": [{"bearer": []}],
                         "responses": {"200": {"description": "success"},
@@ -448,7 +436,7 @@ class Service(Products, Bulk):
                                f"{wait:.2f}s", headers={"Retry-After": self.limiter.retry_after(wait)})
         body = (await json_body(request) if request.method == "POST"
                 else dict(request.query_params))
-        data = await ep.handler(env, ep.validate(body))
+        data = ep.handler(env, ep.validate(body))
         key, text = ep.message
         return 200, {"status": "success", key: text, "data": data}
 
@@ -465,12 +453,9 @@ class _App(Starlette):
             await super().__call__(scope, receive, send)
 
 
-def create_app(data_dir: Path, keys: Keys, *, seed: int = 42,
-               webhook_timeout_s: float = 10.0, rate_limit: float = 1000.0,
-               addition_limit: int = 100_000, freeze_clock: bool = False) -> Starlette:
-    service = Service(Path(data_dir), keys, seed=seed, webhook_timeout_s=webhook_timeout_s,
-                      rate_limit=rate_limit, addition_limit=addition_limit,
-                      freeze_clock=freeze_clock)
+def create_app(data_dir: Path, keys: Keys, **options) -> Starlette:
+    """The sandbox's ASGI app; `options` are `Service`'s."""
+    service = Service(Path(data_dir), keys, **options)
 
     async def calendar():  # wall time moves the sandbox clock too
         while True:

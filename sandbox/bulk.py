@@ -114,7 +114,7 @@ class Bulk:
         return rec
 
     # -- the control -------------------------------------------------------------------------
-    async def records_bulk_create(self, env: str, body: dict) -> dict:
+    def records_bulk_create(self, env: str, body: dict) -> dict:
         count = integer("count", body["count"], 1, MAX_COUNT)
         b = {"env": env, "count": count,
              "accounts": integer("accounts", body.get("accounts", 2), 1, 3),

@@ -1,10 +1,8 @@
 """What the service tells a webhook: the payloads of product callbacks and connection events.
 
-Every product callback carries the spec's common members (Callback payload table) plus its
-product's members (AUTH nothing more, IDENTITY `identity`, ACCOUNTS `account`, BALANCE
-`balance` with `accountId`/`nuban`, TRANSACTIONS `newTransactions`, INCOME the income,
-PAYMENT `paymentId`/`link`/`garnishment`/`schedule`/`payment`, PAYMENT_RECURRING `schedule`).
-Which callbacks follow which action is decided in app.py; delivery is webhooks.py's job.
+A product callback is the spec's common members (Callback payload table) and then its
+product's own. Which callbacks follow which action is products.py's to decide; delivery is
+webhooks.py's job.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ class Connect:
             if self.s.maintenance_on:
                 raise ServiceError("PLANNED_MAINTENANCE", "maintenance mode: the service is "
                                                           "not taking connections")
-            data = await self.steps[step](env, body)
+            data = self.steps[step](env, body)
             status, out = 200, {"status": "success", "message": "Request was successful",
                                 "data": data}
         except WidgetError as err:
@@ -159,7 +159,7 @@ class Connect:
         return self.s.store.get_meta(f"connect:{env}", None) or {
             "plan": "active", "wallet": WALLET, "agreement": env == SANDBOX}
 
-    async def settings(self, env: str, body: dict) -> dict:
+    def settings(self, env: str, body: dict) -> dict:
         conf = self.settings_of(env)
         if "plan" in body:
             conf["plan"] = one_of("plan", body["plan"], PLANS)
@@ -174,7 +174,7 @@ class Connect:
                 "demo_url": f"{page}/demo?key={key}"}
 
     # -- the steps ---------------------------------------------------------------------------
-    async def open_session(self, env: str, body: dict) -> dict:
+    def open_session(self, env: str, body: dict) -> dict:
         _fields(body, "key products account_type customer returning payment_amount", "key")
         key = _text("key", body["key"], 100)
         if self.s.keys.env_of_public(key) != env:
@@ -217,7 +217,7 @@ class Connect:
         self.sessions[sid] = sess
         return data
 
-    async def login(self, env: str, body: dict) -> dict:
+    def login(self, env: str, body: dict) -> dict:
         _fields(body, "session bank login_type account_type credentials",
                 "session bank login_type credentials")
         sess = self._session(env, body, "bank")
@@ -260,7 +260,7 @@ class Connect:
         sess["step"] = "accounts"
         return {"step": "accounts", "accounts": self._offer_view(sess["offers"])}
 
-    async def mfa(self, env: str, body: dict) -> dict:
+    def mfa(self, env: str, body: dict) -> dict:
         _fields(body, "session answer", "session answer")
         sess = self._session(env, body, "mfa")
         answer = _text("answer", body["answer"])
@@ -272,7 +272,7 @@ class Connect:
         sess["step"] = "accounts"
         return {"step": "accounts", "accounts": self._offer_view(sess["offers"])}
 
-    async def finish(self, env: str, body: dict) -> dict:
+    def finish(self, env: str, body: dict) -> dict:
         _fields(body, "session accounts consent", "session accounts consent")
         sess = self._session(env, body, "accounts")
         if body["consent"] is not True:

@@ -72,14 +72,21 @@ PRODUCTS = ["auth", "identity", "accounts", "balance", "transactions", "income",
 DAY = 86400
 
 
+def _hash(parts: tuple, size: int) -> bytes:
+    return hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=size).digest()
+
+
 def object_id(*parts: object) -> str:
     """24 lower-case hex characters, derived from the parts (so reproducible for a seed)."""
-    return hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=12).hexdigest()
+    return _hash(parts, 12).hex()
 
 
 def _int(*parts: object) -> int:
-    return int.from_bytes(hashlib.blake2b(":".join(map(str, parts)).encode(),
-                                          digest_size=8).digest(), "big")
+    return int.from_bytes(_hash(parts, 8), "big")
+
+
+def _digits(rng: random.Random, n: int) -> str:
+    return "".join(str(rng.randrange(10)) for _ in range(n))
 
 
 def bank_objects(seed: int) -> list[dict]:
@@ -119,11 +126,10 @@ def identity(seed: int, customer_id: str, name: str) -> dict:
     last = rest[-1] if rest else who["lastname"]
     birth = date(rng.randint(1960, 2003), rng.randint(1, 12), rng.randint(1, 28))
     phone = "+234" + rng.choice(["803", "806", "813", "703", "802", "808", "905", "816"]) + \
-        "".join(str(rng.randrange(10)) for _ in range(7))
+        _digits(rng, 7)
     state_o, state_r = rng.choice(STATES), rng.choice(STATES)
     return {
-        "bvn": "22" + "".join(str(rng.randrange(10)) for _ in range(9)),
-        "nin": "".join(str(rng.randrange(10)) for _ in range(11)),
+        "bvn": "22" + _digits(rng, 9), "nin": _digits(rng, 11),
         "firstname": first, "middlename": who["middlename"], "lastname": last,
         "name": name, "fullname": f"{first} {who['middlename']} {last}",
         "dob": birth.isoformat(), "gender": rng.choice(["Male", "Female"]),
@@ -141,16 +147,14 @@ def identity(seed: int, customer_id: str, name: str) -> dict:
 
 def nuban(seed: int, account_id: str) -> str:
     rng = random.Random(object_id(seed, "nuban", account_id))
-    return rng.choice("0123") + "".join(str(rng.randrange(10)) for _ in range(9))
+    return rng.choice("0123") + _digits(rng, 9)
 
 
 def account_name_type(seed: int, account_id: str, owner: str,
                       account_type: str = "personal") -> tuple[str, str]:
     rng = random.Random(object_id(seed, "account", account_id))
     kind = rng.choice(ACCOUNT_TYPES.get(account_type, ACCOUNT_TYPES["personal"]))
-    if account_type == "business":
-        return f"{owner.upper()} ENTERPRISES", kind
-    return owner.upper(), kind
+    return f"{owner.upper()} ENTERPRISES" if account_type == "business" else owner.upper(), kind
 
 
 def month_index(ts: float) -> int:
@@ -443,7 +447,7 @@ def _pending(spec: AccountSpec, last_month: int, lead: bool) -> Pending:
     the next month's first lines, already pending in the last two days of this one."""
     pools = _profile(spec)["pools"]
     pos = _pos_category(spec)
-    cols: dict[str, list] = {k: [] for k in ("start", "until", "signed", "cat", "order", "ref")}
+    chunks: list[dict] = []  # a month's precursors, then its reversals
     ids: list[str] = []
     descs: list[str] = []
     for m in range(spec.first_month, last_month + 1 + lead):
@@ -455,12 +459,10 @@ def _pending(spec: AccountSpec, last_month: int, lead: bool) -> Pending:
             p, posted_at = p[keep], posted_at[keep]
         seq = (np.int64(m) << 20) + p
         cat = mo["cat"][p]
-        cols["start"].append(posted_at - PENDING_S)
-        cols["until"].append(posted_at)
-        cols["signed"].append(mo["signed"][p])
-        cols["cat"].append(cat)
-        cols["order"].append(seq * 2 + 1)  # after the posted line of the same sequence
-        cols["ref"].append(seq)
+        chunks.append({"start": posted_at - PENDING_S, "until": posted_at,
+                       "signed": mo["signed"][p], "cat": cat,
+                       "order": seq * 2 + 1,  # after the posted line of the same sequence
+                       "ref": seq})
         ids.extend(object_id(spec.seed, "pending", spec.account_id, q) for q in seq.tolist())
         descs.extend(pools[c][q] for c, q in zip(cat.tolist(), mo["pool"][p].tolist(),
                                                    strict=True))
@@ -468,17 +470,15 @@ def _pending(spec: AccountSpec, last_month: int, lead: bool) -> Pending:
             continue
         rts = st["reversed_ts"]
         rseq = (np.int64(m) << 20) + REVERSED_SEQ + np.arange(len(rts), dtype=np.int64)
-        cols["start"].append(rts)
-        cols["until"].append(rts + PENDING_S)
-        cols["signed"].append(st["reversed_signed"])
-        cols["cat"].append(np.full(len(rts), pos, dtype=np.int64))
-        cols["order"].append(rseq * 2)
-        cols["ref"].append(rseq)
+        chunks.append({"start": rts, "until": rts + PENDING_S, "signed": st["reversed_signed"],
+                       "cat": np.full(len(rts), pos, dtype=np.int64), "order": rseq * 2,
+                       "ref": rseq})
         ids.extend(object_id(spec.seed, "reversed", spec.account_id, m, j)
                    for j in range(len(rts)))
         descs.extend(pools[pos][q] for q in st["reversed_pool"].tolist())
-    arrays = {k: np.concatenate(v).astype(np.int64) if v else np.zeros(0, np.int64)
-              for k, v in cols.items()}
+    arrays = {k: np.concatenate([c[k] for c in chunks]).astype(np.int64) if chunks
+              else np.zeros(0, np.int64) for k in ("start", "until", "signed", "cat", "order",
+                                                   "ref")}
     return Pending(**arrays, ids=ids, descs=descs)
 
 
@@ -501,6 +501,10 @@ class History:
 
     def __len__(self) -> int:
         return len(self.ts)
+
+    def closing(self, upto: int) -> int:
+        """The balance (kobo) after the first `upto` posted lines."""
+        return int(self.balance[upto - 1]) if upto else self.opening
 
     def visible(self, now: float) -> int:
         """How many lines have posted by `now` (they are the first ones: ts is ascending)."""

@@ -93,7 +93,7 @@ def ledger(account_id: str, h: History, now: float) -> tuple[dict, list[str]]:
         "pending_credit_kobo": int(pending[pending > 0].sum()),
         "pending_debit_kobo": int(-pending[pending < 0].sum()),
         "opening_balance_kobo": int(h.opening),
-        "ledger_balance_kobo": int(h.balance[upto - 1]) if upto else int(h.opening),
+        "ledger_balance_kobo": h.closing(upto),
         "ids_sha256": ids_sha256(ids),
     }, ids
 

@@ -72,6 +72,17 @@ def pagination(total: int, page: int, limit: int) -> dict:
             "nextPage": page + 1 if page < pages else None}
 
 
+def _kept(cache: dict, most: int, key, make):
+    """`cache[key]`, made (unless None) on a miss; a cache past `most` entries starts again
+    (a million bulk records are read one by one)."""
+    value = cache.get(key)
+    if value is None and (value := make()) is not None:
+        if len(cache) > most:
+            cache.clear()
+        cache[key] = value
+    return value
+
+
 def public(rec: dict) -> dict:
     return {k: v for k, v in rec.items() if k != INTERNAL}
 
@@ -153,15 +164,9 @@ class Products:
 
     def _customer(self, env: str, customer_id: str) -> dict | None:
         """Customers never change once made, so they are kept after the first read."""
-        cust = self._customers.get((env, customer_id))
-        if cust is None:
-            cust = (self.store.get("customers", env, customer_id)
-                    or self._bulk_customer(env, customer_id))
-            if cust is not None:
-                if len(self._customers) > 50_000:
-                    self._customers.clear()
-                self._customers[(env, customer_id)] = cust
-        return cust
+        return _kept(self._customers, 50_000, (env, customer_id),
+                     lambda: (self.store.get("customers", env, customer_id)
+                              or self._bulk_customer(env, customer_id)))
 
     def _account_doc(self, env: str, account_id: str) -> dict | None:
         return self._bulk_account(env, account_id) or self.store.get("accounts", env, account_id)
@@ -185,19 +190,19 @@ class Products:
             return self._by_token(env, body["access_token"])
         return self._record(env, body["record"])
 
-    def _named(self, env: str, body: dict) -> tuple[dict, int | None]:
-        """The record a data call names, and the index of the `account` it names, if any."""
-        if "account" in body:
-            return self._account(env, body["account"])
-        return self._target(env, body), None
+    def _named(self, env: str, body: dict, product: str) -> tuple[dict, int | None]:
+        """The record a data call names, and the index of the `account` it names, if any;
+        a records/fail failure of `product` is answered first."""
+        rec, k = self._account(env, body["account"]) if "account" in body else (
+            self._target(env, body), None)
+        self._inject(rec, product)
+        return rec, k
 
     def _records(self, env: str, body: dict, product: str) -> list[dict]:
         """The record a call names (answering a records/fail failure of `product` first), or
         every record of its `customer`."""
         if "record" in body or "access_token" in body:
-            rec = self._target(env, body)
-            self._inject(rec, product)
-            return [rec]
+            return [self._named(env, body, product)[0]]
         return self._customer_records(env, body["customer"])
 
     def _token(self, env: str, kind: str, record_id: str) -> str:
@@ -263,12 +268,8 @@ class Products:
 
     def _histories(self, rec: dict, now: float) -> list[tuple[str, datagen.History, int]]:
         last = max(datagen.month_index(now), rec[INTERNAL]["gen"]["created_month"])
-        specs = self._specs.get((rec["env"], rec["_id"]))
-        if specs is None:
-            specs = [self._spec(rec, k, a) for k, a in enumerate(rec[INTERNAL]["accounts"])]
-            if len(self._specs) > 50_000:  # a million bulk records are read one by one
-                self._specs.clear()
-            self._specs[(rec["env"], rec["_id"])] = specs
+        specs = _kept(self._specs, 50_000, (rec["env"], rec["_id"]), lambda: [
+            self._spec(rec, k, a) for k, a in enumerate(rec[INTERNAL]["accounts"])])
         lead = datagen.lead(last, now)
         out = []
         for spec in specs:
@@ -287,15 +288,12 @@ class Products:
         visible."""
         last = max(datagen.month_index(now), rec[INTERNAL]["gen"]["created_month"])
         key = (rec["env"], rec["_id"], k, last, datagen.lead(last, now))
-        view = self._views.get(key)
-        if view is None:
+
+        def build() -> lines.View:
             parts = self._histories(rec, now)
             chosen = parts if k is None else [parts[k]]
-            view = lines.View.build([(a, h, self._rows(rec, a, h)) for a, h, _ in chosen])
-            if len(self._views) > 64:
-                self._views.clear()
-            self._views[key] = view
-        return view
+            return lines.View.build([(a, h, self._rows(rec, a, h)) for a, h, _ in chosen])
+        return _kept(self._views, 64, key, build)
 
     def _patches(self, rec: dict, k: int | None) -> tuple:
         """records/corrupt's patches as (part of the view, posted index, kobo)."""
@@ -318,17 +316,15 @@ class Products:
             del fails[product]
         self._save(rec)
         code = fail["error_code"]
-        extra, headers = {}, {}
-        if CODES[code][0] == "RATE_LIMIT_EXCEEDED":
-            headers["Retry-After"] = "1"
-        if code == "VERIFICATION_EXPIRED":
-            extra["account_id"] = rec[INTERNAL]["accounts"][0]
-        raise ServiceError(code, f"{FAILABLE[product]} failed: {code} (sandbox/records/fail)",
-                           extra=extra, headers=headers)
+        raise ServiceError(
+            code, f"{FAILABLE[product]} failed: {code} (sandbox/records/fail)",
+            extra=({"account_id": rec[INTERNAL]["accounts"][0]}
+                   if code == "VERIFICATION_EXPIRED" else None),
+            headers={"Retry-After": "1"} if CODES[code][0] == "RATE_LIMIT_EXCEEDED" else None)
 
     def _balance_doc(self, rec: dict, account: dict, h: datagen.History, upto: int,
                      with_periodic: bool = True) -> dict:
-        amount = (int(h.balance[upto - 1]) if upto else h.opening) / 100
+        amount = h.closing(upto) / 100
         stamp = iso(int(h.ts[upto - 1])) if upto else rec["created_at"]
         doc = {"_id": account["balance"], "account": account["_id"],
                "available_balance": amount, "ledger_balance": amount, "currency": "NGN",
@@ -345,7 +341,7 @@ class Products:
                 "balance": callbacks.balance_member(bal)}
 
     # -- data endpoints --------------------------------------------------------------------
-    async def accounts_get(self, env: str, body: dict) -> dict:
+    def accounts_get(self, env: str, body: dict) -> dict:
         recs = self._records(env, body, "accounts")
         for rec in recs:
             self._check(rec, "accounts")
@@ -367,9 +363,8 @@ class Products:
             raise ServiceError("INVALID_ACCOUNT_ID", "account does not exist")
         return rec, rec[INTERNAL]["accounts"].index(account_id)
 
-    async def balance_get(self, env: str, body: dict) -> dict:
-        rec, k = self._named(env, body)
-        self._inject(rec, "balance")
+    def balance_get(self, env: str, body: dict) -> dict:
+        rec, k = self._named(env, body, "balance")
         self._check(rec, "balance")
         docs = [self._balance_doc(rec, self._account_doc(env, account_id), h, upto)
                 for i, (account_id, h, upto) in enumerate(self._histories(rec, self.clock.now()))
@@ -377,12 +372,11 @@ class Products:
         items, pages = paginate(docs, body.get("page", 1), body.get("limit", 20))
         return {"pagination": pages, "balance": items}
 
-    async def transactions_get(self, env: str, body: dict) -> dict:
+    def transactions_get(self, env: str, body: dict) -> dict:
         now = self.clock.now()
         since = int(_date("from", body["from"])) if "from" in body else None
         until = int(_date("to", body["to"])) + DAY if "to" in body else None
-        rec, k = self._named(env, body)
-        self._inject(rec, "transactions")
+        rec, k = self._named(env, body, "transactions")
         self._check(rec, "transactions")
         view = self._view(rec, now, k)
         pos, tkey = view.visible(now)
@@ -397,7 +391,7 @@ class Products:
         return {"pagination": pagination(hi - lo, page, limit),
                 "transaction": orjson.Fragment(b"[" + b",".join(chunk) + b"]")}
 
-    async def income_get(self, env: str, body: dict) -> dict:
+    def income_get(self, env: str, body: dict) -> dict:
         recs = self._records(env, body, "income")
         if not recs:
             raise ServiceError("NO_ACCOUNTS", "the customer has no connected record")
@@ -418,7 +412,7 @@ class Products:
             details=self._callback_url(rec, "IDENTITY"),
             ident_id=datagen.object_id("identity", rec["_id"]))
 
-    async def identity_get(self, env: str, body: dict) -> dict:
+    def identity_get(self, env: str, body: dict) -> dict:
         recs = self._records(env, body, "identity")
         for rec in recs:
             self._check(rec, "identity")
@@ -435,25 +429,24 @@ class Products:
                 "owner": callbacks.OWNER, "validated": rec["verified"],
                 "current_project": callbacks.PROJECT, "projects": [callbacks.PROJECT]}
 
-    async def auth_get_by_customer(self, env: str, body: dict) -> dict:
+    def auth_get_by_customer(self, env: str, body: dict) -> dict:
         recs = self._customer_records(env, body["customer"])
         items, pages = paginate([self._auth_doc(r) for r in recs], body.get("page", 1),
                                 body.get("limit", 20))
         return {"pagination": pages, "auths": items}
 
-    async def auth_get(self, env: str, body: dict) -> dict:
-        rec = self._target(env, body)
-        self._inject(rec, "auth")
+    def auth_get(self, env: str, body: dict) -> dict:
+        rec, _ = self._named(env, body, "auth")
         self._check(rec, "auth", auth_call=True)
         accounts = [self._account_doc(env, a) for a in rec[INTERNAL]["accounts"]]
         return {"auth": {**self._auth_doc(rec), "accounts": [
             {"account_id": a["_id"], "nuban": a["nuban"], "name": a["name"], "type": a["type"],
              "bank_code": self.bank_by_id[rec["bank"]]["code"]} for a in accounts]}}
 
-    async def record_get(self, env: str, body: dict) -> dict:
+    def record_get(self, env: str, body: dict) -> dict:
         return {"record": public(self._target(env, body))}
 
-    async def record_remove(self, env: str, body: dict) -> dict:
+    def record_remove(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         st = rec[INTERNAL]
         st["state"] = "removed"
@@ -469,20 +462,19 @@ class Products:
             record=rec["_id"], method="USER_DISCONNECT")
         return {}
 
-    async def item_get(self, env: str, body: dict) -> dict:
+    def item_get(self, env: str, body: dict) -> dict:
         rec = self._target(env, body)
         bank = self.bank_by_id[rec["bank"]]
-        last = self.webhooks.last_webhook(env, rec["_id"])
         return {"item": {
             "_id": rec["_id"], "record": rec["_id"], "bank": bank["_id"],
             "institution": {"name": bank["name"], "slug": bank["slug"]},
             "products_supported": bank["products"], "products_enabled": rec["products"],
             "status": rec["status"], "state": rec[INTERNAL]["state"],
             "error": rec[INTERNAL].get("error"), "verified": rec["verified"],
-            "last_webhook": {"code": last["code"], "sent_at": last["sent_at"]} if last else None,
+            "last_webhook": self.webhooks.last_webhook(env, rec["_id"]),
             "env": env, "created_at": rec["created_at"]}}
 
-    async def token_exchange(self, env: str, body: dict) -> dict:
+    def token_exchange(self, env: str, body: dict) -> dict:
         doc = self.tokens.get(body["public_token"])
         if doc is None or doc["kind"] != "public" or doc["env"] != env or doc.get("dead"):
             raise ServiceError("INVALID_PUBLIC_TOKEN",
@@ -495,7 +487,7 @@ class Products:
         return {"access_token": access, "record": rec["_id"]}
 
     # -- sandbox controls ------------------------------------------------------------------
-    async def customers_create(self, env: str, body: dict) -> dict:
+    def customers_create(self, env: str, body: dict) -> dict:
         specs = body["customers"]
         if not 1 <= len(specs) <= 100:
             raise ServiceError("INVALID_FIELD", "customers must hold 1 to 100 objects")
@@ -601,7 +593,7 @@ class Products:
         return {"customer": customer_id, "record": record_id,
                 "public_token": self._token(env, "public", record_id), "accounts": account_ids}
 
-    async def reset_login(self, env: str, body: dict) -> dict:
+    def reset_login(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         rec[INTERNAL]["state"] = "login_required"
         rec["last_updated"] = iso(self.clock.now())
@@ -610,7 +602,7 @@ class Products:
                               record=rec["_id"], method="USER_REAUTH")
         return {}
 
-    async def verify(self, env: str, body: dict) -> dict:
+    def verify(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         amounts = body["amounts"]
         if (len(amounts) != 2 or not all(isinstance(a, int | float) and not isinstance(a, bool)
@@ -638,7 +630,7 @@ class Products:
         asyncio.get_running_loop().call_soon(self._complete_connection, env, rec["_id"])
         return {"verified": True}
 
-    async def records_fail(self, env: str, body: dict) -> dict:
+    def records_fail(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         product = one_of("product", body["product"], FAILABLE)
         times = integer("times", body["times"], 1, 1000)
@@ -651,7 +643,7 @@ class Products:
         self._save(rec)
         return {"record": rec["_id"], "product": product, "remaining": times}
 
-    async def records_corrupt(self, env: str, body: dict) -> dict:
+    def records_corrupt(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         accounts = rec[INTERNAL]["accounts"]
         account_id = body.get("account", accounts[0])
@@ -670,7 +662,7 @@ class Products:
         return {"transaction": h.id_of(line), "account": account_id,
                 "balance_served": (true + CORRUPT_KOBO) / 100, "balance_true": true / 100}
 
-    async def records_ledger(self, env: str, body: dict) -> dict:
+    def records_ledger(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         now = self.clock.now()
         docs, ids = [], []
@@ -681,7 +673,7 @@ class Products:
         return {"record": rec["_id"], "now": iso(now), "lines": len(ids),
                 "ids_sha256": lines.ids_sha256(ids), "accounts": docs}
 
-    async def banks_status(self, env: str, body: dict) -> dict:
+    def banks_status(self, env: str, body: dict) -> dict:
         if body["bank"] not in self.bank_by_id:
             raise ServiceError("INVALID_BANK", "bank does not exist")
         one_of("status", body["status"], BANK_STATUS)
@@ -690,12 +682,12 @@ class Products:
         self.store.set_meta(f"bank_status:{env}", status)
         return {"bank": self.bank_view(env, self.bank_by_id[body["bank"]])}
 
-    async def maintenance(self, env: str, body: dict) -> dict:
+    def maintenance(self, env: str, body: dict) -> dict:
         self.maintenance_on = boolean("on", body["on"])
         self.store.set_meta("maintenance", self.maintenance_on)
         return {"maintenance": self.maintenance_on}
 
-    async def payments_initiate(self, env: str, body: dict) -> dict:
+    def payments_initiate(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         amount = integer("amount", body["amount"], 1, 10**12)
         recurring, schedule = body.get("recurring"), None
@@ -721,7 +713,7 @@ class Products:
         self.store.set_meta(f"payments:{env}", n)
         pid = datagen.object_id(self.seed, env, "payment", n)
         account_id, h, upto = self._histories(rec, now)[0]
-        available = (int(h.balance[upto - 1]) if upto else h.opening) / 100
+        available = h.closing(upto) / 100
         ok = amount / 100 <= available
         if schedule is not None:
             schedule["history"].append(pid)
@@ -743,14 +735,12 @@ class Products:
                    "schedule": {"current_amount": amount,
                                 "paymentId": schedule["paymentId"] if schedule else pid},
                    "payment": payment}
-        self.webhooks.enqueue(env, self.callback(env, rec, "PAYMENT", code, status=status,
-                                                 message="Payment processed", **members),
-                              record=rec["_id"], method="PAYMENT")
+        self._send(env, rec, "PAYMENT", code, status=status, message="Payment processed",
+                   **members)
         if schedule is not None:
-            self.webhooks.enqueue(env, self.callback(
-                env, rec, "PAYMENT_RECURRING", code, callback_type="PAYMENT_RECURRING",
-                status=status, message="Recurring payment made", schedule=dict(schedule),
-                paymentId=pid), record=rec["_id"], method="PAYMENT_RECURRING")
+            self._send(env, rec, "PAYMENT_RECURRING", code, callback_type="PAYMENT_RECURRING",
+                       status=status, message="Recurring payment made",
+                       schedule=dict(schedule), paymentId=pid)
         return payment
 
     def _recur(self, day: int) -> None:
@@ -781,6 +771,11 @@ class Products:
         return (f"{self.public_base}{BASES[rec['env']]}callback"
                 f"?record={rec['_id']}&method={method}")
 
+    def _send(self, env: str, rec: dict, method: str, code: str, **kw) -> None:
+        """Queue a product callback (see `callback`)."""
+        self.webhooks.enqueue(env, self.callback(env, rec, method, code, **kw),
+                              record=rec["_id"], method=method)
+
     def callback(self, env: str, rec: dict, method: str, code: str, *, callback_type=None,
                  message: str = "", status: str = "is_success", **members) -> dict:
         """A product callback payload: the spec's common members, then the product's."""
@@ -802,19 +797,16 @@ class Products:
             self._save(rec)
             return
         try:
-            self._send_product_callbacks(env, rec)
+            out = self._connection_callbacks(env, rec)
+            rec["status"] = {p: "ready" for p in rec["products"]}
+            if any(payload["code"] == "INCOME_FAILED" for _, payload in out):
+                rec["status"]["income"] = "failed"
+            rec["last_updated"] = iso(self.clock.now())
+            self._save(rec)
+            for method, payload in out:
+                self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
         except Exception:  # a failed callback must not leave the record half-ready
             log.exception("connection of %s failed", record_id)
-
-    def _send_product_callbacks(self, env: str, rec: dict) -> None:
-        out = self._connection_callbacks(env, rec)
-        rec["status"] = {p: "ready" for p in rec["products"]}
-        if any(payload["code"] == "INCOME_FAILED" for _, payload in out):
-            rec["status"]["income"] = "failed"
-        rec["last_updated"] = iso(self.clock.now())
-        self._save(rec)
-        for method, payload in out:
-            self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
 
     def _connection_callbacks(self, env: str, rec: dict) -> list[tuple[str, dict]]:
         """(method, payload) of each callback a completed connection sends, in order."""
@@ -860,14 +852,11 @@ class Products:
             if self._expired(rec, now):
                 st["state"] = "expired"
                 self._save(rec)
-                payload = self.callback(env, rec, "AUTH", "VERIFICATION_EXPIRED",
-                                        status="is_failed",
-                                        message="The record was not verified within 7 days")
-                payload["error"] = {"error_type": "AUTH_ERROR",
-                                    "error_code": "VERIFICATION_EXPIRED",
-                                    "error_message": "record not verified after 7 days",
-                                    "display_message": None, "account_id": st["accounts"][0]}
-                self.webhooks.enqueue(env, payload, record=rec["_id"], method="AUTH")
+                self._send(env, rec, "AUTH", "VERIFICATION_EXPIRED", status="is_failed",
+                           message="The record was not verified within 7 days", error={
+                               "error_type": "AUTH_ERROR", "error_code": "VERIFICATION_EXPIRED",
+                               "error_message": "record not verified after 7 days",
+                               "display_message": None, "account_id": st["accounts"][0]})
         if today <= last:
             return
         self.store.set_meta("periodic_day", today)
@@ -889,14 +878,11 @@ class Products:
         parts = self._histories(rec, end)
         if "balance" in rec["products"]:
             for account_id, h, upto in parts:
-                members = self._balance_members(rec, self._account_doc(env, account_id), h, upto)
-                self.webhooks.enqueue(env, self.callback(
-                    env, rec, "PERIODIC_BALANCE", "BALANCE_SUCCESS", callback_type="BALANCE",
-                    message="Periodic balance ready", **members),
-                    record=rec["_id"], method="PERIODIC_BALANCE")
+                self._send(env, rec, "PERIODIC_BALANCE", "BALANCE_SUCCESS",
+                           callback_type="BALANCE", message="Periodic balance ready",
+                           **self._balance_members(rec, self._account_doc(env, account_id), h,
+                                                   upto))
         if "transactions" in rec["products"]:
-            new = sum(upto - h.visible(end - DAY) for _, h, upto in parts)
-            self.webhooks.enqueue(env, self.callback(
-                env, rec, "PERIODIC_TRANSACTIONS", "PRODUCT_IS_READY",
-                callback_type="TRANSACTIONS", message="Periodic transactions ready",
-                newTransactions=new), record=rec["_id"], method="PERIODIC_TRANSACTIONS")
+            self._send(env, rec, "PERIODIC_TRANSACTIONS", "PRODUCT_IS_READY",
+                       callback_type="TRANSACTIONS", message="Periodic transactions ready",
+                       newTransactions=sum(upto - h.visible(end - DAY) for _, h, upto in parts))

@@ -263,38 +263,29 @@ class Dispatcher:
         else:
             loop.call_soon_threadsafe(self._wake.set)
 
-    def trigger(self, env: str, records: Iterable[str], url: str | None = None) -> int:
-        """Re-send each record's latest event of every kind; returns how many were queued."""
-        target = url or (self.settings(env) or {}).get("url")
-        if not target:
+    def trigger(self, env: str, records: Iterable[str], url: str | None = None) -> None:
+        """Re-send each record's latest event of every kind."""
+        if not (url or (self.settings(env) or {}).get("url")):
             raise LookupError("no webhook URL is set for this environment and none was given")
-        queued = 0
         with self.db.transaction():  # a trigger of 100 records is one commit
             for record in dict.fromkeys(records):
                 for d in self.db.latest_per_event(env, record):
                     self.enqueue(env, d["payload"], record=record, method=d["method"],
                                  url=url)
-                    queued += 1
-        return queued
 
     def callback_status(self, env: str, record: str, method: str) -> dict | None:
         """The latest event of `method`'s family (BALANCE covers PERIODIC_BALANCE...)."""
-        d = self.db.latest(env, record, METHODS[method][3] if method in METHODS else (method,))
-        if d is None:
-            return None
-        return {"payload": d["payload"], "method": d["method"], "code": d["code"],
-                "state": d["state"], "url": d["url"], "raised_at": iso(d["raised_at"]),
-                "sent_at": iso(d["last_attempt"]) if d["last_attempt"] else None,
-                "next_attempt_at": (iso(d["next_attempt"]) if d["state"] == "pending"
-                                    else None),
-                "attempts": d["attempts"]}
+        d = self.db.latest(env, record, METHODS[method][3])
+        return d and {"payload": d["payload"], "method": d["method"], "code": d["code"],
+                      "state": d["state"], "raised_at": iso(d["raised_at"]),
+                      "sent_at": iso(d["last_attempt"]) if d["last_attempt"] else None,
+                      "next_attempt_at": (iso(d["next_attempt"]) if d["state"] == "pending"
+                                          else None),
+                      "attempts": d["attempts"]}
 
     def last_webhook(self, env: str, record: str) -> dict | None:
         d = self.db.last_sent(env, record)
-        if d is None:
-            return None
-        return {"code": d["code"], "sent_at": iso(d["last_attempt"]), "state": d["state"],
-                "serverResponse": _public(d["attempts"][-1]) if d["attempts"] else None}
+        return d and {"code": d["code"], "sent_at": iso(d["last_attempt"])}
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
