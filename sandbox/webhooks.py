@@ -113,10 +113,6 @@ class Deliveries(SqliteFile):
 
     def __init__(self, path: Path) -> None:
         super().__init__(path, SCHEMA)
-        with self._lock:  # a file written before `urls` existed
-            cols = {r[1] for r in self._db.execute("pragma table_info(deliveries)")}
-            if "urls" not in cols:
-                self._db.execute("alter table deliveries add column urls blob")
 
     def _rows(self, where: str, args: Iterable = ()) -> list[dict]:
         with self._lock:
