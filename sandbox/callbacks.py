@@ -79,15 +79,7 @@ def payment_object(*, pid: str, rec: dict, bank: dict, amount: int, ok: bool,
     }
 
 
-def user_disconnect(*, rec: dict, accounts: list[str], now: float) -> dict:
-    return {"event": "USER_DISCONNECT", "message": "User disconnected their account",
-            "record": rec["_id"], "env": rec["env"],
-            "data": {"accounts": accounts, "customer": rec["customer"], "record": rec["_id"],
-                     "disconnected_at": iso(now)}}
-
-
-def user_reauth(*, rec: dict, now: float) -> dict:
-    return {"event": "USER_REAUTH", "message": "User must log in again to their bank",
-            "record": rec["_id"], "env": rec["env"],
-            "data": {"customer": rec["customer"], "record": rec["_id"],
-                     "deauthorized_at": iso(now)}}
+def user_event(event: str, message: str, rec: dict, data: dict) -> dict:
+    """A connection event (USER_DISCONNECT, USER_REAUTH) rather than a product callback."""
+    return {"event": event, "message": message, "record": rec["_id"], "env": rec["env"],
+            "data": data}

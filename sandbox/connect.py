@@ -252,13 +252,12 @@ class Connect:
         sess.update(bank=bank["_id"], login_type=login_type, account_type=account_type,
                     login=f"{login_type}:{who.lower()}", known=known, name=name,
                     offers=[list(o) for o in offers])
-        if bank["mfa"]:
-            sess["step"] = "mfa"
-            prompt = (SECURITY_QUESTION if bank["mfa"] == "security_question"
-                      else "Enter the six-digit token from your bank's token device")
-            return {"step": "mfa", "mfa": {"type": bank["mfa"], "prompt": prompt}}
-        sess["step"] = "accounts"
-        return {"step": "accounts", "accounts": self._offer_view(sess["offers"])}
+        if not bank["mfa"]:
+            return self._to_accounts(sess)
+        sess["step"] = "mfa"
+        prompt = (SECURITY_QUESTION if bank["mfa"] == "security_question"
+                  else "Enter the six-digit token from your bank's token device")
+        return {"step": "mfa", "mfa": {"type": bank["mfa"], "prompt": prompt}}
 
     def mfa(self, env: str, body: dict) -> dict:
         _fields(body, "session answer", "session answer")
@@ -269,6 +268,9 @@ class Connect:
                 raise WidgetError(1010)
         elif answer == "error_1011":
             raise WidgetError(1011)
+        return self._to_accounts(sess)
+
+    def _to_accounts(self, sess: dict) -> dict:
         sess["step"] = "accounts"
         return {"step": "accounts", "accounts": self._offer_view(sess["offers"])}
 

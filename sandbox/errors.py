@@ -79,15 +79,9 @@ class ServiceError(Exception):
         self.headers = headers or {}
 
     def body(self, request_id: str) -> dict:
-        return {
-            "error_type": self.error_type,
-            "error_code": self.code,
-            "error_message": self.message,
-            "display_message": self.display_message,
-            "http_code": self.http_code,
-            "request_id": request_id,
-            **self.extra,
-        }
+        return {"error_type": self.error_type, "error_code": self.code,
+                "error_message": self.message, "display_message": self.display_message,
+                "http_code": self.http_code, "request_id": request_id, **self.extra}
 
 
 # -- the checks of request fields, each answering INVALID_FIELD with the rule broken ---------

@@ -457,8 +457,10 @@ class Products:
                         and t["env"] == env]:
                 tok["dead"] = True
                 self.store.put("tokens", tok, record=tok["record"])
-        self.webhooks.enqueue(env, callbacks.user_disconnect(
-            rec=rec, accounts=st["accounts"], now=self.clock.now()),
+        self.webhooks.enqueue(env, callbacks.user_event(
+            "USER_DISCONNECT", "User disconnected their account", rec,
+            {"accounts": st["accounts"], "customer": rec["customer"], "record": rec["_id"],
+             "disconnected_at": iso(self.clock.now())}),
             record=rec["_id"], method="USER_DISCONNECT")
         return {}
 
@@ -598,8 +600,10 @@ class Products:
         rec[INTERNAL]["state"] = "login_required"
         rec["last_updated"] = iso(self.clock.now())
         self._save(rec)
-        self.webhooks.enqueue(env, callbacks.user_reauth(rec=rec, now=self.clock.now()),
-                              record=rec["_id"], method="USER_REAUTH")
+        self.webhooks.enqueue(env, callbacks.user_event(
+            "USER_REAUTH", "User must log in again to their bank", rec,
+            {"customer": rec["customer"], "record": rec["_id"],
+             "deauthorized_at": iso(self.clock.now())}), record=rec["_id"], method="USER_REAUTH")
         return {}
 
     def verify(self, env: str, body: dict) -> dict:
