@@ -182,10 +182,8 @@ class Connect:
         conf = self.settings_of(env)
         if not conf["agreement"]:
             raise WidgetError(1026)
-        if conf["plan"] == "none":
-            raise WidgetError(1004)
-        if conf["plan"] == "expired":
-            raise WidgetError(1007)
+        if conf["plan"] != "active":
+            raise WidgetError({"none": 1004, "expired": 1007}[conf["plan"]])
         products = self._products(body.get("products"))
         account_type = body.get("account_type")
         if account_type is not None and account_type not in ("personal", "business"):

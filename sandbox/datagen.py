@@ -252,16 +252,12 @@ class _Fill(dict):
         return FILL[key](self.rng)
 
 
-def _render(rng: random.Random, template: str, bank_short: str) -> str:
-    return template.format_map(_Fill(rng, bank_short))
-
-
 @lru_cache(maxsize=256)
 def _pools(seed: int, bank_short: str, business: bool) -> list[list[str]]:
     """Narrations per category, shared by the accounts of a seed and bank (each account
     draws its own lines from them)."""
     rng = random.Random(object_id(seed, "pools", bank_short, business))
-    return [[_render(rng, rng.choice(c[7]), bank_short) for _ in range(POOL)]
+    return [[rng.choice(c[7]).format_map(_Fill(rng, bank_short)) for _ in range(POOL)]
             for c in (BUSINESS if business else PERSONAL)]
 
 
@@ -654,12 +650,10 @@ def periodic(h: History, upto: int) -> dict:
 
 
 def _window(monthly: dict[int, int], months: list[int], count: dict[int, int]) -> dict:
-    values = [monthly.get(m, 0) for m in months]
-    return {"average_per_month": round(sum(values) / len(values) / 100, 2) if values else 0.0,
-            "max_per_month": max(values) / 100 if values else 0.0,
-            "min_per_month": min(values) / 100 if values else 0.0,
-            "occurrence": sum(count.get(m, 0) for m in months),
-            "total": sum(values) / 100}
+    values = [monthly.get(m, 0) for m in months]  # never empty: 3, 6 or 12 months
+    return {"average_per_month": round(sum(values) / len(values) / 100, 2),
+            "max_per_month": max(values) / 100, "min_per_month": min(values) / 100,
+            "occurrence": sum(count.get(m, 0) for m in months), "total": sum(values) / 100}
 
 
 def income(parts: list[tuple[str, History, int]], now: float) -> dict | None:

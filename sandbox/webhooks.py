@@ -193,11 +193,6 @@ class Deliveries(SqliteFile):
                          " order by last_attempt desc, id desc", (env, record))
 
 
-def _public(attempt: dict) -> dict:
-    """An attempt's result as the payload's serverResponse carries it."""
-    return {k: v for k, v in attempt.items() if k not in ("attempt", "at")}
-
-
 class Dispatcher:
     def __init__(self, store: Store, clock: Clock, timeout_s: float, faults: Faults) -> None:
         self.store = store
@@ -421,7 +416,8 @@ class Dispatcher:
         first = d["first_attempt"] or now
         payload = dict(d["payload"])
         if d["attempts"]:
-            payload["serverResponse"] = _public(d["attempts"][-1])
+            payload["serverResponse"] = {k: v for k, v in d["attempts"][-1].items()
+                                         if k not in ("attempt", "at")}  # its result
         headers = {"Content-Type": "application/json"}
         token = (self.settings(d["env"]) or {}).get("token")
         if token:
