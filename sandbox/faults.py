@@ -65,7 +65,7 @@ class Rule:
             out["paths"] = list(self.paths)
         if self.kind == "shuffle":
             out["batch"] = self.batch
-        if self.kind not in ("429", "stall", "late", "shuffle"):
+        if self.kind not in DEFAULT_SECONDS:
             del out["seconds"]
         return out
 
