@@ -12,7 +12,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,14 +20,13 @@ import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from . import datagen
-from .auth import PRODUCTION, SANDBOX, Keys
+from .auth import BASES, SANDBOX, SHORT, Keys
 from .bulk import Bulk
 from .clock import Clock, iso
 from .connect import Connect
-from .errors import ServiceError
+from .errors import ServiceError, check_fields, invalid, json_body, one_of
 from .faults import REFUSALS, Faults
 from .products import INTERNAL, Products
 from .store import Store
@@ -35,60 +34,58 @@ from .webhooks import METHODS, PRODUCT_MEMBERS, Dispatcher
 
 log = logging.getLogger("sandbox")
 
-PREFIXES = (("/sandbox/v2/", SANDBOX), ("/v2/", PRODUCTION))
-ENV_SHORT = {PRODUCTION: "production", SANDBOX: "sandbox"}
+
+def _split(path: str) -> tuple[str, str] | None:
+    """(environment, what follows its base) of a path under /v2/ or /sandbox/v2/."""
+    for env, base in BASES.items():
+        if path.startswith(base):
+            return env, path[len(base):]
+    return None
 
 
 # -- body rules --------------------------------------------------------------------------------
 
 def _string(name: str, value):
     if not isinstance(value, str) or not value:
-        raise ServiceError("INVALID_FIELD", f"{name} must be a non-empty string")
+        raise invalid(name, "must be a non-empty string")
     return value
 
 
-def _integer(name: str, value, lo: int, hi: int | None = None) -> int:
+def _count(name: str, value, hi: int) -> int:
+    """An integer from 1 to `hi`, or its digits (as a query string carries it)."""
     if isinstance(value, bool):
-        raise ServiceError("INVALID_FIELD", f"{name} must be an integer")
+        raise invalid(name, "must be an integer")
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
-    if not isinstance(value, int) or value < lo or (hi is not None and value > hi):
-        bound = f" between {lo} and {hi}" if hi is not None else f" of at least {lo}"
-        raise ServiceError("INVALID_FIELD", f"{name} must be an integer{bound}")
+    if not isinstance(value, int) or not 1 <= value <= hi:
+        raise invalid(name, f"must be an integer between 1 and {hi}")
     return value
 
 
 def _page(name, value):
-    return _integer(name, value, 1, 10**9)  # bounded: pagination echoes it as a JSON int
+    return _count(name, value, 10**9)  # bounded: pagination echoes it as a JSON int
 
 
 def _limit(name, value):
-    return _integer(name, value, 1, 100)
+    return _count(name, value, 100)
 
 
 def _array(name, value):
     if not isinstance(value, list):
-        raise ServiceError("INVALID_FIELD", f"{name} must be an array")
+        raise invalid(name, "must be an array")
+    return value
+
+
+def _object(name, value):
+    if not isinstance(value, dict):
+        raise invalid(name, "must be an object")
     return value
 
 
 def _url(name, value):
     value = _string(name, value)
     if not value.startswith(("http://", "https://")) or len(value) > 2048:
-        raise ServiceError("INVALID_FIELD", f"{name} must be an http(s) URL")
-    return value
-
-
-def _callback_method(name, value):
-    if value not in METHODS:
-        raise ServiceError("INVALID_FIELD", f"{name} must be one of {', '.join(METHODS)}")
-    return value
-
-
-def _callback_code(name, value):
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", value):
-        raise ServiceError("INVALID_FIELD", f"{name} must be an upper-case code such as "
-                                            "PRODUCT_IS_READY")
+        raise invalid(name, "must be an http(s) URL")
     return value
 
 
@@ -97,94 +94,70 @@ def _urls(name, value):
     if not isinstance(value, list):
         return _url(name, value)
     if not 1 <= len(value) <= 8:
-        raise ServiceError("INVALID_FIELD", f"{name} must be a URL or a list of 1 to 8 URLs")
+        raise invalid(name, "must be a URL or a list of 1 to 8 URLs")
     urls = [_url(f"{name}[{i}]", v) for i, v in enumerate(value)]
     if len(set(urls)) != len(urls):
-        raise ServiceError("INVALID_FIELD", f"{name} must not repeat a URL")
+        raise invalid(name, "must not repeat a URL")
     return urls
+
+
+def _callback_method(name, value):
+    return one_of(name, value, METHODS)
+
+
+CODE = r"[A-Z][A-Z0-9_]{0,63}"
+
+
+def _callback_code(name, value):
+    if not isinstance(value, str) or not re.fullmatch(CODE, value):
+        raise invalid(name, "must be an upper-case code such as PRODUCT_IS_READY")
+    return value
 
 
 def _seconds(name, value):
     if (isinstance(value, bool) or not isinstance(value, int | float)
             or not 0 <= value <= 366 * 86400):
-        raise ServiceError("INVALID_FIELD", f"{name} must be a number of seconds from 0 to "
-                                            f"{366 * 86400} (a year)")
+        raise invalid(name, f"must be a number of seconds from 0 to {366 * 86400} (a year)")
     return value
+
+
+def _any(name, value):  # the handler checks it
+    return value
+
+
+URL = {"type": "string", "format": "uri"}
+SCHEMAS = {  # body rule -> its JSON schema, for /openapi.json
+    _string: {"type": "string", "minLength": 1}, _page: {"type": ["integer", "string"]},
+    _limit: {"type": ["integer", "string"]}, _array: {"type": "array"}, _object: {"type": "object"},
+    _url: URL, _urls: {"oneOf": [URL, {"type": "array", "items": URL, "minItems": 1,
+                                       "maxItems": 8}]},
+    _callback_method: {"type": "string", "enum": list(METHODS)},
+    _callback_code: {"type": "string", "pattern": f"^{CODE}$"},
+    _seconds: {"type": "number", "minimum": 0}, _any: {}}
 
 
 @dataclass
 class Endpoint:
     path: str
-    handler: Callable[..., Awaitable[dict]]
+    handler: Callable[[str, dict], dict]  # (env, checked body) -> the answer's data
+    summary: str
     fields: dict[str, Callable] = field(default_factory=dict)
-    required: list[tuple[str, ...]] = field(default_factory=list)  # each: one of these
+    required: str = ""  # space-separated; "a|b": one of them
     method: str = "POST"
-    sandbox_only: bool = False
-    summary: str = ""
     message: tuple[str, str] = ("message", "Request was successful")  # key and text
 
+    @property
+    def sandbox_only(self) -> bool:
+        return self.path.startswith("sandbox/")
 
-def validate_body(ep: Endpoint, body: dict) -> dict:
-    unknown = sorted(set(body) - set(ep.fields))
-    if unknown:
-        raise ServiceError("UNKNOWN_FIELDS", f"unknown fields: {', '.join(unknown)}")
-    missing = [" or ".join(group) for group in ep.required
-               if not any(body.get(f) is not None for f in group)]
-    if missing:
-        raise ServiceError("MISSING_FIELDS", f"missing fields: {', '.join(missing)}")
-    return {k: ep.fields[k](k, v) for k, v in body.items() if v is not None}
-
-
-def _object(name, value):
-    if not isinstance(value, dict):
-        raise ServiceError("INVALID_FIELD", f"{name} must be an object")
-    return value
-
-
-def _any(name, value):
-    return value
-
-
-# body rule -> its JSON schema, for /openapi.json
-SCHEMAS = {_string: {"type": "string", "minLength": 1}, _page: {"type": ["integer", "string"]},
-           _limit: {"type": ["integer", "string"]}, _array: {"type": "array"},
-           _url: {"type": "string", "format": "uri"}, _object: {"type": "object"},
-           _urls: {"oneOf": [{"type": "string", "format": "uri"},
-                             {"type": "array", "items": {"type": "string", "format": "uri"},
-                              "minItems": 1, "maxItems": 8}]},
-           _seconds: {"type": "number", "minimum": 0}, _any: {},
-           _callback_method: {"type": "string", "enum": list(METHODS)},
-           _callback_code: {"type": "string", "pattern": "^[A-Z][A-Z0-9_]{0,63}$"}}
-
-
-def paginate(items: list, page: int, limit: int) -> tuple[list, dict]:
-    start = (page - 1) * limit
-    return items[start:start + limit], pagination(len(items), page, limit)
-
-
-def pagination(total: int, page: int, limit: int) -> dict:
-    """The spec's Pagination object for `total` items."""
-    pages = max(1, -(-total // limit))
-    start = (page - 1) * limit
-    return {
-        "totalDocs": total,
-        "limit": limit,
-        "page": page,
-        "totalPages": pages,
-        "pagingCounter": start + 1,
-        "hasPrevPage": page > 1,
-        "hasNextPage": page < pages,
-        "prevPage": page - 1 if page > 1 else None,
-        "nextPage": page + 1 if page < pages else None,
-    }
+    def validate(self, body: dict) -> dict:
+        check_fields(body, self.fields, self.required.split())
+        return {k: self.fields[k](k, v) for k, v in body.items() if v is not None}
 
 
 # -- the service -------------------------------------------------------------------------------
 
 class Service(Products, Bulk):
-    paginate = staticmethod(paginate)
-    pages = staticmethod(pagination)
-
     def __init__(self, data_dir: Path, keys: Keys, seed: int = 42,
                  webhook_timeout_s: float = 10.0, rate_limit: float = 1000.0,
                  addition_limit: int = 100_000, freeze_clock: bool = False) -> None:
@@ -201,119 +174,102 @@ class Service(Products, Bulk):
         self._init_products(rate_limit, addition_limit)
         self.clock.on_advance(self._clock_moved)
         self.connect = Connect(self)
-        self.endpoints: dict[tuple[str, str], Endpoint] = {}
-        for ep in self._endpoints():
-            self.endpoints[(ep.method, ep.path)] = ep
+        self.endpoints = {(ep.method, ep.path): ep for ep in self._endpoints()}
 
     def _endpoints(self) -> list[Endpoint]:
+        E = Endpoint
+        record = {"record": _string}
+        target = {"record": _string, "access_token": _string}  # a record, by either
         paging = {"page": _page, "limit": _limit}
         return [
-            Endpoint("accounts/get", self.accounts_get,
-                     {"record": _string, "access_token": _string, "customer": _string, **paging},
-                     [("record", "access_token", "customer")],
-                     summary="Accounts of a record or customer"),
-            Endpoint("auth/getByCustomer", self.auth_get_by_customer,
-                     {"customer": _string, **paging}, [("customer",)],
-                     summary="Auth records of a customer, paged"),
-            Endpoint("auth/get", self.auth_get, {"record": _string, "access_token": _string},
-                     [("record", "access_token")],
-                     summary="Auth of a verified record with its account numbers"),
-            Endpoint("balance/get", self.balance_get,
-                     {"record": _string, "access_token": _string, "account": _string,
-                      **paging}, [("record", "access_token", "account")],
-                     summary="Balances, with their daily history, of a record or account"),
-            Endpoint("transactions/get", self.transactions_get,
-                     {"record": _string, "access_token": _string, "account": _string,
-                      "from": _string, "to": _string, **paging},
-                     [("record", "access_token", "account")],
-                     summary="Transactions of a record or account, by date then _id"),
-            Endpoint("income/get", self.income_get,
-                     {"record": _string, "access_token": _string, "customer": _string},
-                     [("record", "access_token", "customer")],
-                     summary="Income derived from the transactions"),
-            Endpoint("identity/get", self.identity_get,
-                     {"record": _string, "access_token": _string, "customer": _string},
-                     [("record", "access_token", "customer")],
-                     summary="Identity the bank holds on the customer"),
-            Endpoint("record/get", self.record_get, {"record": _string, "access_token": _string},
-                     [("record", "access_token")],
-                     summary="A connection record"),
-            Endpoint("record/remove", self.record_remove, {"record": _string}, [("record",)],
-                     summary="Remove a record; its access tokens die, USER_DISCONNECT is sent"),
-            Endpoint("item/get", self.item_get, {"record": _string, "access_token": _string},
-                     [("record", "access_token")],
-                     summary="Products supported and enabled, status, last webhook"),
-            Endpoint("token/exchange", self.token_exchange, {"public_token": _string},
-                     [("public_token",)], summary="Exchange a public token for an access token"),
-            Endpoint("sandbox/records/reset_login", self.reset_login, {"record": _string},
-                     [("record",)], sandbox_only=True,
-                     summary="Make a record need a new login (USER_REAUTH)"),
-            Endpoint("sandbox/records/verify", self.verify,
-                     {"record": _string, "amounts": _array}, [("record",), ("amounts",)],
-                     sandbox_only=True, summary="Check the two micro-deposits of a record"),
-            Endpoint("sandbox/records/fail", self.records_fail,
-                     {"record": _string, "product": _string, "times": _any,
-                      "error_code": _string}, [("record",), ("product",), ("times",)],
-                     sandbox_only=True,
-                     summary="Make a record's next N calls of one product answer an error"),
-            Endpoint("sandbox/records/corrupt", self.records_corrupt,
-                     {"record": _string, "account": _string, "line": _any}, [("record",)],
-                     sandbox_only=True,
-                     summary="Serve one posted line's running balance 1.00 naira off"),
-            Endpoint("sandbox/records/ledger", self.records_ledger, {"record": _string},
-                     [("record",)], sandbox_only=True,
-                     summary="What a full pull of a record would hold now, in exact figures"),
-            Endpoint("sandbox/banks/status", self.banks_status,
-                     {"bank": _string, "status": _string}, [("bank",), ("status",)],
-                     sandbox_only=True, summary="Set a bank's status (down, unavailable...)"),
-            Endpoint("sandbox/maintenance", self.maintenance, {"on": _any}, [("on",)],
-                     sandbox_only=True, summary="Turn maintenance mode on or off"),
-            Endpoint("sandbox/payments/initiate", self.payments_initiate,
-                     {"record": _string, "amount": _any, "recurring": _object},
-                     [("record",), ("amount",)], sandbox_only=True,
-                     summary="Debit a record's first account (kobo), once or recurring"),
-            Endpoint("settings/webhook", self.settings_webhook,
-                     {"url": _urls, "token": _string}, [("url",)],
-                     summary="Set this environment's webhook URL (or URLs) and token"),
-            Endpoint("settings/connect", self.connect.settings,
-                     {"plan": _string, "wallet": _any, "agreement": _any},
-                     summary="This environment's connect page: public key, URL, plan, wallet, "
-                             "signed agreement"),
-            Endpoint("banks/list", self.banks_list, method="GET", summary="Supported banks"),
-            Endpoint("sandbox/customers/create", self.customers_create,
-                     {"customers": _array}, [("customers",)], sandbox_only=True,
-                     summary="Create customers whose connections then complete"),
-            Endpoint("sandbox/records/bulk_create", self.records_bulk_create,
-                     {k: _any for k in ("count", "accounts", "volume", "days", "seed",
-                                        "callbacks", "rate")}, [("count",)],
-                     sandbox_only=True,
-                     summary="Create up to a million thin connected records in one call"),
-            Endpoint("callback", self.callback_get,
-                     {"record": _string, "method": _callback_method}, [("record",), ("method",)],
-                     method="GET", summary="Callback status of a record for one method"),
-            Endpoint("callback/trigger", self.callback_trigger,
-                     {"records": _array, "record": _string, "url": _url},
-                     [("records", "record")], message=("messgae", "Webhook trigger initiated"),
-                     summary="Re-send records' latest callbacks, to the saved URL or url"),
-            Endpoint("sandbox/records/fire_webhook", self.fire_webhook,
-                     {"record": _string, "method": _callback_method, "code": _callback_code},
-                     [("record",), ("method",)], sandbox_only=True,
-                     summary="Raise a product callback for a record now"),
-            Endpoint("sandbox/faults", self.faults_set, {"rules": _array, "seed": _any},
-                     [("rules",)], sandbox_only=True,
-                     summary="Inject faults: refusals, resets, stalls, truncated pages, "
-                             "doubled, late or shuffled webhooks (seeded)"),
-            Endpoint("sandbox/faults", self.faults_report, method="GET", sandbox_only=True,
-                     summary="The fault rules and the faults injected, by kind"),
-            Endpoint("sandbox/faults", self.faults_clear, method="DELETE", sandbox_only=True,
-                     summary="Clear every fault rule (the counts stay)"),
-            Endpoint("sandbox/clock/advance", self.clock_advance, {"seconds": _seconds},
-                     [("seconds",)], sandbox_only=True,
-                     summary="Move the sandbox clock forward (redelivery, periodic products)"),
+            E("accounts/get", self.accounts_get, "Accounts of a record or customer",
+              {**target, "customer": _string, **paging}, "record|access_token|customer"),
+            E("auth/getByCustomer", self.auth_get_by_customer,
+              "Auth records of a customer, paged", {"customer": _string, **paging}, "customer"),
+            E("auth/get", self.auth_get, "Auth of a verified record with its account numbers",
+              target, "record|access_token"),
+            E("balance/get", self.balance_get,
+              "Balances, with their daily history, of a record or account",
+              {**target, "account": _string, **paging}, "record|access_token|account"),
+            E("transactions/get", self.transactions_get,
+              "Transactions of a record or account, by date then _id",
+              {**target, "account": _string, "from": _string, "to": _string, **paging},
+              "record|access_token|account"),
+            E("income/get", self.income_get, "Income derived from the transactions",
+              {**target, "customer": _string}, "record|access_token|customer"),
+            E("identity/get", self.identity_get, "Identity the bank holds on the customer",
+              {**target, "customer": _string}, "record|access_token|customer"),
+            E("record/get", self.record_get, "A connection record", target,
+              "record|access_token"),
+            E("record/remove", self.record_remove,
+              "Remove a record; its access tokens die, USER_DISCONNECT is sent", record,
+              "record"),
+            E("item/get", self.item_get, "Products supported and enabled, status, last webhook",
+              target, "record|access_token"),
+            E("token/exchange", self.token_exchange,
+              "Exchange a public token for an access token", {"public_token": _string},
+              "public_token"),
+            E("sandbox/records/reset_login", self.reset_login,
+              "Make a record need a new login (USER_REAUTH)", record, "record"),
+            E("sandbox/records/verify", self.verify, "Check the two micro-deposits of a record",
+              {"record": _string, "amounts": _array}, "record amounts"),
+            E("sandbox/records/fail", self.records_fail,
+              "Make a record's next N calls of one product answer an error",
+              {"record": _string, "product": _string, "times": _any, "error_code": _string},
+              "record product times"),
+            E("sandbox/records/corrupt", self.records_corrupt,
+              "Serve one posted line's running balance 1.00 naira off",
+              {"record": _string, "account": _string, "line": _any}, "record"),
+            E("sandbox/records/ledger", self.records_ledger,
+              "What a full pull of a record would hold now, in exact figures", record,
+              "record"),
+            E("sandbox/banks/status", self.banks_status,
+              "Set a bank's status (down, unavailable...)",
+              {"bank": _string, "status": _string}, "bank status"),
+            E("sandbox/maintenance", self.maintenance, "Turn maintenance mode on or off",
+              {"on": _any}, "on"),
+            E("sandbox/payments/initiate", self.payments_initiate,
+              "Debit a record's first account (kobo), once or recurring",
+              {"record": _string, "amount": _any, "recurring": _object}, "record amount"),
+            E("settings/webhook", self.settings_webhook,
+              "Set this environment's webhook URL (or URLs) and token",
+              {"url": _urls, "token": _string}, "url"),
+            E("settings/connect", self.connect.settings,
+              "This environment's connect page: public key, URL, plan, wallet, signed "
+              "agreement", {"plan": _string, "wallet": _any, "agreement": _any}),
+            E("banks/list", lambda env, body: {"banks": self.banks_of(env)}, "Supported banks",
+              method="GET"),
+            E("sandbox/customers/create", self.customers_create,
+              "Create customers whose connections then complete", {"customers": _array},
+              "customers"),
+            E("sandbox/records/bulk_create", self.records_bulk_create,
+              "Create up to a million thin connected records in one call",
+              dict.fromkeys(("count", "accounts", "volume", "days", "seed", "callbacks",
+                             "rate"), _any), "count"),
+            E("callback", self.callback_get, "Callback status of a record for one method",
+              {"record": _string, "method": _callback_method}, "record method", method="GET"),
+            E("callback/trigger", self.callback_trigger,
+              "Re-send records' latest callbacks, to the saved URL or url",
+              {"records": _array, "record": _string, "url": _url}, "records|record",
+              message=("messgae", "Webhook trigger initiated")),
+            E("sandbox/records/fire_webhook", self.fire_webhook,
+              "Raise a product callback for a record now",
+              {"record": _string, "method": _callback_method, "code": _callback_code},
+              "record method"),
+            E("sandbox/faults", lambda env, body: self.faults.set(body["rules"], body.get("seed")),
+              "Inject faults: refusals, resets, stalls, truncated pages, doubled, late or "
+              "shuffled webhooks (seeded)", {"rules": _array, "seed": _any}, "rules"),
+            E("sandbox/faults", lambda env, body: self.faults.report(),
+              "The fault rules and the faults injected, by kind", method="GET"),
+            E("sandbox/faults", lambda env, body: self.faults.clear(),
+              "Clear every fault rule (the counts stay)", method="DELETE"),
+            E("sandbox/clock/advance", self.clock_advance,
+              "Move the sandbox clock forward (redelivery, periodic products)",
+              {"seconds": _seconds}, "seconds"),
         ]
 
-    # -- handlers: each takes (env, body) and returns `data` -------------------------------
-    async def settings_webhook(self, env: str, body: dict) -> dict:
+    # -- handlers -------------------------------------------------------------------------
+    def settings_webhook(self, env: str, body: dict) -> dict:
         url = body["url"]
         conf = {"url": url, "token": body.get("token"), "env": env}
         if isinstance(url, list):  # several receivers: deliveries go round them
@@ -324,35 +280,22 @@ class Service(Products, Bulk):
         self.webhooks.settings_changed(env)
         return {"url": url, "token_set": conf["token"] is not None, "env": env}
 
-    async def faults_set(self, env: str, body: dict) -> dict:
-        return self.faults.set(body["rules"], body.get("seed"))
-
-    async def faults_report(self, env: str, body: dict) -> dict:
-        return self.faults.report()
-
-    async def faults_clear(self, env: str, body: dict) -> dict:
-        return self.faults.clear()
-
-    async def banks_list(self, env: str, body: dict) -> dict:
-        return {"banks": self.banks_of(env)}
-
     # -- webhooks: the Dispatcher (webhooks.py) keeps every delivery and its attempts ----------
-    async def callback_get(self, env: str, body: dict) -> dict:
+    def callback_get(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         product = METHODS[body["method"]][0]
         st = self.webhooks.callback_status(env, rec["_id"], body["method"])
         data = {"product": product, "record": rec["_id"]}
         if st:
             data.update({k: v for k, v in st["payload"].items() if k in PRODUCT_MEMBERS})
-        enabled = product in rec.get("products", [product])
-        data["status"] = {"process": {"running": st is None and enabled,
+        data["status"] = {"process": {"running": st is None and product in rec["products"],
                                       "completed": st is not None},
                           "last_callback": st and st["sent_at"]}
         data["callback"] = st and {k: st[k] for k in ("method", "code", "state", "raised_at",
                                                       "sent_at", "next_attempt_at", "attempts")}
         return data
 
-    async def callback_trigger(self, env: str, body: dict) -> dict:
+    def callback_trigger(self, env: str, body: dict) -> dict:
         records = body["records"] if "records" in body else [body["record"]]
         if not 1 <= len(records) <= 100:
             raise ServiceError("INVALID_FIELD", "records must hold 1 to 100 record ids")
@@ -370,7 +313,7 @@ class Service(Products, Bulk):
                                       url=body.get("url"))
         return {}
 
-    async def fire_webhook(self, env: str, body: dict) -> dict:
+    def fire_webhook(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         method = body["method"]
         _, callback_type, default_code, _ = METHODS[method]
@@ -386,7 +329,7 @@ class Service(Products, Bulk):
         self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
         return {}
 
-    async def clock_advance(self, env: str, body: dict) -> dict:
+    def clock_advance(self, env: str, body: dict) -> dict:
         now = self.clock.advance(body["seconds"])
         self.store.set_meta("clock_offset", self.clock.offset_s)
         return {"now": iso(now)}
@@ -395,23 +338,18 @@ class Service(Products, Bulk):
         with contextlib.suppress(RuntimeError):  # no loop yet: the next tick catches up
             asyncio.get_running_loop().call_soon(self.daily, now)
 
-    @staticmethod
-    def _base(env: str) -> str:
-        return "/sandbox/v2/" if env == SANDBOX else "/v2/"
-
     # -- the HTTP door -----------------------------------------------------------------------
     async def handle(self, request: Request) -> Response:
-        path = request.scope["path"]
-        for prefix, env in PREFIXES:  # the connect page: public key, its own error shapes
-            if path.startswith(prefix + "connect") and path[len(prefix) + 7:][:1] in ("", "/"):
-                if not self.public_base:
-                    self.public_base = str(request.base_url).rstrip("/")
-                return await self.connect.handle(request, env, path[len(prefix):].strip("/"))
+        if not self.public_base:
+            self.public_base = str(request.base_url).rstrip("/")
+        where = _split(request.scope["path"])  # as sent, without building a URL object
+        if where and (where[1] == "connect" or where[1].startswith("connect/")):  # public key
+            return await self.connect.handle(request, where[0], where[1].strip("/"))
         request_id = secrets.token_hex(12)
         started = time.perf_counter()
         headers = {"X-Request-Id": request_id}
         try:
-            status, body = await self._dispatch(request)
+            status, body = await self._dispatch(request, where)
         except ServiceError as err:
             status, body = err.http_code, err.body(request_id)
             headers.update(err.headers)
@@ -439,7 +377,7 @@ class Service(Products, Bulk):
         paths: dict = {}
         error = {"$ref": "#/components/schemas/Error"}
         for ep in self.endpoints.values():
-            props = {k: SCHEMAS.get(v, {"type": "string"}) for k, v in ep.fields.items()}
+            props = {k: SCHEMAS[v] for k, v in ep.fields.items()}
             op: dict = {"summary": ep.summary, "operationId": ep.path.replace("/", "_"),
                         "security": [{"bearer": []}],
                         "responses": {"200": {"description": "success"},
@@ -454,13 +392,12 @@ class Service(Products, Bulk):
                                "additionalProperties": False}}}}
             else:
                 op["parameters"] = [{"name": k, "in": "query", "schema": props[k],
-                                     "required": any(k in g and len(g) == 1
-                                                     for g in ep.required)} for k in props]
-            for prefix, env in PREFIXES:
+                                     "required": k in ep.required.split()} for k in props]
+            for env, base in BASES.items():
                 if ep.sandbox_only and env != SANDBOX:
                     continue
-                paths.setdefault(prefix + ep.path, {})[ep.method.lower()] = {
-                    **op, "operationId": f"{ENV_SHORT[env]}_{op['operationId']}"}
+                paths.setdefault(base + ep.path, {})[ep.method.lower()] = {
+                    **op, "operationId": f"{SHORT[env]}_{op['operationId']}"}
         return {"openapi": "3.1.0",
                 "info": {"title": "ledgerlake sandbox of the connection service",
                          "version": "2"},
@@ -471,16 +408,14 @@ class Service(Products, Bulk):
                         "error_type", "error_code", "error_message", "display_message",
                         "http_code", "request_id"]}}}}
 
-    async def _dispatch(self, request: Request) -> tuple[int, dict]:
-        path = request.scope["path"]  # as sent, without building a URL object
-        if not self.public_base:
-            self.public_base = str(request.base_url).rstrip("/")
+    async def _dispatch(self, request: Request, where: tuple[str, str] | None
+                        ) -> tuple[int, dict]:
+        path = request.scope["path"]
         if path == "/openapi.json" and request.method == "GET":
             return 200, self.openapi()
-        env = next((e for prefix, e in PREFIXES if path.startswith(prefix)), None)
-        if env is None:
+        if where is None:
             raise ServiceError("NOT_FOUND", f"no endpoint at {path}")
-        sub = path[len(self._base(env)):].strip("/")
+        env, sub = where[0], where[1].strip("/")
         ep = self.endpoints.get((request.method, sub))
         if ep is None:
             raise ServiceError("NOT_FOUND", f"no endpoint {request.method} {path}")
@@ -499,20 +434,9 @@ class Service(Products, Bulk):
         if wait:
             raise ServiceError(self.limiter.code(sub), f"too many requests to {sub}; retry in "
                                f"{wait:.2f}s", headers={"Retry-After": self.limiter.retry_after(wait)})
-        body: dict = {}
-        if request.method == "POST":
-            ctype = request.headers.get("content-type", "")
-            if ctype.split(";")[0].strip().lower() != "application/json":
-                raise ServiceError("INVALID_HEADERS", "Content-Type must be application/json")
-            try:
-                body = orjson.loads(await request.body())
-            except (orjson.JSONDecodeError, UnicodeDecodeError):
-                raise ServiceError("INVALID_BODY", "body is not valid JSON") from None
-            if not isinstance(body, dict):
-                raise ServiceError("INVALID_BODY", "body must be a JSON object")
-        else:
-            body = dict(request.query_params)
-        data = await ep.handler(env, validate_body(ep, body))
+        body = (await json_body(request) if request.method == "POST"
+                else dict(request.query_params))
+        data = ep.handler(env, ep.validate(body))
         key, text = ep.message
         return 200, {"status": "success", key: text, "data": data}
 
@@ -529,12 +453,9 @@ class _App(Starlette):
             await super().__call__(scope, receive, send)
 
 
-def create_app(data_dir: Path, keys: Keys, *, seed: int = 42,
-               webhook_timeout_s: float = 10.0, rate_limit: float = 1000.0,
-               addition_limit: int = 100_000, freeze_clock: bool = False) -> Starlette:
-    service = Service(Path(data_dir), keys, seed=seed, webhook_timeout_s=webhook_timeout_s,
-                      rate_limit=rate_limit, addition_limit=addition_limit,
-                      freeze_clock=freeze_clock)
+def create_app(data_dir: Path, keys: Keys, **options) -> Starlette:
+    """The sandbox's ASGI app; `options` are `Service`'s."""
+    service = Service(Path(data_dir), keys, **options)
 
     async def calendar():  # wall time moves the sandbox clock too
         while True:
@@ -556,10 +477,6 @@ def create_app(data_dir: Path, keys: Keys, *, seed: int = 42,
             await service.webhooks.stop()
             service.store.close()
 
-    app = _App(
-        routes=[Route("/{path:path}", service.handle, methods=["GET", "POST", "PUT", "PATCH",
-                                                                "DELETE", "HEAD", "OPTIONS"])],
-        lifespan=lifespan,
-    )
+    app = _App(lifespan=lifespan)
     app.state.service = service
     return app

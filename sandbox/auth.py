@@ -9,6 +9,8 @@ from .errors import ServiceError
 
 PRODUCTION = "production"
 SANDBOX = "production-sandbox"
+SHORT = {PRODUCTION: "production", SANDBOX: "sandbox"}  # in tokens, operation ids, faults' env
+BASES = {SANDBOX: "/sandbox/v2/", PRODUCTION: "/v2/"}  # the longer prefix first
 
 
 class Keys:
@@ -45,8 +47,6 @@ class Keys:
             return
         other = PRODUCTION if env == SANDBOX else SANDBOX
         if hmac.compare_digest(key, self.by_env[other].encode()):
-            raise ServiceError(
-                "UNAUTHORIZED_ENVIRONMENT",
-                f"this secret key belongs to {other}, not {env}",
-            )
+            raise ServiceError("UNAUTHORIZED_ENVIRONMENT",
+                               f"this secret key belongs to {other}, not {env}")
         raise ServiceError("INVALID_API_KEYS", "client token and secret key invalid")

@@ -27,9 +27,10 @@ import logging
 import time
 
 from . import datagen
+from .auth import SHORT
 from .clock import iso
-from .errors import ServiceError
-from .products import INTERNAL, _int_in, account_doc, customer_doc, record_doc
+from .errors import integer, invalid
+from .products import INTERNAL, account_doc, customer_doc, record_doc
 
 log = logging.getLogger("sandbox.bulk")
 
@@ -106,30 +107,29 @@ class Bulk:
 
     def _bulk_token(self, env: str, token: str) -> dict | None:
         """A bulk record's access token is `access-<env>-<record>`; it dies with the record."""
-        prefix = f"access-{self.short(env)}-"
+        prefix = f"access-{SHORT[env]}-"
         rec = self._find(env, token[len(prefix):]) if token.startswith(prefix) else None
         if rec is None or "bulk" not in rec[INTERNAL] or rec[INTERNAL]["state"] == "removed":
             return None
         return rec
 
     # -- the control -------------------------------------------------------------------------
-    async def records_bulk_create(self, env: str, body: dict) -> dict:
-        count = _int_in("count", body["count"], 1, MAX_COUNT)
+    def records_bulk_create(self, env: str, body: dict) -> dict:
+        count = integer("count", body["count"], 1, MAX_COUNT)
         b = {"env": env, "count": count,
-             "accounts": _int_in("accounts", body.get("accounts", 2), 1, 3),
-             "volume": _int_in("volume", body.get("volume", 30), 1, 200),
-             "days": _int_in("days", body.get("days", 31), 31, 366),
-             "seed": _int_in("seed", body.get("seed", self.seed), 0, 2**32 - 1),
+             "accounts": integer("accounts", body.get("accounts", 2), 1, 3),
+             "volume": integer("volume", body.get("volume", 30), 1, 200),
+             "days": integer("days", body.get("days", 31), 31, 366),
+             "seed": integer("seed", body.get("seed", self.seed), 0, 2**32 - 1),
              "callbacks": body.get("callbacks", "none"), "rate": None, "sent": [0, 0]}
         if b["callbacks"] not in ("none", "paced"):
-            raise ServiceError("INVALID_FIELD", "callbacks must be none or paced")
+            raise invalid("callbacks", "must be none or paced")
         if b["callbacks"] == "paced":
-            b["rate"] = _int_in("rate", body.get("rate", 100), 1, 5000)
+            b["rate"] = integer("rate", body.get("rate", 100), 1, 5000)
             if not (self.webhooks.settings(env) or {}).get("url"):
-                raise ServiceError("INVALID_FIELD", "callbacks: paced needs a webhook URL "
-                                                    "(settings/webhook)")
+                raise invalid("callbacks: paced", "needs a webhook URL (settings/webhook)")
         elif "rate" in body:
-            raise ServiceError("INVALID_FIELD", "rate is for callbacks: paced only")
+            raise invalid("rate", "is for callbacks: paced only")
         self._check_addition(env, count)
         n = len(self.batches) + 1
         b.update(batch=n, start=sum(x["count"] for x in self.batches),

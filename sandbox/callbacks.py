@@ -1,10 +1,8 @@
 """What the service tells a webhook: the payloads of product callbacks and connection events.
 
-Every product callback carries the spec's common members (Callback payload table) plus its
-product's members (AUTH nothing more, IDENTITY `identity`, ACCOUNTS `account`, BALANCE
-`balance` with `accountId`/`nuban`, TRANSACTIONS `newTransactions`, INCOME the income,
-PAYMENT `paymentId`/`link`/`garnishment`/`schedule`/`payment`, PAYMENT_RECURRING `schedule`).
-Which callbacks follow which action is decided in app.py; delivery is webhooks.py's job.
+A product callback is the spec's common members (Callback payload table) and then its
+product's own. Which callbacks follow which action is products.py's to decide; delivery is
+webhooks.py's job.
 """
 
 from __future__ import annotations
@@ -81,15 +79,7 @@ def payment_object(*, pid: str, rec: dict, bank: dict, amount: int, ok: bool,
     }
 
 
-def user_disconnect(*, rec: dict, accounts: list[str], now: float) -> dict:
-    return {"event": "USER_DISCONNECT", "message": "User disconnected their account",
-            "record": rec["_id"], "env": rec["env"],
-            "data": {"accounts": accounts, "customer": rec["customer"], "record": rec["_id"],
-                     "disconnected_at": iso(now)}}
-
-
-def user_reauth(*, rec: dict, now: float) -> dict:
-    return {"event": "USER_REAUTH", "message": "User must log in again to their bank",
-            "record": rec["_id"], "env": rec["env"],
-            "data": {"customer": rec["customer"], "record": rec["_id"],
-                     "deauthorized_at": iso(now)}}
+def user_event(event: str, message: str, rec: dict, data: dict) -> dict:
+    """A connection event (USER_DISCONNECT, USER_REAUTH) rather than a product callback."""
+    return {"event": event, "message": message, "record": rec["_id"], "env": rec["env"],
+            "data": data}

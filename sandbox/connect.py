@@ -18,9 +18,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from . import datagen
-from .auth import SANDBOX
-from .errors import ServiceError
-from .products import BANK_STATUS, INTERNAL
+from .auth import BASES, SANDBOX
+from .errors import ServiceError, boolean, check_fields, invalid, json_body, one_of
+from .products import BANK_STATUS, INTERNAL, known_products
 from .webhooks import METHODS
 
 STATIC = Path(__file__).parent / "static" / "connect"
@@ -81,28 +81,28 @@ class WidgetError(Exception):
                      "message": f"{message}. {detail}" if detail else message}
 
 
-def _fields(body: dict, allowed: set[str], required: set[str]) -> dict:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise ServiceError("UNKNOWN_FIELDS", f"unknown fields: {', '.join(unknown)}")
-    missing = sorted(k for k in required if body.get(k) is None)
-    if missing:
-        raise ServiceError("MISSING_FIELDS", f"missing fields: {', '.join(missing)}")
-    return body
+def _fields(body: dict, allowed: str, required: str = "") -> None:
+    """`allowed` and `required`: space-separated names."""
+    check_fields(body, allowed.split(), sorted(required.split()))
 
 
 def _text(name: str, value, hi: int = 200, pattern: re.Pattern | None = None) -> str:
     if not isinstance(value, str) or not 0 < len(value) <= hi:
-        raise ServiceError("INVALID_FIELD", f"{name} must be a string of 1 to {hi} characters")
+        raise invalid(name, f"must be a string of 1 to {hi} characters")
     if pattern and not pattern.fullmatch(value):
-        raise ServiceError("INVALID_FIELD", f"{name} holds characters it may not "
-                                            f"(allowed: {pattern.pattern})")
+        raise invalid(name, f"holds characters it may not (allowed: {pattern.pattern})")
     return value
 
 
 def _digits(name: str, value, n: int) -> str:
     if not isinstance(value, str) or not re.fullmatch(rf"\d{{{n}}}", value):
-        raise ServiceError("INVALID_FIELD", f"{name} must be {n} digits")
+        raise invalid(name, f"must be {n} digits")
+    return value
+
+
+def _kobo(name: str, value, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= 10**12:
+        raise invalid(name, f"must be kobo, an integer from {lo} to 10^12")
     return value
 
 
@@ -127,22 +127,11 @@ class Connect:
             step = sub.removeprefix("connect/api/")
             if request.method != "POST" or step == sub or step not in self.steps:
                 raise ServiceError("NOT_FOUND", f"no endpoint {request.method} {sub}")
-            if request.headers.get("content-type", "").split(";")[0].strip() \
-                    != "application/json":
-                raise ServiceError("INVALID_HEADERS", "Content-Type must be application/json")
-            raw = await request.body()
-            if len(raw) > 65_536:
-                raise ServiceError("INVALID_BODY", "body is larger than 64 kB")
-            try:
-                body = orjson.loads(raw)
-            except (orjson.JSONDecodeError, UnicodeDecodeError):
-                raise ServiceError("INVALID_BODY", "body is not valid JSON") from None
-            if not isinstance(body, dict):
-                raise ServiceError("INVALID_BODY", "body must be a JSON object")
+            body = await json_body(request, max_bytes=65_536)
             if self.s.maintenance_on:
                 raise ServiceError("PLANNED_MAINTENANCE", "maintenance mode: the service is "
                                                           "not taking connections")
-            data = await self.steps[step](env, body)
+            data = self.steps[step](env, body)
             status, out = 200, {"status": "success", "message": "Request was successful",
                                 "data": data}
         except WidgetError as err:
@@ -170,61 +159,45 @@ class Connect:
         return self.s.store.get_meta(f"connect:{env}", None) or {
             "plan": "active", "wallet": WALLET, "agreement": env == SANDBOX}
 
-    async def settings(self, env: str, body: dict) -> dict:
+    def settings(self, env: str, body: dict) -> dict:
         conf = self.settings_of(env)
         if "plan" in body:
-            if body["plan"] not in PLANS:
-                raise ServiceError("INVALID_FIELD", f"plan must be one of {', '.join(PLANS)}")
-            conf["plan"] = body["plan"]
+            conf["plan"] = one_of("plan", body["plan"], PLANS)
         if "wallet" in body:
-            w = body["wallet"]
-            if isinstance(w, bool) or not isinstance(w, int) or not 0 <= w <= 10**12:
-                raise ServiceError("INVALID_FIELD", "wallet must be kobo, an integer from 0 "
-                                                    "to 10^12")
-            conf["wallet"] = w
+            conf["wallet"] = _kobo("wallet", body["wallet"], 0)
         if "agreement" in body:
-            if not isinstance(body["agreement"], bool):
-                raise ServiceError("INVALID_FIELD", "agreement must be a boolean")
-            conf["agreement"] = body["agreement"]
+            conf["agreement"] = boolean("agreement", body["agreement"])
         self.s.store.set_meta(f"connect:{env}", conf)
         key = self.s.keys.public(env)
-        page = f"{self.s.public_base}{self.s._base(env)}connect"
+        page = f"{self.s.public_base}{BASES[env]}connect"
         return {**conf, "env": env, "public_key": key, "connect_url": f"{page}?key={key}",
                 "demo_url": f"{page}/demo?key={key}"}
 
     # -- the steps ---------------------------------------------------------------------------
-    async def open_session(self, env: str, body: dict) -> dict:
-        _fields(body, {"key", "products", "account_type", "customer", "returning",
-                       "payment_amount"}, {"key"})
+    def open_session(self, env: str, body: dict) -> dict:
+        _fields(body, "key products account_type customer returning payment_amount", "key")
         key = _text("key", body["key"], 100)
         if self.s.keys.env_of_public(key) != env:
             raise WidgetError(1006, "The key is not this environment's public key")
         conf = self.settings_of(env)
         if not conf["agreement"]:
             raise WidgetError(1026)
-        if conf["plan"] == "none":
-            raise WidgetError(1004)
-        if conf["plan"] == "expired":
-            raise WidgetError(1007)
+        if conf["plan"] != "active":
+            raise WidgetError({"none": 1004, "expired": 1007}[conf["plan"]])
         products = self._products(body.get("products"))
         account_type = body.get("account_type")
         if account_type is not None and account_type not in ("personal", "business"):
-            raise ServiceError("INVALID_FIELD", "account_type must be personal or business")
+            raise invalid("account_type", "must be personal or business")
         amount = body.get("payment_amount")
         if amount is not None:
-            if isinstance(amount, bool) or not isinstance(amount, int) or not 0 < amount <= 10**12:
-                raise ServiceError("INVALID_FIELD", "payment_amount must be kobo, an integer "
-                                                    "from 1 to 10^12")
+            _kobo("payment_amount", amount, 1)
             products = list(dict.fromkeys([*products, "payment"]))
         customer = body.get("customer")
         if customer is not None:
             customer = _text("customer", customer, 64, ID_RE)
             if self.s._customer(env, customer) is None:
-                raise ServiceError("INVALID_FIELD", "customer does not exist in this "
-                                                    "environment")
-        returning = body.get("returning", False)
-        if not isinstance(returning, bool):
-            raise ServiceError("INVALID_FIELD", "returning must be a boolean")
+                raise invalid("customer", "does not exist in this environment")
+        returning = boolean("returning", body.get("returning", False))
         sid = secrets.token_hex(16)
         sess = {"env": env, "touched": self.s.clock.now(), "products": products,
                 "account_type": account_type, "customer": customer, "payment": amount,
@@ -242,9 +215,9 @@ class Connect:
         self.sessions[sid] = sess
         return data
 
-    async def login(self, env: str, body: dict) -> dict:
-        _fields(body, {"session", "bank", "login_type", "account_type", "credentials"},
-                {"session", "bank", "login_type", "credentials"})
+    def login(self, env: str, body: dict) -> dict:
+        _fields(body, "session bank login_type account_type credentials",
+                "session bank login_type credentials")
         sess = self._session(env, body, "bank")
         bank = self.s.bank_by_id.get(body["bank"]) if isinstance(body["bank"], str) else None
         if bank is None:
@@ -256,14 +229,13 @@ class Connect:
             raise ServiceError(BANK_STATUS[status], f"{bank['name']} cannot be chosen: {status}")
         login_type = body["login_type"]
         if login_type not in bank["login_types"]:
-            raise ServiceError("INVALID_FIELD", f"{bank['name']} supports login_type "
-                               f"{', '.join(bank['login_types'])} only")
+            raise invalid(bank["name"], f"supports login_type {', '.join(bank['login_types'])} "
+                                        "only")
         account_type = body.get("account_type") or sess["account_type"] or "personal"
         if account_type not in bank["account_types"] or (
                 sess["account_type"] and account_type != sess["account_type"]):
             allowed = [sess["account_type"]] if sess["account_type"] else bank["account_types"]
-            raise ServiceError("INVALID_FIELD", f"account_type must be {' or '.join(allowed)} "
-                               f"here")
+            raise invalid("account_type", f"must be {' or '.join(allowed)} here")
         who = self._check_credentials(login_type, body["credentials"])
         known = sess["customer"] or (who if self.s._customer(env, who) else None) or \
             self.s.store.get_meta(f"connect_login:{env}:{login_type}:{who.lower()}")
@@ -278,16 +250,15 @@ class Connect:
         sess.update(bank=bank["_id"], login_type=login_type, account_type=account_type,
                     login=f"{login_type}:{who.lower()}", known=known, name=name,
                     offers=[list(o) for o in offers])
-        if bank["mfa"]:
-            sess["step"] = "mfa"
-            prompt = (SECURITY_QUESTION if bank["mfa"] == "security_question"
-                      else "Enter the six-digit token from your bank's token device")
-            return {"step": "mfa", "mfa": {"type": bank["mfa"], "prompt": prompt}}
-        sess["step"] = "accounts"
-        return {"step": "accounts", "accounts": self._offer_view(sess["offers"])}
+        if not bank["mfa"]:
+            return self._to_accounts(sess)
+        sess["step"] = "mfa"
+        prompt = (SECURITY_QUESTION if bank["mfa"] == "security_question"
+                  else "Enter the six-digit token from your bank's token device")
+        return {"step": "mfa", "mfa": {"type": bank["mfa"], "prompt": prompt}}
 
-    async def mfa(self, env: str, body: dict) -> dict:
-        _fields(body, {"session", "answer"}, {"session", "answer"})
+    def mfa(self, env: str, body: dict) -> dict:
+        _fields(body, "session answer", "session answer")
         sess = self._session(env, body, "mfa")
         answer = _text("answer", body["answer"])
         if self.s.bank_by_id[sess["bank"]]["mfa"] == "token":
@@ -295,25 +266,27 @@ class Connect:
                 raise WidgetError(1010)
         elif answer == "error_1011":
             raise WidgetError(1011)
+        return self._to_accounts(sess)
+
+    def _to_accounts(self, sess: dict) -> dict:
         sess["step"] = "accounts"
         return {"step": "accounts", "accounts": self._offer_view(sess["offers"])}
 
-    async def finish(self, env: str, body: dict) -> dict:
-        _fields(body, {"session", "accounts", "consent"}, {"session", "accounts", "consent"})
+    def finish(self, env: str, body: dict) -> dict:
+        _fields(body, "session accounts consent", "session accounts consent")
         sess = self._session(env, body, "accounts")
         if body["consent"] is not True:
-            raise ServiceError("INVALID_FIELD", "consent must be true: the user has to agree "
-                                                "to share the data")
+            raise invalid("consent", "must be true: the user has to agree to share the data")
         chosen = body["accounts"]
         if (not isinstance(chosen, list) or not chosen
                 or not all(isinstance(i, int) and not isinstance(i, bool)
                            and 0 <= i < len(sess["offers"]) for i in chosen)
                 or len(set(chosen)) != len(chosen)):
-            raise ServiceError("INVALID_FIELD", f"accounts must list distinct account indexes "
-                                                f"from 0 to {len(sess['offers']) - 1}")
+            raise invalid("accounts", f"must list distinct account indexes from 0 to "
+                                      f"{len(sess['offers']) - 1}")
         if sess["payment"] and sess["login_type"] == "account_number":
-            raise ServiceError("INVALID_FIELD", "a direct debit needs a login the bank "
-                                                "verifies at once, not an account number")
+            raise ServiceError("INVALID_FIELD", "a direct debit needs a login the bank verifies "
+                                                "at once, not an account number")
         rec = (self.s._record(env, sess["record"]) if sess.get("record")
                else sess["known"] and self._same_login(env, sess))
         if rec:  # known, or linked before with the same login: its accounts, never a copy
@@ -360,7 +333,7 @@ class Connect:
         sid = body["session"]
         sess = self.sessions.get(sid) if isinstance(sid, str) else None
         if sess is None or sess["env"] != env:
-            raise ServiceError("INVALID_FIELD", "session does not exist or has finished")
+            raise invalid("session", "does not exist or has finished")
         now = self.s.clock.now()
         if now - sess["touched"] > IDLE_S:
             del self.sessions[sid]
@@ -385,12 +358,8 @@ class Connect:
             value = [p.strip() for p in value.split(",") if p.strip()]
         if not isinstance(value, list) or not value or not all(isinstance(p, str)
                                                                 for p in value):
-            raise ServiceError("INVALID_FIELD", "products must be a list of product names")
-        bad = [p for p in value if p not in datagen.PRODUCTS]
-        if bad:
-            raise ServiceError("INVALID_PRODUCT", f"no access to product(s) {', '.join(bad)}; "
-                               f"products are {', '.join(datagen.PRODUCTS)}")
-        return list(dict.fromkeys(["auth", *value]))  # auth always: it makes the record
+            raise invalid("products", "must be a list of product names")
+        return known_products(["auth", *value])  # auth always: it makes the record
 
     @staticmethod
     def _check_credentials(login_type: str, creds) -> str:
@@ -398,8 +367,8 @@ class Connect:
         fields = {"bank": ("username", "password"), "mobile": ("username", "pin"),
                   "bvn": ("bvn",), "account_number": ("account_number",)}[login_type]
         if not isinstance(creds, dict):
-            raise ServiceError("INVALID_FIELD", "credentials must be an object")
-        _fields(creds, set(fields), set(fields))
+            raise invalid("credentials", "must be an object")
+        check_fields(creds, fields, sorted(fields))
         if login_type == "bvn":
             bvn = _digits("credentials.bvn", creds["bvn"], 11)
             if not bvn.startswith("22"):
@@ -463,10 +432,7 @@ class Connect:
                  public_token: str | None = None) -> dict:
         """What onSuccess receives (docs/interface.md, "The connect page")."""
         if public_token is None:  # one to exchange for this record, as at its creation
-            public_token = f"public-{self.s.short(env)}-{secrets.token_hex(12)}"
-            tok = {"_id": public_token, "env": env, "kind": "public", "record": rec["_id"]}
-            self.s.store.put("tokens", tok, record=rec["_id"])
-            self.s.tokens[public_token] = tok
+            public_token = self.s._token(env, "public", rec["_id"])
         bank = self.s.bank_by_id[rec["bank"]]
         accounts = [self.s.store.get("accounts", env, a) for a in account_ids]
         methods = [m for m, (product, *_rest) in METHODS.items()

@@ -24,6 +24,8 @@ from functools import lru_cache
 import numpy as np
 import orjson
 
+from .clock import iso
+
 FIRST_NAMES = ["Adaeze", "Babatunde", "Chiamaka", "Damilola", "Emeka", "Folake", "Gbenga",
                "Halima", "Ifeanyi", "Jumoke", "Kelechi", "Lola", "Musa", "Ngozi", "Olumide",
                "Funmilayo", "Tunde", "Uche", "Yetunde", "Zainab", "Aisha", "Chinedu", "Segun",
@@ -70,19 +72,21 @@ PRODUCTS = ["auth", "identity", "accounts", "balance", "transactions", "income",
 DAY = 86400
 
 
+def _hash(parts: tuple, size: int) -> bytes:
+    return hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=size).digest()
+
+
 def object_id(*parts: object) -> str:
     """24 lower-case hex characters, derived from the parts (so reproducible for a seed)."""
-    return hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=12).hexdigest()
+    return _hash(parts, 12).hex()
 
 
 def _int(*parts: object) -> int:
-    return int.from_bytes(hashlib.blake2b(":".join(map(str, parts)).encode(),
-                                          digest_size=8).digest(), "big")
+    return int.from_bytes(_hash(parts, 8), "big")
 
 
-def iso(ts: float) -> str:
-    dt = datetime.fromtimestamp(ts, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+def _digits(rng: random.Random, n: int) -> str:
+    return "".join(str(rng.randrange(10)) for _ in range(n))
 
 
 def bank_objects(seed: int) -> list[dict]:
@@ -122,11 +126,10 @@ def identity(seed: int, customer_id: str, name: str) -> dict:
     last = rest[-1] if rest else who["lastname"]
     birth = date(rng.randint(1960, 2003), rng.randint(1, 12), rng.randint(1, 28))
     phone = "+234" + rng.choice(["803", "806", "813", "703", "802", "808", "905", "816"]) + \
-        "".join(str(rng.randrange(10)) for _ in range(7))
+        _digits(rng, 7)
     state_o, state_r = rng.choice(STATES), rng.choice(STATES)
     return {
-        "bvn": "22" + "".join(str(rng.randrange(10)) for _ in range(9)),
-        "nin": "".join(str(rng.randrange(10)) for _ in range(11)),
+        "bvn": "22" + _digits(rng, 9), "nin": _digits(rng, 11),
         "firstname": first, "middlename": who["middlename"], "lastname": last,
         "name": name, "fullname": f"{first} {who['middlename']} {last}",
         "dob": birth.isoformat(), "gender": rng.choice(["Male", "Female"]),
@@ -144,16 +147,14 @@ def identity(seed: int, customer_id: str, name: str) -> dict:
 
 def nuban(seed: int, account_id: str) -> str:
     rng = random.Random(object_id(seed, "nuban", account_id))
-    return rng.choice("0123") + "".join(str(rng.randrange(10)) for _ in range(9))
+    return rng.choice("0123") + _digits(rng, 9)
 
 
 def account_name_type(seed: int, account_id: str, owner: str,
                       account_type: str = "personal") -> tuple[str, str]:
     rng = random.Random(object_id(seed, "account", account_id))
     kind = rng.choice(ACCOUNT_TYPES.get(account_type, ACCOUNT_TYPES["personal"]))
-    if account_type == "business":
-        return f"{owner.upper()} ENTERPRISES", kind
-    return owner.upper(), kind
+    return f"{owner.upper()} ENTERPRISES" if account_type == "business" else owner.upper(), kind
 
 
 def month_index(ts: float) -> int:
@@ -213,6 +214,14 @@ BUSINESS = [
       "ELECTRONIC MONEY TRANSFER LEVY"]),
 ]
 POOL = 64  # narrations per category, seed and bank
+# a narration's placeholder -> how its value is drawn ({bankshort} is the account's bank)
+FILL = {"shop": lambda r: r.choice(SHOPS), "place": lambda r: r.choice(PLACES),
+        "name": lambda r: f"{r.choice(FIRST_NAMES)} {r.choice(LAST_NAMES)}".upper(),
+        "company": lambda r: r.choice(CLIENTS + EMPLOYERS),
+        "bank": lambda r: r.choice(BANKS)["slug"].upper(), "net": lambda r: r.choice(NETWORKS),
+        "phone": lambda r: f"080{r.randrange(10**8):08d}",
+        "num": lambda r: str(r.randint(10_000_000, 99_999_999)),
+        "ref": lambda r: f"REF{r.randint(100000, 999999)}"}
 
 
 @dataclass(frozen=True)
@@ -233,39 +242,14 @@ class AccountSpec:
 
 
 class _Fill(dict):
-    """Placeholder values made on first use only: most templates need one or two."""
+    """Placeholder values drawn on first use only: most templates need one or two."""
 
     def __init__(self, rng: random.Random, bank_short: str) -> None:
-        super().__init__()
-        self.rng, self.bank_short = rng, bank_short
+        super().__init__(bankshort=bank_short)
+        self.rng = rng
 
     def __missing__(self, key: str) -> str:
-        r = self.rng
-        if key == "shop":
-            return r.choice(SHOPS)
-        if key == "place":
-            return r.choice(PLACES)
-        if key == "name":
-            return f"{r.choice(FIRST_NAMES)} {r.choice(LAST_NAMES)}".upper()
-        if key == "company":
-            return r.choice(CLIENTS + EMPLOYERS)
-        if key == "bank":
-            return r.choice(BANKS)["slug"].upper()
-        if key == "bankshort":
-            return self.bank_short
-        if key == "net":
-            return r.choice(NETWORKS)
-        if key == "phone":
-            return f"080{r.randrange(10**8):08d}"
-        if key == "num":
-            return str(r.randint(10_000_000, 99_999_999))
-        if key == "ref":
-            return f"REF{r.randint(100000, 999999)}"
-        raise KeyError(key)
-
-
-def _render(rng: random.Random, template: str, bank_short: str) -> str:
-    return template.format_map(_Fill(rng, bank_short))
+        return FILL[key](self.rng)
 
 
 @lru_cache(maxsize=256)
@@ -273,7 +257,7 @@ def _pools(seed: int, bank_short: str, business: bool) -> list[list[str]]:
     """Narrations per category, shared by the accounts of a seed and bank (each account
     draws its own lines from them)."""
     rng = random.Random(object_id(seed, "pools", bank_short, business))
-    return [[_render(rng, rng.choice(c[7]), bank_short) for _ in range(POOL)]
+    return [[rng.choice(c[7]).format_map(_Fill(rng, bank_short)) for _ in range(POOL)]
             for c in (BUSINESS if business else PERSONAL)]
 
 
@@ -459,7 +443,7 @@ def _pending(spec: AccountSpec, last_month: int, lead: bool) -> Pending:
     the next month's first lines, already pending in the last two days of this one."""
     pools = _profile(spec)["pools"]
     pos = _pos_category(spec)
-    cols: dict[str, list] = {k: [] for k in ("start", "until", "signed", "cat", "order", "ref")}
+    chunks: list[dict] = []  # a month's precursors, then its reversals
     ids: list[str] = []
     descs: list[str] = []
     for m in range(spec.first_month, last_month + 1 + lead):
@@ -471,12 +455,10 @@ def _pending(spec: AccountSpec, last_month: int, lead: bool) -> Pending:
             p, posted_at = p[keep], posted_at[keep]
         seq = (np.int64(m) << 20) + p
         cat = mo["cat"][p]
-        cols["start"].append(posted_at - PENDING_S)
-        cols["until"].append(posted_at)
-        cols["signed"].append(mo["signed"][p])
-        cols["cat"].append(cat)
-        cols["order"].append(seq * 2 + 1)  # after the posted line of the same sequence
-        cols["ref"].append(seq)
+        chunks.append({"start": posted_at - PENDING_S, "until": posted_at,
+                       "signed": mo["signed"][p], "cat": cat,
+                       "order": seq * 2 + 1,  # after the posted line of the same sequence
+                       "ref": seq})
         ids.extend(object_id(spec.seed, "pending", spec.account_id, q) for q in seq.tolist())
         descs.extend(pools[c][q] for c, q in zip(cat.tolist(), mo["pool"][p].tolist(),
                                                    strict=True))
@@ -484,17 +466,15 @@ def _pending(spec: AccountSpec, last_month: int, lead: bool) -> Pending:
             continue
         rts = st["reversed_ts"]
         rseq = (np.int64(m) << 20) + REVERSED_SEQ + np.arange(len(rts), dtype=np.int64)
-        cols["start"].append(rts)
-        cols["until"].append(rts + PENDING_S)
-        cols["signed"].append(st["reversed_signed"])
-        cols["cat"].append(np.full(len(rts), pos, dtype=np.int64))
-        cols["order"].append(rseq * 2)
-        cols["ref"].append(rseq)
+        chunks.append({"start": rts, "until": rts + PENDING_S, "signed": st["reversed_signed"],
+                       "cat": np.full(len(rts), pos, dtype=np.int64), "order": rseq * 2,
+                       "ref": rseq})
         ids.extend(object_id(spec.seed, "reversed", spec.account_id, m, j)
                    for j in range(len(rts)))
         descs.extend(pools[pos][q] for q in st["reversed_pool"].tolist())
-    arrays = {k: np.concatenate(v).astype(np.int64) if v else np.zeros(0, np.int64)
-              for k, v in cols.items()}
+    arrays = {k: np.concatenate([c[k] for c in chunks]).astype(np.int64) if chunks
+              else np.zeros(0, np.int64) for k in ("start", "until", "signed", "cat", "order",
+                                                   "ref")}
     return Pending(**arrays, ids=ids, descs=descs)
 
 
@@ -517,6 +497,10 @@ class History:
 
     def __len__(self) -> int:
         return len(self.ts)
+
+    def closing(self, upto: int) -> int:
+        """The balance (kobo) after the first `upto` posted lines."""
+        return int(self.balance[upto - 1]) if upto else self.opening
 
     def visible(self, now: float) -> int:
         """How many lines have posted by `now` (they are the first ones: ts is ascending)."""
@@ -542,15 +526,15 @@ def history(spec: AccountSpec, last_month: int, lead: bool = False) -> History:
     """Lines up to the end of `last_month`; with `lead`, also the next month's precursors
     (generating a month ahead costs as much as a month: only done when they can show)."""
     months = [_month(spec, m) for m in range(spec.first_month, last_month + 1)]
-    prof = _profile(spec)
-    ts = np.concatenate([mo["ts"] for mo in months]) if months else np.zeros(0, np.int64)
-    signed = np.concatenate([mo["signed"] for mo in months]) if months else np.zeros(0, np.int64)
-    cat = np.concatenate([mo["cat"] for mo in months]) if months else np.zeros(0, np.int64)
-    pool = np.concatenate([mo["pool"] for mo in months]) if months else np.zeros(0, np.int64)
-    stream = np.concatenate([mo["stream"] for mo in months]) if months else np.zeros(0, np.int8)
-    seq = np.concatenate([(np.int64(mo["month"]) << 20) + np.arange(len(mo["ts"]))
-                          for mo in months]) if months else np.zeros(0, np.int64)
-    pools = prof["pools"]
+
+    def joined(arrays: list, dtype=np.int64) -> np.ndarray:
+        return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
+
+    ts, signed, cat, pool = (joined([mo[k] for mo in months]) for k in ("ts", "signed", "cat",
+                                                                        "pool"))
+    stream = joined([mo["stream"] for mo in months], np.int8)
+    seq = joined([(np.int64(mo["month"]) << 20) + np.arange(len(mo["ts"])) for mo in months])
+    pools = _profile(spec)["pools"]
     descs: list = []
     for mo in months:
         extra = mo["extra"]
@@ -566,19 +550,6 @@ def history(spec: AccountSpec, last_month: int, lead: bool = False) -> History:
     balance = opening + np.cumsum(signed)
     return History(spec, ts, signed, balance, cat, pool, stream, seq, descs, opening, trans,
                    _pending(spec, last_month, lead))
-
-
-def topics_of(h: History, i: int) -> list[str]:
-    c = int(h.cat[i])
-    if c < 0:
-        s = _profile(h.spec)["streams"][-1 - c]
-        return ["income", "salary" if s["type"] == "Salary" else "recurrent"]
-    return list(_profile(h.spec)["cats"][c][6])
-
-
-def code_of(h: History, i: int) -> str:
-    c = int(h.cat[i])
-    return "SAL" if c < 0 else _profile(h.spec)["cats"][c][5]
 
 
 ROWS_KEPT = 3_000_000  # pre-serialised lines kept in memory (about 1.7 GB at most)
@@ -610,12 +581,11 @@ def rows(h: History, ctx: dict) -> list[bytes]:
         _SERVED.move_to_end(id(h), last=True)
         return h._rows
     prof = _profile(h.spec)
-    cats = prof["cats"]
-    cat_topics = [list(c[6]) for c in cats]
-    cat_codes = [c[5] for c in cats]
-    stream_topics = [["income", "salary" if s["type"] == "Salary" else "recurrent"]
-                     for s in prof["streams"]]
-    prefix = h.spec.account_id[:12]
+    # a line's category c indexes these; an income line's c = -1 - stream reaches the streams
+    topics = [orjson.dumps(list(c[6])).decode() for c in prof["cats"]] + [
+        orjson.dumps(["income", "salary" if s["type"] == "Salary" else "recurrent"]).decode()
+        for s in reversed(prof["streams"])]
+    codes = [c[5] for c in prof["cats"]] + ["SAL"] * len(prof["streams"])
     branch = f"{h.spec.bank_short} {PLACES[_int(h.spec.account_id) % len(PLACES)]}"
     # one template per account: every value put in below is either ours and JSON-safe
     # (ids, digits, ISO stamps) or passed through orjson (narrations, topics)
@@ -625,46 +595,31 @@ def rows(h: History, ctx: dict) -> list[bytes]:
             + b',"currency":"NGN","branch":' + orjson.dumps(branch)
             + b',"benefactor":null,"env":' + orjson.dumps(ctx["env"])).decode()
     h0, h1, h2 = head.split("%s")  # the line's id goes in twice; f-strings beat str.format
-    cat_json = [orjson.dumps(t).decode() for t in cat_topics]
-    stream_json = [orjson.dumps(t).decode() for t in stream_topics]
     cleared = _stamps(h.ts)
     trans = list(cleared)
     back = np.flatnonzero(h.trans != h.ts)  # a few: patch their value dates in
     for i, stamp in zip(back.tolist(), _stamps(h.trans[back]), strict=True):
         trans[i] = stamp
-    short = h.spec.bank_short
-    dumps = orjson.dumps
-    out = []
+    short, dumps, out = h.spec.bank_short, orjson.dumps, []
     # a posted line appeared when it posted; a pending one when it was authorised
-    for tstamp, stamp, amt, bal, c, q, desc in zip(
-            trans, cleared, h.signed.tolist(), h.balance.tolist(), h.cat.tolist(),
-            h.seq.tolist(), h.descs, strict=True):
-        if amt > 0:
-            debit, credit = "null", repr(amt / 100)
-        else:
-            debit, credit = repr(-amt / 100), "null"
-        if c < 0:
-            topics, code = stream_json[-1 - c], "SAL"
-        else:
-            topics, code = cat_json[c], cat_codes[c]
-        lid = f"{prefix}{q:012x}"
+    for lid, tstamp, stamp, amt, bal, c, q, desc in zip(
+            h.ids(len(h)), trans, cleared, h.signed.tolist(), h.balance.tolist(),
+            h.cat.tolist(), h.seq.tolist(), h.descs, strict=True):
+        debit, credit = ("null", repr(amt / 100)) if amt > 0 else (repr(-amt / 100), "null")
         out.append(f'{h0}{lid}{h1}{lid}{h2},"trans_date":"{tstamp}","cleared_date":"{stamp}",'
                    f'"debit":{debit},"credit":{credit},"balance":{bal / 100!r},"notes":'
-                   f'{{"desc":{dumps(desc).decode()},"topics":{topics}}},"ref":"{short}'
-                   f'{q:014d}","code":"{code}","created_at":"{stamp}","last_updated":'
+                   f'{{"desc":{dumps(desc).decode()},"topics":{topics[c]}}},"ref":"{short}'
+                   f'{q:014d}","code":"{codes[c]}","created_at":"{stamp}","last_updated":'
                    f'"{stamp}"}}'.encode())
     p = h.pending
     for lid, tstamp, amt, c, q, desc in zip(p.ids, _stamps(p.start), p.signed.tolist(),
                                             p.cat.tolist(), p.ref.tolist(), p.descs,
                                             strict=True):
-        if amt > 0:
-            debit, credit = "null", repr(amt / 100)
-        else:
-            debit, credit = repr(-amt / 100), "null"
+        debit, credit = ("null", repr(amt / 100)) if amt > 0 else (repr(-amt / 100), "null")
         out.append(f'{h0}{lid}{h1}{lid}{h2},"trans_date":"{tstamp}","cleared_date":null,'
                    f'"debit":{debit},"credit":{credit},"balance":null,"notes":'
-                   f'{{"desc":{dumps(desc).decode()},"topics":{cat_json[c]}}},"ref":"{short}'
-                   f'{q:014d}","code":"{cat_codes[c]}","created_at":"{tstamp}",'
+                   f'{{"desc":{dumps(desc).decode()},"topics":{topics[c]}}},"ref":"{short}'
+                   f'{q:014d}","code":"{codes[c]}","created_at":"{tstamp}",'
                    f'"last_updated":"{tstamp}"}}'.encode())
     h._rows = out
     _remember(h)
@@ -677,10 +632,6 @@ def balance_patch(row: bytes, kobo: int, delta: int) -> bytes:
     new = b',"balance":' + repr((kobo + delta) / 100).encode() + b','
     assert row.count(old) == 1, "a posted line has one balance member"
     return row.replace(old, new)
-
-
-def streams_of(spec: AccountSpec) -> list[dict]:
-    return _profile(spec)["streams"]
 
 
 def periodic(h: History, upto: int) -> dict:
@@ -699,12 +650,10 @@ def periodic(h: History, upto: int) -> dict:
 
 
 def _window(monthly: dict[int, int], months: list[int], count: dict[int, int]) -> dict:
-    values = [monthly.get(m, 0) for m in months]
-    return {"average_per_month": round(sum(values) / len(values) / 100, 2) if values else 0.0,
-            "max_per_month": max(values) / 100 if values else 0.0,
-            "min_per_month": min(values) / 100 if values else 0.0,
-            "occurrence": sum(count.get(m, 0) for m in months),
-            "total": sum(values) / 100}
+    values = [monthly.get(m, 0) for m in months]  # never empty: 3, 6 or 12 months
+    return {"average_per_month": round(sum(values) / len(values) / 100, 2),
+            "max_per_month": max(values) / 100, "min_per_month": min(values) / 100,
+            "occurrence": sum(count.get(m, 0) for m in months), "total": sum(values) / 100}
 
 
 def income(parts: list[tuple[str, History, int]], now: float) -> dict | None:
@@ -715,12 +664,9 @@ def income(parts: list[tuple[str, History, int]], now: float) -> dict | None:
     whose notes.topics hold "income", so it agrees with /transactions/get.
     """
     streams, monthly, count = [], {}, {}
-    first_month = None
+    first_month = min((h.spec.first_month for _, h, _ in parts), default=None)
     for account_id, h, upto in parts:
-        if h.spec.first_month is not None:
-            first_month = h.spec.first_month if first_month is None else min(first_month,
-                                                                             h.spec.first_month)
-        for k, s in enumerate(streams_of(h.spec)):
+        for k, s in enumerate(_profile(h.spec)["streams"]):
             mask = h.stream[:upto] == k
             if not mask.any():
                 continue

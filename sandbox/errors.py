@@ -1,6 +1,9 @@
-"""The service's error bodies, as the spec's Errors section and INTERFACE.md describe them."""
+"""The service's error bodies, as the spec's Errors section and INTERFACE.md describe them, and
+the checks of request fields that answer with them."""
 
 from __future__ import annotations
+
+import orjson
 
 RECORD_ERRORS = (
     "INVALID_CREDENTIALS", "INVALID_MFA", "INVALID_SEND_METHOD", "INVALID_UPDATED_USERNAME",
@@ -12,6 +15,8 @@ RECORD_ERRORS = (
 )
 BANK_ERRORS = ("BANK_DOWN", "BANK_NOT_RESPONDING", "BANK_NOT_AVAILABLE",
                "BANK_NO_LONGER_SUPPORTED")
+# what a connection can fail with (a customer's password error_<CODE> picks one)
+CONNECTION_ERRORS = {*RECORD_ERRORS, *BANK_ERRORS, "INTERNAL_SERVER_ERROR"}
 RATE_LIMITS = ("ACCOUNTS_LIMIT", "ADDITION_LIMIT", "AUTH_LIMIT", "IDENTITY_LIMIT",
                "INCOME_LIMIT", "RECORD_GET_LIMIT", "RATE_LIMIT", "TRANSACTIONS_LIMIT")
 
@@ -58,36 +63,74 @@ DISPLAY = {
 class ServiceError(Exception):
     """Raised anywhere in a handler; the app turns it into the spec's error body."""
 
-    def __init__(
-        self,
-        code: str,
-        message: str,
-        *,
-        error_type: str | None = None,
-        http_code: int | None = None,
-        display_message: str | None = None,
-        extra: dict | None = None,
-        headers: dict | None = None,
-    ) -> None:
+    def __init__(self, code: str, message: str, *, error_type: str | None = None,
+                 http_code: int | None = None, extra: dict | None = None,
+                 headers: dict | None = None) -> None:
         super().__init__(message)
         known_type, known_http = CODES.get(code, (None, None))
         self.code = code
         self.message = message
         self.error_type = error_type or known_type or "API_ERROR"
         self.http_code = http_code or known_http or 500
-        self.display_message = display_message if display_message else DISPLAY.get(code)
-        if self.error_type in ("INVALID_REQUEST", "INVALID_INPUT"):
-            self.display_message = None  # the spec: null for these families
+        # the spec: null for the request and input families
+        self.display_message = (None if self.error_type in ("INVALID_REQUEST", "INVALID_INPUT")
+                                else DISPLAY.get(code))
         self.extra = extra or {}
         self.headers = headers or {}
 
     def body(self, request_id: str) -> dict:
-        return {
-            "error_type": self.error_type,
-            "error_code": self.code,
-            "error_message": self.message,
-            "display_message": self.display_message,
-            "http_code": self.http_code,
-            "request_id": request_id,
-            **self.extra,
-        }
+        return {"error_type": self.error_type, "error_code": self.code,
+                "error_message": self.message, "display_message": self.display_message,
+                "http_code": self.http_code, "request_id": request_id, **self.extra}
+
+
+# -- the checks of request fields, each answering INVALID_FIELD with the rule broken ---------
+
+def invalid(name: str, rule: str) -> ServiceError:
+    return ServiceError("INVALID_FIELD", f"{name} {rule}")
+
+
+def integer(name: str, value, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise invalid(name, f"must be an integer from {lo} to {hi}")
+    return value
+
+
+def boolean(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise invalid(name, "must be a boolean")
+    return value
+
+
+def one_of(name: str, value, options):
+    if value not in options:
+        raise invalid(name, f"must be one of {', '.join(options)}")
+    return value
+
+
+def check_fields(body: dict, allowed, required) -> None:
+    """UNKNOWN_FIELDS, then MISSING_FIELDS; each of `required` is a name or "a|b" (either)."""
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise ServiceError("UNKNOWN_FIELDS", f"unknown fields: {', '.join(unknown)}")
+    missing = [group.replace("|", " or ") for group in required
+               if all(body.get(f) is None for f in group.split("|"))]
+    if missing:
+        raise ServiceError("MISSING_FIELDS", f"missing fields: {', '.join(missing)}")
+
+
+async def json_body(request, max_bytes: int | None = None) -> dict:
+    """A POST's JSON object, or INVALID_HEADERS / INVALID_BODY."""
+    ctype = request.headers.get("content-type", "")
+    if ctype.split(";")[0].strip().lower() != "application/json":
+        raise ServiceError("INVALID_HEADERS", "Content-Type must be application/json")
+    raw = await request.body()
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise ServiceError("INVALID_BODY", f"body is larger than {max_bytes // 1024} kB")
+    try:
+        body = orjson.loads(raw)
+    except (orjson.JSONDecodeError, UnicodeDecodeError):
+        raise ServiceError("INVALID_BODY", "body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ServiceError("INVALID_BODY", "body must be a JSON object")
+    return body

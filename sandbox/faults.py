@@ -5,17 +5,6 @@ handling can be proven against a real server.
 Seeded: the same seed and the same sequence of requests (and of deliveries) inject the same
 faults, so a failing schedule can be replayed. Requests and deliveries draw from two streams
 of the seed, so webhook timing never changes which requests fail.
-
-Public surface (app.py and webhooks.py use only this):
-
-    Faults()
-    set(rules, seed) / clear() / report()      the control's POST, DELETE and GET
-    for_request(env, path) -> Rule | None      the fault for one API call, counted
-    for_delivery(env) -> Rule | None           the fault for one webhook attempt, counted
-    noted(kind, delivery)                      a delivery fault as it happens, for report()
-    permutation(n) -> list[int]                a held batch's order; never the identity
-    error(rule, path) -> ServiceError          the answer of a 429, 500 or 503 rule
-    reset(content, status, headers) -> Response  headers and half the body, then a TCP reset
 """
 
 from __future__ import annotations
@@ -33,7 +22,8 @@ from dataclasses import dataclass
 
 from starlette.responses import Response
 
-from .errors import ServiceError
+from .auth import SHORT
+from .errors import ServiceError, integer, invalid, one_of
 from .ratelimit import RateLimiter
 
 REFUSALS = ("429", "500", "503")  # answered at once; the call is not carried out
@@ -42,7 +32,7 @@ HTTP_KINDS = REFUSALS + BROKEN
 WEBHOOK_KINDS = ("double", "late", "shuffle")
 KINDS = HTTP_KINDS + WEBHOOK_KINDS
 DATA_PATHS = ("*/get", "auth/getByCustomer")  # the product reads, and nothing that writes
-ENVS = {"production": "production", "sandbox": "production-sandbox"}
+ENVS = {short: env for env, short in SHORT.items()}  # as a rule names them
 DEFAULT_SECONDS = {"429": 1, "stall": 30, "late": 5, "shuffle": 2}
 MAX_RULES = 32
 MAX_SECONDS = 3600
@@ -67,33 +57,24 @@ class Rule:
         return ((self.count is None or self.injected < self.count)
                 and (self.until is None or now < self.until))
 
-    def matches(self, env: str, path: str) -> bool:
-        return ((self.env is None or self.env == env)
-                and any(fnmatch.fnmatchcase(path, p) for p in self.paths))
-
     def public(self, now: float) -> dict:
         out = {"kind": self.kind, "share": self.share, "count": self.count,
                "for_s": self.for_s, "seconds": self.seconds, "injected": self.injected,
-               "active": self.live(now),
-               "env": next((k for k, v in ENVS.items() if v == self.env), None)}
+               "active": self.live(now), "env": SHORT.get(self.env)}
         if self.kind in HTTP_KINDS:
             out["paths"] = list(self.paths)
         if self.kind == "shuffle":
             out["batch"] = self.batch
-        if self.kind not in ("429", "stall", "late", "shuffle"):
+        if self.kind not in DEFAULT_SECONDS:
             del out["seconds"]
         return out
-
-
-def _bad(where: str, message: str) -> ServiceError:
-    return ServiceError("INVALID_FIELD", f"{where} {message}")
 
 
 def _number(where: str, value, lo: float, hi: float, *, above_lo: bool = False) -> float:
     if (isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value)
             or not (lo < value if above_lo else lo <= value) or value > hi):
         low = f"more than {lo:g}" if above_lo else f"from {lo:g}"
-        raise _bad(where, f"must be a number {low} to {hi:g}")
+        raise invalid(where, f"must be a number {low} to {hi:g}")
     return value
 
 
@@ -101,50 +82,46 @@ def parse_rule(i: int, raw) -> Rule:
     """One rule of the control's body, checked whole; INVALID_FIELD names what is wrong."""
     at = f"rules[{i}]"
     if not isinstance(raw, dict):
-        raise _bad(at, "must be an object")
+        raise invalid(at, "must be an object")
     unknown = sorted(set(raw) - FIELDS)
     if unknown:
-        raise _bad(at, f"has unknown fields: {', '.join(unknown)}")
+        raise invalid(at, f"has unknown fields: {', '.join(unknown)}")
     kind = raw.get("kind")
     kind = str(kind) if isinstance(kind, int) and not isinstance(kind, bool) else kind
-    if kind not in KINDS:
-        raise _bad(f"{at}.kind", f"must be one of {', '.join(KINDS)}")
+    one_of(f"{at}.kind", kind, KINDS)
     paths = raw.get("paths")
     if kind in WEBHOOK_KINDS:
         if paths is not None:
-            raise _bad(f"{at}.paths", f"does not apply to webhook faults ({kind})")
+            raise invalid(f"{at}.paths", f"does not apply to webhook faults ({kind})")
         paths = ()
     else:
         paths = DATA_PATHS if paths is None else paths
         paths = (paths,) if isinstance(paths, str) else paths
         if (not isinstance(paths, list | tuple) or not paths
                 or not all(isinstance(p, str) and p.strip("/") for p in paths)):
-            raise _bad(f"{at}.paths", "must be a path pattern or a non-empty list of them, "
-                                      "such as transactions/get or */get")
+            raise invalid(f"{at}.paths", "must be a path pattern or a non-empty list of them, "
+                                         "such as transactions/get or */get")
         paths = tuple(p.strip("/") for p in paths)
         if any(p.startswith("sandbox") for p in paths):
-            raise _bad(f"{at}.paths", "cannot name the sandbox controls (sandbox/...): "
-                                      "they never fail")
+            raise invalid(f"{at}.paths", "cannot name the sandbox controls (sandbox/...): "
+                                         "they never fail")
     env = raw.get("env")
     if env is not None and env not in ENVS:
-        raise _bad(f"{at}.env", "must be production or sandbox (omit it for both)")
+        raise invalid(f"{at}.env", "must be production or sandbox (omit it for both)")
     share = _number(f"{at}.share", raw.get("share", 1), 0, 1)
     count = raw.get("count")
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int)
-                              or not 1 <= count <= 10**9):
-        raise _bad(f"{at}.count", "must be an integer from 1 to 1000000000")
+    if count is not None:
+        integer(f"{at}.count", count, 1, 10**9)
     for_s = raw.get("for_s")
     if for_s is not None:
         for_s = _number(f"{at}.for_s", for_s, 0, 366 * 86400, above_lo=True)
     if "seconds" in raw and kind not in DEFAULT_SECONDS:
-        raise _bad(f"{at}.seconds", f"does not apply to {kind}")
+        raise invalid(f"{at}.seconds", f"does not apply to {kind}")
     seconds = _number(f"{at}.seconds", raw.get("seconds", DEFAULT_SECONDS.get(kind, 0)),
                       0, MAX_SECONDS)
-    batch = raw.get("batch", 4)
     if "batch" in raw and kind != "shuffle":
-        raise _bad(f"{at}.batch", f"does not apply to {kind}")
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 2 <= batch <= 100:
-        raise _bad(f"{at}.batch", "must be an integer from 2 to 100")
+        raise invalid(f"{at}.batch", f"does not apply to {kind}")
+    batch = integer(f"{at}.batch", raw.get("batch", 4), 2, 100)
     return Rule(kind, paths, ENVS.get(env), share, count, for_s, seconds, batch)
 
 
@@ -162,11 +139,11 @@ class Faults:
     def set(self, rules: list, seed) -> dict:
         """Replace every rule (all checked before any is kept) and restart both streams."""
         if not 1 <= len(rules) <= MAX_RULES:
-            raise _bad("rules", f"must hold 1 to {MAX_RULES} rules")
+            raise invalid("rules", f"must hold 1 to {MAX_RULES} rules")
         if seed is None:
             seed = 0
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-            raise _bad("seed", "must be an integer from 0 to 2^63 - 1")
+            raise invalid("seed", "must be an integer from 0 to 2^63 - 1")
         parsed = [parse_rule(i, r) for i, r in enumerate(rules)]
         now = time.monotonic()
         for rule in parsed:
@@ -197,11 +174,9 @@ class Faults:
         only on the sequence of calls, never on wall time (except a window's end)."""
         now = time.monotonic()
         for rule in self.rules:
-            if rule.kind not in kinds or not rule.live(now):
+            if rule.kind not in kinds or not rule.live(now) or rule.env not in (None, env):
                 continue
-            if path is not None and not rule.matches(env, path):
-                continue
-            if path is None and rule.env not in (None, env):
+            if path is not None and not any(fnmatch.fnmatchcase(path, p) for p in rule.paths):
                 continue
             if rng.random() < rule.share:
                 rule.injected += 1
@@ -247,16 +222,13 @@ class Faults:
 
     @staticmethod
     def reset(content: bytes, status: int, headers: dict) -> Response:
-        return _ResetResponse(content, status, headers)
+        return _ResetResponse(content, status_code=status, media_type="application/json",
+                              headers=headers)
 
 
 class _ResetResponse(Response):
     """The status line, the headers (with the whole body's Content-Length) and half the body;
     then the connection is reset (RST, not a clean close), as a dying proxy would do it."""
-
-    def __init__(self, content: bytes, status: int, headers: dict) -> None:
-        super().__init__(content, status_code=status, media_type="application/json",
-                         headers=headers)
 
     async def __call__(self, scope, receive, send) -> None:
         await send({"type": "http.response.start", "status": self.status_code,

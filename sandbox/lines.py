@@ -12,7 +12,7 @@ cached rows, which records with the same spec share.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
@@ -30,7 +30,6 @@ class View:
     index: np.ndarray         # where each line's row is in `rows`
     offsets: list[int]        # where each part's rows begin in `rows`
     _at: tuple | None = None  # (clock second, visible positions, their trans_date)
-    _patches: dict = field(default_factory=dict)
 
     @classmethod
     def build(cls, parts: list[tuple[str, History, list[bytes]]]) -> View:
@@ -66,16 +65,11 @@ class View:
         """The rows at `positions`; `patches` holds (part, posted index, kobo) to add to the
         running balance served for that line."""
         rows = self.rows
-        if not patches:
-            return [rows[i] for i in self.index[positions].tolist()]
-        patched = self._patches.get(patches)
-        if patched is None:  # the latest set of patches is all a record has
-            patched = {}
-            for k, i, delta in patches:
-                at = self.offsets[k] + i
-                patched[at] = balance_patch(rows[at], int(self.histories[k].balance[i]), delta)
-            self._patches = {patches: patched}
-        return [patched.get(i) or rows[i] for i in self.index[positions].tolist()]
+        patched = {}
+        for k, i, delta in patches:  # a handful at most: cheaper to redo than to keep
+            at = self.offsets[k] + i
+            patched[at] = balance_patch(rows[at], int(self.histories[k].balance[i]), delta)
+        return [patched.get(at) or rows[at] for at in self.index[positions].tolist()]
 
 
 def ledger(account_id: str, h: History, now: float) -> tuple[dict, list[str]]:
@@ -93,7 +87,7 @@ def ledger(account_id: str, h: History, now: float) -> tuple[dict, list[str]]:
         "pending_credit_kobo": int(pending[pending > 0].sum()),
         "pending_debit_kobo": int(-pending[pending < 0].sum()),
         "opening_balance_kobo": int(h.opening),
-        "ledger_balance_kobo": int(h.balance[upto - 1]) if upto else int(h.opening),
+        "ledger_balance_kobo": h.closing(upto),
         "ids_sha256": ids_sha256(ids),
     }, ids
 

@@ -15,9 +15,9 @@ from datetime import UTC, date, datetime
 import orjson
 
 from . import callbacks, datagen, lines
-from .auth import SANDBOX
+from .auth import BASES, SHORT
 from .clock import iso
-from .errors import BANK_ERRORS, CODES, RECORD_ERRORS, ServiceError
+from .errors import CODES, CONNECTION_ERRORS, ServiceError, boolean, integer, invalid, one_of
 from .ratelimit import RateLimiter
 
 log = logging.getLogger("sandbox.products")
@@ -28,9 +28,12 @@ MICRO_DEPOSITS = (0.01, 0.02)  # naira, as Plaid's sandbox: the amounts records/
 MAX_VERIFY_FAILURES = 3
 BANK_STATUS = {"healthy": None, "down": "BANK_DOWN", "not_responding": "BANK_NOT_RESPONDING",
                "unavailable": "BANK_NOT_AVAILABLE", "unsupported": "BANK_NO_LONGER_SUPPORTED"}
-PASSWORD_ERRORS = set(RECORD_ERRORS) | set(BANK_ERRORS) | {"INTERNAL_SERVER_ERROR"}
-CUSTOMER_FIELDS = {"name", "bank", "login_type", "account_type", "accounts", "months",
-                   "volume", "seed", "products", "password", "income", "settlement"}
+# customers/create: each field's default, and the bounds of the integer ones
+CUSTOMER_DEFAULTS = {"accounts": 1, "months": 6, "volume": 4, "login_type": "bank",
+                     "account_type": "personal", "products": list(datagen.PRODUCTS),
+                     "income": True, "settlement": True, "name": None, "password": None,
+                     "seed": None, "bank": None}
+CUSTOMER_INTS = {"accounts": (1, 5), "months": (1, 60), "volume": (1, 200), "seed": (0, 2**32 - 1)}
 # products whose endpoint sandbox/records/fail can make fail, and that endpoint
 FAILABLE = {"accounts": "accounts/get", "balance": "balance/get",
             "transactions": "transactions/get", "income": "income/get",
@@ -39,20 +42,45 @@ CORRUPT_KOBO = 100  # records/corrupt: the served running balance is off by 1.00
 INTERNAL = "_sandbox"  # record members the API never shows
 
 
-def _int_in(where: str, value, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ServiceError("INVALID_FIELD", f"{where} must be an integer from {lo} to {hi}")
-    return value
-
-
 def _date(name: str, value) -> float:
-    if not isinstance(value, str):
-        raise ServiceError("INVALID_FIELD", f"{name} must be a date YYYY-MM-DD")
     try:
-        d = datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
-    except ValueError:
-        raise ServiceError("INVALID_FIELD", f"{name} must be a date YYYY-MM-DD") from None
-    return d.timestamp()
+        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC).timestamp()
+    except (TypeError, ValueError):
+        raise invalid(name, "must be a date YYYY-MM-DD") from None
+
+
+def known_products(value: list) -> list[str]:
+    """`value`'s products once each, or INVALID_PRODUCT."""
+    bad = [p for p in value if p not in datagen.PRODUCTS]
+    if bad:
+        raise ServiceError("INVALID_PRODUCT", f"no access to product(s) {', '.join(bad)}; "
+                                              f"products are {', '.join(datagen.PRODUCTS)}")
+    return list(dict.fromkeys(value))
+
+
+def paginate(items: list, page: int, limit: int) -> tuple[list, dict]:
+    start = (page - 1) * limit
+    return items[start:start + limit], pagination(len(items), page, limit)
+
+
+def pagination(total: int, page: int, limit: int) -> dict:
+    """The spec's Pagination object for `total` items."""
+    pages = max(1, -(-total // limit))
+    return {"totalDocs": total, "limit": limit, "page": page, "totalPages": pages,
+            "pagingCounter": (page - 1) * limit + 1, "hasPrevPage": page > 1,
+            "hasNextPage": page < pages, "prevPage": page - 1 if page > 1 else None,
+            "nextPage": page + 1 if page < pages else None}
+
+
+def _kept(cache: dict, most: int, key, make):
+    """`cache[key]`, made (unless None) on a miss; a cache past `most` entries starts again
+    (a million bulk records are read one by one)."""
+    value = cache.get(key)
+    if value is None and (value := make()) is not None:
+        if len(cache) > most:
+            cache.clear()
+        cache[key] = value
+    return value
 
 
 def public(rec: dict) -> dict:
@@ -118,9 +146,11 @@ class Products:
             status = self._bank_status[env] = self.store.get_meta(f"bank_status:{env}", {})
         return status
 
+    def bank_view(self, env: str, bank: dict) -> dict:
+        return {**bank, "status": self.bank_status(env).get(bank["_id"], "healthy")}
+
     def banks_of(self, env: str) -> list[dict]:
-        status = self.bank_status(env)
-        return [{**b, "status": status.get(b["_id"], "healthy")} for b in self.banks]
+        return [self.bank_view(env, b) for b in self.banks]
 
     def _find(self, env: str, record_id: str) -> dict | None:
         """A stored record (a bulk record's stored copy wins), else a bulk record, else None."""
@@ -134,15 +164,9 @@ class Products:
 
     def _customer(self, env: str, customer_id: str) -> dict | None:
         """Customers never change once made, so they are kept after the first read."""
-        cust = self._customers.get((env, customer_id))
-        if cust is None:
-            cust = (self.store.get("customers", env, customer_id)
-                    or self._bulk_customer(env, customer_id))
-            if cust is not None:
-                if len(self._customers) > 50_000:
-                    self._customers.clear()
-                self._customers[(env, customer_id)] = cust
-        return cust
+        return _kept(self._customers, 50_000, (env, customer_id),
+                     lambda: (self.store.get("customers", env, customer_id)
+                              or self._bulk_customer(env, customer_id)))
 
     def _account_doc(self, env: str, account_id: str) -> dict | None:
         return self._bulk_account(env, account_id) or self.store.get("accounts", env, account_id)
@@ -166,11 +190,41 @@ class Products:
             return self._by_token(env, body["access_token"])
         return self._record(env, body["record"])
 
-    def _expired(self, rec: dict) -> bool:
-        """Unverified past the window: answered at once, though daily() marks it and sends
-        the error webhook a moment later."""
+    def _named(self, env: str, body: dict, product: str) -> tuple[dict, int | None]:
+        """The record a data call names, and the index of the `account` it names, if any;
+        a records/fail failure of `product` is answered first."""
+        rec, k = self._account(env, body["account"]) if "account" in body else (
+            self._target(env, body), None)
+        self._inject(rec, product)
+        return rec, k
+
+    def _records(self, env: str, body: dict, product: str) -> list[dict]:
+        """The record a call names (answering a records/fail failure of `product` first), or
+        every record of its `customer`."""
+        if "record" in body or "access_token" in body:
+            return [self._named(env, body, product)[0]]
+        return self._customer_records(env, body["customer"])
+
+    def _token(self, env: str, kind: str, record_id: str) -> str:
+        """A new public or access token of the record."""
+        token = f"{kind}-{SHORT[env]}-{secrets.token_hex(12)}"
+        doc = {"_id": token, "env": env, "kind": kind, "record": record_id}
+        self.store.put("tokens", doc, record=record_id)
+        self.tokens[token] = doc
+        return token
+
+    @staticmethod
+    def _expired(rec: dict, now: float) -> bool:
         st = rec[INTERNAL]
-        return st["state"] == "unverified" and self.clock.now() >= st["created_ts"] + VERIFY_WINDOW
+        return st["state"] == "unverified" and now >= st["created_ts"] + VERIFY_WINDOW
+
+    def _check_unexpired(self, rec: dict) -> None:
+        """Answered at once, though daily() marks the record and sends the error webhook a
+        moment later."""
+        st = rec[INTERNAL]
+        if st["state"] == "expired" or self._expired(rec, self.clock.now()):
+            raise ServiceError("VERIFICATION_EXPIRED", "the record was not verified in 7 days",
+                               extra={"account_id": st["accounts"][0]})
 
     def _check(self, rec: dict, product: str, *, auth_call: bool = False) -> None:
         """Raise what the record's state answers for `product`, if anything."""
@@ -188,16 +242,13 @@ class Products:
                                "the record is permanently locked after failed verifications")
         if st["state"] == "login_required":
             raise ServiceError("RECORD_LOGIN_REQUIRED", "the user must log in again")
-        account_id = st["accounts"][0] if st["accounts"] else ""
-        if st["state"] == "expired" or self._expired(rec):
-            raise ServiceError("VERIFICATION_EXPIRED", "the record was not verified in 7 days",
-                               extra={"account_id": account_id})
+        self._check_unexpired(rec)
         if product not in rec["products"]:
             raise ServiceError("PRODUCTS_NOT_SUPPORTED",
                                f"{product} is not enabled for this record")
         if not rec["verified"] and auth_call:
             raise ServiceError("PRODUCT_NOT_READY", "the record is not verified yet",
-                               error_type="AUTH_ERROR", extra={"account_id": account_id})
+                               error_type="AUTH_ERROR", extra={"account_id": st["accounts"][0]})
         status = rec["status"].get(product)
         if status == "failed":
             raise ServiceError("PRODUCT_NOT_READY",
@@ -217,12 +268,8 @@ class Products:
 
     def _histories(self, rec: dict, now: float) -> list[tuple[str, datagen.History, int]]:
         last = max(datagen.month_index(now), rec[INTERNAL]["gen"]["created_month"])
-        specs = self._specs.get((rec["env"], rec["_id"]))
-        if specs is None:
-            specs = [self._spec(rec, k, a) for k, a in enumerate(rec[INTERNAL]["accounts"])]
-            if len(self._specs) > 50_000:  # a million bulk records are read one by one
-                self._specs.clear()
-            self._specs[(rec["env"], rec["_id"])] = specs
+        specs = _kept(self._specs, 50_000, (rec["env"], rec["_id"]), lambda: [
+            self._spec(rec, k, a) for k, a in enumerate(rec[INTERNAL]["accounts"])])
         lead = datagen.lead(last, now)
         out = []
         for spec in specs:
@@ -241,15 +288,12 @@ class Products:
         visible."""
         last = max(datagen.month_index(now), rec[INTERNAL]["gen"]["created_month"])
         key = (rec["env"], rec["_id"], k, last, datagen.lead(last, now))
-        view = self._views.get(key)
-        if view is None:
+
+        def build() -> lines.View:
             parts = self._histories(rec, now)
             chosen = parts if k is None else [parts[k]]
-            view = lines.View.build([(a, h, self._rows(rec, a, h)) for a, h, _ in chosen])
-            if len(self._views) > 64:
-                self._views.clear()
-            self._views[key] = view
-        return view
+            return lines.View.build([(a, h, self._rows(rec, a, h)) for a, h, _ in chosen])
+        return _kept(self._views, 64, key, build)
 
     def _patches(self, rec: dict, k: int | None) -> tuple:
         """records/corrupt's patches as (part of the view, posted index, kobo)."""
@@ -272,17 +316,15 @@ class Products:
             del fails[product]
         self._save(rec)
         code = fail["error_code"]
-        extra, headers = {}, {}
-        if CODES[code][0] == "RATE_LIMIT_EXCEEDED":
-            headers["Retry-After"] = "1"
-        if code == "VERIFICATION_EXPIRED":
-            extra["account_id"] = rec[INTERNAL]["accounts"][0]
-        raise ServiceError(code, f"{FAILABLE[product]} failed: {code} (sandbox/records/fail)",
-                           extra=extra, headers=headers)
+        raise ServiceError(
+            code, f"{FAILABLE[product]} failed: {code} (sandbox/records/fail)",
+            extra=({"account_id": rec[INTERNAL]["accounts"][0]}
+                   if code == "VERIFICATION_EXPIRED" else None),
+            headers={"Retry-After": "1"} if CODES[code][0] == "RATE_LIMIT_EXCEEDED" else None)
 
     def _balance_doc(self, rec: dict, account: dict, h: datagen.History, upto: int,
                      with_periodic: bool = True) -> dict:
-        amount = (int(h.balance[upto - 1]) if upto else h.opening) / 100
+        amount = h.closing(upto) / 100
         stamp = iso(int(h.ts[upto - 1])) if upto else rec["created_at"]
         doc = {"_id": account["balance"], "account": account["_id"],
                "available_balance": amount, "ledger_balance": amount, "currency": "NGN",
@@ -292,20 +334,20 @@ class Products:
             doc["periodic"] = datagen.periodic(h, upto)
         return doc
 
+    def _balance_members(self, rec: dict, account: dict, h: datagen.History, upto: int) -> dict:
+        """A balance callback's own members."""
+        bal = self._balance_doc(rec, account, h, upto, with_periodic=False)
+        return {"accountId": account["_id"], "nuban": account["nuban"],
+                "balance": callbacks.balance_member(bal)}
+
     # -- data endpoints --------------------------------------------------------------------
-    async def accounts_get(self, env: str, body: dict) -> dict:
-        if "record" in body or "access_token" in body:
-            rec = self._target(env, body)
-            self._inject(rec, "accounts")
+    def accounts_get(self, env: str, body: dict) -> dict:
+        recs = self._records(env, body, "accounts")
+        for rec in recs:
             self._check(rec, "accounts")
-            recs = [rec]
-        else:
-            recs = self._customer_records(env, body["customer"])
-            for rec in recs:
-                self._check(rec, "accounts")
         accounts = [self._account_doc(env, a) for r in recs for a in r[INTERNAL]["accounts"]]
-        items, pagination = self.paginate(accounts, body.get("page", 1), body.get("limit", 20))
-        return {"pagination": pagination, "accounts": items}
+        items, pages = paginate(accounts, body.get("page", 1), body.get("limit", 20))
+        return {"pagination": pages, "accounts": items}
 
     def _customer_records(self, env: str, customer: str) -> list[dict]:
         if self._customer(env, customer) is None:
@@ -321,29 +363,20 @@ class Products:
             raise ServiceError("INVALID_ACCOUNT_ID", "account does not exist")
         return rec, rec[INTERNAL]["accounts"].index(account_id)
 
-    async def balance_get(self, env: str, body: dict) -> dict:
-        if "account" in body:
-            rec, k = self._account(env, body["account"])
-        else:
-            rec, k = self._target(env, body), None
-        self._inject(rec, "balance")
+    def balance_get(self, env: str, body: dict) -> dict:
+        rec, k = self._named(env, body, "balance")
         self._check(rec, "balance")
-        docs = []
-        for i, (account_id, h, upto) in enumerate(self._histories(rec, self.clock.now())):
-            if k is None or i == k:
-                docs.append(self._balance_doc(rec, self._account_doc(env, account_id), h, upto))
-        items, pagination = self.paginate(docs, body.get("page", 1), body.get("limit", 20))
-        return {"pagination": pagination, "balance": items}
+        docs = [self._balance_doc(rec, self._account_doc(env, account_id), h, upto)
+                for i, (account_id, h, upto) in enumerate(self._histories(rec, self.clock.now()))
+                if k is None or i == k]
+        items, pages = paginate(docs, body.get("page", 1), body.get("limit", 20))
+        return {"pagination": pages, "balance": items}
 
-    async def transactions_get(self, env: str, body: dict) -> dict:
+    def transactions_get(self, env: str, body: dict) -> dict:
         now = self.clock.now()
         since = int(_date("from", body["from"])) if "from" in body else None
         until = int(_date("to", body["to"])) + DAY if "to" in body else None
-        if "account" in body:
-            rec, k = self._account(env, body["account"])
-        else:
-            rec, k = self._target(env, body), None
-        self._inject(rec, "transactions")
+        rec, k = self._named(env, body, "transactions")
         self._check(rec, "transactions")
         view = self._view(rec, now, k)
         pos, tkey = view.visible(now)
@@ -352,24 +385,20 @@ class Products:
         hi = int(tkey.searchsorted(until, side="left")) if until is not None else len(pos)
         hi = max(lo, hi)
         page, limit = body.get("page", 1), body.get("limit", 20)
-        pagination = self.pages(hi - lo, page, limit)
         start = lo + (page - 1) * limit
         chunk = (view.serve(pos[start:min(hi, start + limit)], self._patches(rec, k))
                  if start < hi else [])
-        return {"pagination": pagination,
+        return {"pagination": pagination(hi - lo, page, limit),
                 "transaction": orjson.Fragment(b"[" + b",".join(chunk) + b"]")}
 
-    async def income_get(self, env: str, body: dict) -> dict:
-        if "record" in body or "access_token" in body:
-            rec = self._target(env, body)
-            self._inject(rec, "income")
-        else:
-            recs = self._customer_records(env, body["customer"])
-            if not recs:
-                raise ServiceError("NO_ACCOUNTS", "the customer has no connected record")
-            rec = recs[-1]
+    def income_get(self, env: str, body: dict) -> dict:
+        recs = self._records(env, body, "income")
+        if not recs:
+            raise ServiceError("NO_ACCOUNTS", "the customer has no connected record")
+        rec = recs[-1]
         self._check(rec, "income")
-        value = datagen.income(self._histories(rec, self.clock.now()), self.clock.now())
+        now = self.clock.now()
+        value = datagen.income(self._histories(rec, now), now)
         if value is None:
             raise ServiceError("PRODUCT_NOT_READY", "no income stream in the transactions")
         return {"income": {"_id": datagen.object_id("income", rec["_id"]),
@@ -383,46 +412,41 @@ class Products:
             details=self._callback_url(rec, "IDENTITY"),
             ident_id=datagen.object_id("identity", rec["_id"]))
 
-    async def identity_get(self, env: str, body: dict) -> dict:
-        if "record" in body or "access_token" in body:
-            recs = [self._target(env, body)]
-            self._inject(recs[0], "identity")
-        else:
-            recs = self._customer_records(env, body["customer"])
+    def identity_get(self, env: str, body: dict) -> dict:
+        recs = self._records(env, body, "identity")
         for rec in recs:
             self._check(rec, "identity")
-        items, pagination = self.paginate([self._identity(r) for r in recs], 1, 100)
-        return {"pagination": pagination, "identity": items}
+        items, pages = paginate([self._identity(r) for r in recs], 1, 100)
+        return {"pagination": pages, "identity": items}
 
     def _auth_doc(self, rec: dict) -> dict:
         cust = self._customer(rec["env"], rec["customer"])
         return {"_id": rec[INTERNAL]["auth"], "id": rec[INTERNAL]["auth"], "__v": 0,
-                "record": rec["_id"], "bank": self.banks_of(rec["env"])[
-                    self.banks.index(self.bank_by_id[rec["bank"]])],
+                "record": rec["_id"], "bank": self.bank_view(rec["env"],
+                                                             self.bank_by_id[rec["bank"]]),
                 "created_at": rec["created_at"], "last_updated": rec["last_updated"],
                 "customer": {"_id": cust["_id"], "name": cust["name"]}, "env": rec["env"],
                 "owner": callbacks.OWNER, "validated": rec["verified"],
                 "current_project": callbacks.PROJECT, "projects": [callbacks.PROJECT]}
 
-    async def auth_get_by_customer(self, env: str, body: dict) -> dict:
+    def auth_get_by_customer(self, env: str, body: dict) -> dict:
         recs = self._customer_records(env, body["customer"])
-        items, pagination = self.paginate([self._auth_doc(r) for r in recs],
-                                          body.get("page", 1), body.get("limit", 20))
-        return {"pagination": pagination, "auths": items}
+        items, pages = paginate([self._auth_doc(r) for r in recs], body.get("page", 1),
+                                body.get("limit", 20))
+        return {"pagination": pages, "auths": items}
 
-    async def auth_get(self, env: str, body: dict) -> dict:
-        rec = self._target(env, body)
-        self._inject(rec, "auth")
+    def auth_get(self, env: str, body: dict) -> dict:
+        rec, _ = self._named(env, body, "auth")
         self._check(rec, "auth", auth_call=True)
         accounts = [self._account_doc(env, a) for a in rec[INTERNAL]["accounts"]]
         return {"auth": {**self._auth_doc(rec), "accounts": [
             {"account_id": a["_id"], "nuban": a["nuban"], "name": a["name"], "type": a["type"],
              "bank_code": self.bank_by_id[rec["bank"]]["code"]} for a in accounts]}}
 
-    async def record_get(self, env: str, body: dict) -> dict:
+    def record_get(self, env: str, body: dict) -> dict:
         return {"record": public(self._target(env, body))}
 
-    async def record_remove(self, env: str, body: dict) -> dict:
+    def record_remove(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         st = rec[INTERNAL]
         st["state"] = "removed"
@@ -433,41 +457,39 @@ class Products:
                         and t["env"] == env]:
                 tok["dead"] = True
                 self.store.put("tokens", tok, record=tok["record"])
-        self.webhooks.enqueue(env, callbacks.user_disconnect(
-            rec=rec, accounts=st["accounts"], now=self.clock.now()),
+        self.webhooks.enqueue(env, callbacks.user_event(
+            "USER_DISCONNECT", "User disconnected their account", rec,
+            {"accounts": st["accounts"], "customer": rec["customer"], "record": rec["_id"],
+             "disconnected_at": iso(self.clock.now())}),
             record=rec["_id"], method="USER_DISCONNECT")
         return {}
 
-    async def item_get(self, env: str, body: dict) -> dict:
+    def item_get(self, env: str, body: dict) -> dict:
         rec = self._target(env, body)
         bank = self.bank_by_id[rec["bank"]]
-        last = self.webhooks.last_webhook(env, rec["_id"])
         return {"item": {
             "_id": rec["_id"], "record": rec["_id"], "bank": bank["_id"],
             "institution": {"name": bank["name"], "slug": bank["slug"]},
             "products_supported": bank["products"], "products_enabled": rec["products"],
             "status": rec["status"], "state": rec[INTERNAL]["state"],
             "error": rec[INTERNAL].get("error"), "verified": rec["verified"],
-            "last_webhook": {"code": last["code"], "sent_at": last["sent_at"]} if last else None,
+            "last_webhook": self.webhooks.last_webhook(env, rec["_id"]),
             "env": env, "created_at": rec["created_at"]}}
 
-    async def token_exchange(self, env: str, body: dict) -> dict:
+    def token_exchange(self, env: str, body: dict) -> dict:
         doc = self.tokens.get(body["public_token"])
         if doc is None or doc["kind"] != "public" or doc["env"] != env or doc.get("dead"):
             raise ServiceError("INVALID_PUBLIC_TOKEN",
                                "public_token is invalid, of another environment or spent")
         rec = self._record(env, doc["record"])
-        access = f"access-{self.short(env)}-{secrets.token_hex(12)}"
         doc["dead"] = True
-        tok = {"_id": access, "env": env, "kind": "access", "record": rec["_id"]}
         with self.store.transaction():
             self.store.put("tokens", doc, record=doc["record"])
-            self.store.put("tokens", tok, record=rec["_id"])
-        self.tokens[access] = tok
+            access = self._token(env, "access", rec["_id"])
         return {"access_token": access, "record": rec["_id"]}
 
     # -- sandbox controls ------------------------------------------------------------------
-    async def customers_create(self, env: str, body: dict) -> dict:
+    def customers_create(self, env: str, body: dict) -> dict:
         specs = body["customers"]
         if not 1 <= len(specs) <= 100:
             raise ServiceError("INVALID_FIELD", "customers must hold 1 to 100 objects")
@@ -493,55 +515,34 @@ class Products:
     def _customer_spec(self, env: str, i: int, spec) -> dict:
         where = f"customers[{i}]"
         if not isinstance(spec, dict):
-            raise ServiceError("INVALID_FIELD", f"{where} must be an object")
-        unknown = sorted(set(spec) - CUSTOMER_FIELDS)
+            raise invalid(where, "must be an object")
+        unknown = sorted(set(spec) - set(CUSTOMER_DEFAULTS))
         if unknown:
             raise ServiceError("UNKNOWN_FIELDS", "unknown fields: "
                                + ", ".join(f"{where}.{u}" for u in unknown))
-        out = {"accounts": 1, "months": 6, "volume": 4, "login_type": "bank",
-               "account_type": "personal", "products": list(datagen.PRODUCTS),
-               "income": True, "settlement": True, "name": None, "password": None,
-               "seed": None, "bank": None}
+        out = {**CUSTOMER_DEFAULTS, "products": list(datagen.PRODUCTS)}  # a list of its own
         for key, value in spec.items():
+            f = f"{where}.{key}"
             if value is None:
                 continue
-            f = f"{where}.{key}"
-            if key == "accounts":
-                out[key] = _int_in(f, value, 1, 5)
-            elif key == "months":
-                out[key] = _int_in(f, value, 1, 60)
-            elif key == "volume":
-                out[key] = _int_in(f, value, 1, 200)
-            elif key == "seed":
-                out[key] = _int_in(f, value, 0, 2**32 - 1)
+            if key in CUSTOMER_INTS:
+                integer(f, value, *CUSTOMER_INTS[key])
             elif key in ("name", "password", "bank"):
                 if not isinstance(value, str) or not 0 < len(value) <= 200:
-                    raise ServiceError("INVALID_FIELD", f"{f} must be a non-empty string")
-                out[key] = value
+                    raise invalid(f, "must be a non-empty string")
             elif key == "login_type":
-                if value not in datagen.LOGIN_TYPES:
-                    raise ServiceError("INVALID_FIELD",
-                                       f"{f} must be one of {', '.join(datagen.LOGIN_TYPES)}")
-                out[key] = value
+                one_of(f, value, datagen.LOGIN_TYPES)
             elif key == "account_type":
                 if value not in ("personal", "business"):
-                    raise ServiceError("INVALID_FIELD", f"{f} must be personal or business")
-                out[key] = value
+                    raise invalid(f, "must be personal or business")
             elif key in ("income", "settlement"):
-                if not isinstance(value, bool):
-                    raise ServiceError("INVALID_FIELD", f"{f} must be a boolean")
-                out[key] = value
-            elif key == "products":
+                boolean(f, value)
+            else:  # products
                 if (not isinstance(value, list) or not value
                         or not all(isinstance(p, str) for p in value)):
-                    raise ServiceError("INVALID_FIELD", f"{f} must be a non-empty array of "
-                                                        "product names")
-                bad = [p for p in value if p not in datagen.PRODUCTS]
-                if bad:
-                    raise ServiceError("INVALID_PRODUCT", f"no access to product(s) "
-                                       f"{', '.join(bad)}; products are "
-                                       f"{', '.join(datagen.PRODUCTS)}")
-                out[key] = list(dict.fromkeys(value))
+                    raise invalid(f, "must be a non-empty array of product names")
+                value = known_products(value)
+            out[key] = value
         if out["bank"] is not None:
             if out["bank"] not in self.bank_by_id:
                 raise ServiceError("INVALID_BANK", f"{where}.bank does not exist")
@@ -549,9 +550,9 @@ class Products:
             if code:
                 raise ServiceError(code, f"the bank reports {code}")
         pw = out["password"]
-        if pw and pw.startswith("error_") and pw[6:] not in PASSWORD_ERRORS:
-            raise ServiceError("INVALID_FIELD", f"{where}.password error_<CODE> needs a "
-                               "RECORD_ERROR or BANK_ERROR code")
+        if pw and pw.startswith("error_") and pw[6:] not in CONNECTION_ERRORS:
+            raise invalid(f"{where}.password", "error_<CODE> needs a RECORD_ERROR or BANK_ERROR "
+                                               "code")
         return out
 
     def _create_customer(self, env: str, spec: dict) -> dict:
@@ -591,23 +592,21 @@ class Products:
                               "created_month": created_month,
                               "first_month": created_month - spec["months"]})
         self._save(rec)
-        public_token = f"public-{self.short(env)}-{secrets.token_hex(12)}"
-        tok = {"_id": public_token, "env": env, "kind": "public", "record": record_id}
-        self.store.put("tokens", tok, record=record_id)
-        self.tokens[public_token] = tok
-        return {"customer": customer_id, "record": record_id, "public_token": public_token,
-                "accounts": account_ids}
+        return {"customer": customer_id, "record": record_id,
+                "public_token": self._token(env, "public", record_id), "accounts": account_ids}
 
-    async def reset_login(self, env: str, body: dict) -> dict:
+    def reset_login(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         rec[INTERNAL]["state"] = "login_required"
         rec["last_updated"] = iso(self.clock.now())
         self._save(rec)
-        self.webhooks.enqueue(env, callbacks.user_reauth(rec=rec, now=self.clock.now()),
-                              record=rec["_id"], method="USER_REAUTH")
+        self.webhooks.enqueue(env, callbacks.user_event(
+            "USER_REAUTH", "User must log in again to their bank", rec,
+            {"customer": rec["customer"], "record": rec["_id"],
+             "deauthorized_at": iso(self.clock.now())}), record=rec["_id"], method="USER_REAUTH")
         return {}
 
-    async def verify(self, env: str, body: dict) -> dict:
+    def verify(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         amounts = body["amounts"]
         if (len(amounts) != 2 or not all(isinstance(a, int | float) and not isinstance(a, bool)
@@ -620,9 +619,7 @@ class Products:
             self._save(rec)
             raise ServiceError("TOO_MANY_VERIFICATION_ATTEMPTS",
                                "the record is permanently locked; use another bank")
-        if st["state"] == "expired" or self._expired(rec):
-            raise ServiceError("VERIFICATION_EXPIRED", "the record was not verified in 7 days",
-                               extra={"account_id": st["accounts"][0]})
+        self._check_unexpired(rec)
         if rec["verified"]:
             return {"verified": True}
         if sorted(round(a, 2) for a in amounts) != sorted(MICRO_DEPOSITS):
@@ -637,32 +634,30 @@ class Products:
         asyncio.get_running_loop().call_soon(self._complete_connection, env, rec["_id"])
         return {"verified": True}
 
-    async def records_fail(self, env: str, body: dict) -> dict:
+    def records_fail(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
-        product = body["product"]
-        if product not in FAILABLE:
-            raise ServiceError("INVALID_FIELD", "product must be one of " + ", ".join(FAILABLE))
-        times = _int_in("times", body["times"], 1, 1000)
+        product = one_of("product", body["product"], FAILABLE)
+        times = integer("times", body["times"], 1, 1000)
         code = body.get("error_code", "INTERNAL_SERVER_ERROR")
-        if not isinstance(code, str) or code not in CODES:
-            raise ServiceError("INVALID_FIELD", "error_code must be an error code the sandbox "
-                                                "answers (docs/interface.md lists them)")
+        if code not in CODES:
+            raise invalid("error_code", "must be an error code the sandbox answers "
+                                        "(docs/interface.md lists them)")
         rec[INTERNAL].setdefault("fail", {})[product] = {"error_code": code,
                                                          "remaining": times}
         self._save(rec)
         return {"record": rec["_id"], "product": product, "remaining": times}
 
-    async def records_corrupt(self, env: str, body: dict) -> dict:
+    def records_corrupt(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         accounts = rec[INTERNAL]["accounts"]
         account_id = body.get("account", accounts[0])
         if account_id not in accounts:
-            raise ServiceError("INVALID_FIELD", "account is not an account of this record")
+            raise invalid("account", "is not an account of this record")
         k = accounts.index(account_id)
         _, h, upto = self._histories(rec, self.clock.now())[k]
         if not upto:
-            raise ServiceError("INVALID_FIELD", "account has no posted line yet")
-        line = _int_in("line", body["line"], 0, upto - 1) if "line" in body else upto // 2
+            raise invalid("account", "has no posted line yet")
+        line = integer("line", body["line"], 0, upto - 1) if "line" in body else upto // 2
         bad = rec[INTERNAL].setdefault("corrupt", [])
         if not any(c["account"] == account_id and c["index"] == line for c in bad):
             bad.append({"account": account_id, "index": line})
@@ -671,7 +666,7 @@ class Products:
         return {"transaction": h.id_of(line), "account": account_id,
                 "balance_served": (true + CORRUPT_KOBO) / 100, "balance_true": true / 100}
 
-    async def records_ledger(self, env: str, body: dict) -> dict:
+    def records_ledger(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         now = self.clock.now()
         docs, ids = [], []
@@ -682,49 +677,38 @@ class Products:
         return {"record": rec["_id"], "now": iso(now), "lines": len(ids),
                 "ids_sha256": lines.ids_sha256(ids), "accounts": docs}
 
-    async def banks_status(self, env: str, body: dict) -> dict:
+    def banks_status(self, env: str, body: dict) -> dict:
         if body["bank"] not in self.bank_by_id:
             raise ServiceError("INVALID_BANK", "bank does not exist")
-        if body["status"] not in BANK_STATUS:
-            raise ServiceError("INVALID_FIELD", "status must be one of "
-                               + ", ".join(BANK_STATUS))
-        status = self.bank_status(env)
+        one_of("status", body["status"], BANK_STATUS)
+        status = self.bank_status(env)  # the kept dict: changed in place
         status[body["bank"]] = body["status"]
         self.store.set_meta(f"bank_status:{env}", status)
-        self._bank_status[env] = status
-        return {"bank": next(b for b in self.banks_of(env) if b["_id"] == body["bank"])}
+        return {"bank": self.bank_view(env, self.bank_by_id[body["bank"]])}
 
-    async def maintenance(self, env: str, body: dict) -> dict:
-        if not isinstance(body["on"], bool):
-            raise ServiceError("INVALID_FIELD", "on must be a boolean")
-        self.store.set_meta("maintenance", body["on"])
-        self.maintenance_on = body["on"]
-        return {"maintenance": body["on"]}
+    def maintenance(self, env: str, body: dict) -> dict:
+        self.maintenance_on = boolean("on", body["on"])
+        self.store.set_meta("maintenance", self.maintenance_on)
+        return {"maintenance": self.maintenance_on}
 
-    async def payments_initiate(self, env: str, body: dict) -> dict:
+    def payments_initiate(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
-        amount = _int_in("amount", body["amount"], 1, 10**12)
-        recurring = body.get("recurring")
-        schedule = None
+        amount = integer("amount", body["amount"], 1, 10**12)
+        recurring, schedule = body.get("recurring"), None
         if recurring is not None:
-            if not isinstance(recurring, dict) or set(recurring) - {"interval", "start_date",
-                                                                    "end_date"}:
-                raise ServiceError("INVALID_FIELD", "recurring must be an object of interval, "
-                                                    "start_date and end_date")
+            if set(recurring) - {"interval", "start_date", "end_date"}:
+                raise invalid("recurring", "must be an object of interval, start_date and "
+                                           "end_date")
             if recurring.get("interval") not in ("daily", "weekly", "monthly"):
-                raise ServiceError("INVALID_FIELD", "recurring.interval must be daily, weekly "
-                                                    "or monthly")
+                raise invalid("recurring.interval", "must be daily, weekly or monthly")
             _date("recurring.start_date", recurring.get("start_date"))
             if recurring.get("end_date") is not None:
                 _date("recurring.end_date", recurring["end_date"])
-        self._check(rec, "payment")
-        schedule = None
-        if recurring is not None:
             schedule = {"interval": recurring["interval"], "startDate": recurring["start_date"],
                         "endDate": recurring.get("end_date"), "history": [],
                         "current_amount": amount}
-        payment = self._pay(env, rec, amount, schedule, self.clock.now())
-        return {"payment": payment}
+        self._check(rec, "payment")
+        return {"payment": self._pay(env, rec, amount, schedule, self.clock.now())}
 
     def _pay(self, env: str, rec: dict, amount: int, schedule: dict | None,
              now: float) -> dict:
@@ -733,7 +717,7 @@ class Products:
         self.store.set_meta(f"payments:{env}", n)
         pid = datagen.object_id(self.seed, env, "payment", n)
         account_id, h, upto = self._histories(rec, now)[0]
-        available = (int(h.balance[upto - 1]) if upto else h.opening) / 100
+        available = h.closing(upto) / 100
         ok = amount / 100 <= available
         if schedule is not None:
             schedule["history"].append(pid)
@@ -755,14 +739,12 @@ class Products:
                    "schedule": {"current_amount": amount,
                                 "paymentId": schedule["paymentId"] if schedule else pid},
                    "payment": payment}
-        self.webhooks.enqueue(env, self.callback(env, rec, "PAYMENT", code, status=status,
-                                                 message="Payment processed", **members),
-                              record=rec["_id"], method="PAYMENT")
+        self._send(env, rec, "PAYMENT", code, status=status, message="Payment processed",
+                   **members)
         if schedule is not None:
-            self.webhooks.enqueue(env, self.callback(
-                env, rec, "PAYMENT_RECURRING", code, callback_type="PAYMENT_RECURRING",
-                status=status, message="Recurring payment made", schedule=dict(schedule),
-                paymentId=pid), record=rec["_id"], method="PAYMENT_RECURRING")
+            self._send(env, rec, "PAYMENT_RECURRING", code, callback_type="PAYMENT_RECURRING",
+                       status=status, message="Recurring payment made",
+                       schedule=dict(schedule), paymentId=pid)
         return payment
 
     def _recur(self, day: int) -> None:
@@ -790,8 +772,13 @@ class Products:
 
     # -- callbacks that follow -----------------------------------------------------------
     def _callback_url(self, rec: dict, method: str) -> str:
-        return (f"{self.public_base}{self._base(rec['env'])}callback"
+        return (f"{self.public_base}{BASES[rec['env']]}callback"
                 f"?record={rec['_id']}&method={method}")
+
+    def _send(self, env: str, rec: dict, method: str, code: str, **kw) -> None:
+        """Queue a product callback (see `callback`)."""
+        self.webhooks.enqueue(env, self.callback(env, rec, method, code, **kw),
+                              record=rec["_id"], method=method)
 
     def callback(self, env: str, rec: dict, method: str, code: str, *, callback_type=None,
                  message: str = "", status: str = "is_success", **members) -> dict:
@@ -814,58 +801,47 @@ class Products:
             self._save(rec)
             return
         try:
-            self._send_product_callbacks(env, rec)
+            out = self._connection_callbacks(env, rec)
+            rec["status"] = {p: "ready" for p in rec["products"]}
+            if any(payload["code"] == "INCOME_FAILED" for _, payload in out):
+                rec["status"]["income"] = "failed"
+            rec["last_updated"] = iso(self.clock.now())
+            self._save(rec)
+            for method, payload in out:
+                self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
         except Exception:  # a failed callback must not leave the record half-ready
             log.exception("connection of %s failed", record_id)
-
-    def _send_product_callbacks(self, env: str, rec: dict) -> None:
-        out = self._connection_callbacks(env, rec)
-        rec["status"] = {p: "ready" for p in rec["products"]}
-        if any(payload["code"] == "INCOME_FAILED" for _, payload in out):
-            rec["status"]["income"] = "failed"
-        rec["last_updated"] = iso(self.clock.now())
-        self._save(rec)
-        for method, payload in out:
-            self.webhooks.enqueue(env, payload, record=rec["_id"], method=method)
 
     def _connection_callbacks(self, env: str, rec: dict) -> list[tuple[str, dict]]:
         """(method, payload) of each callback a completed connection sends, in order."""
         now = self.clock.now()
         parts = self._histories(rec, now)
         accounts = [self._account_doc(env, a) for a, _, _ in parts]
-        value = datagen.income(parts, now) if "income" in rec["products"] else None
-        out: list[tuple[str, dict]] = []
         products = rec["products"]
+        out: list[tuple[str, dict]] = []
+
+        def add(method: str, code: str, message: str, **members) -> None:
+            out.append((method, self.callback(env, rec, method, code, message=message,
+                                              **members)))
+
         if "auth" in products:
-            out.append(("AUTH", self.callback(env, rec, "AUTH", "AUTH_SUCCESS",
-                                              message="Authentication successful")))
+            add("AUTH", "AUTH_SUCCESS", "Authentication successful")
         if "identity" in products:
-            out.append(("IDENTITY", self.callback(env, rec, "IDENTITY", "PRODUCT_IS_READY",
-                                                  message="Identity ready",
-                                                  identity=self._identity(rec))))
+            add("IDENTITY", "PRODUCT_IS_READY", "Identity ready", identity=self._identity(rec))
         if "accounts" in products:
-            out.append(("ACCOUNTS", self.callback(
-                env, rec, "ACCOUNTS", "ACCOUNTS_SUCCESS", message="Accounts ready",
-                account=callbacks.account_member(accounts[0]))))
+            add("ACCOUNTS", "ACCOUNTS_SUCCESS", "Accounts ready",
+                account=callbacks.account_member(accounts[0]))
         if "balance" in products:
             for acct, (_, h, upto) in zip(accounts, parts, strict=True):
-                bal = self._balance_doc(rec, acct, h, upto, with_periodic=False)
-                out.append(("BALANCE", self.callback(
-                    env, rec, "BALANCE", "BALANCE_SUCCESS", message="Balance ready",
-                    accountId=acct["_id"], nuban=acct["nuban"],
-                    balance=callbacks.balance_member(bal))))
+                add("BALANCE", "BALANCE_SUCCESS", "Balance ready",
+                    **self._balance_members(rec, acct, h, upto))
         if "transactions" in products:
-            out.append(("TRANSACTIONS", self.callback(
-                env, rec, "TRANSACTIONS", "PRODUCT_IS_READY", message="Transactions ready",
-                newTransactions=sum(upto for _, _, upto in parts))))
-        if "income" in products:
-            if value is None:
-                out.append(("INCOME", self.callback(env, rec, "INCOME", "INCOME_FAILED",
-                                                    status="is_failed",
-                                                    message="No income stream found")))
-            else:
-                out.append(("INCOME", self.callback(env, rec, "INCOME", "PRODUCT_IS_READY",
-                                                    message="Income ready")))
+            add("TRANSACTIONS", "PRODUCT_IS_READY", "Transactions ready",
+                newTransactions=sum(upto for _, _, upto in parts))
+        if "income" in products and datagen.income(parts, now) is None:
+            add("INCOME", "INCOME_FAILED", "No income stream found", status="is_failed")
+        elif "income" in products:
+            add("INCOME", "PRODUCT_IS_READY", "Income ready")
         return out
 
     def daily(self, now: float) -> None:
@@ -877,17 +853,14 @@ class Products:
         last = self.store.get_meta("periodic_day", today)
         for (env, _), rec in list(self.records.items()):
             st = rec[INTERNAL]
-            if st["state"] == "unverified" and now >= st["created_ts"] + VERIFY_WINDOW:
+            if self._expired(rec, now):
                 st["state"] = "expired"
                 self._save(rec)
-                payload = self.callback(env, rec, "AUTH", "VERIFICATION_EXPIRED",
-                                        status="is_failed",
-                                        message="The record was not verified within 7 days")
-                payload["error"] = {"error_type": "AUTH_ERROR",
-                                    "error_code": "VERIFICATION_EXPIRED",
-                                    "error_message": "record not verified after 7 days",
-                                    "display_message": None, "account_id": st["accounts"][0]}
-                self.webhooks.enqueue(env, payload, record=rec["_id"], method="AUTH")
+                self._send(env, rec, "AUTH", "VERIFICATION_EXPIRED", status="is_failed",
+                           message="The record was not verified within 7 days", error={
+                               "error_type": "AUTH_ERROR", "error_code": "VERIFICATION_EXPIRED",
+                               "error_message": "record not verified after 7 days",
+                               "display_message": None, "account_id": st["accounts"][0]})
         if today <= last:
             return
         self.store.set_meta("periodic_day", today)
@@ -909,20 +882,11 @@ class Products:
         parts = self._histories(rec, end)
         if "balance" in rec["products"]:
             for account_id, h, upto in parts:
-                acct = self._account_doc(env, account_id)
-                bal = self._balance_doc(rec, acct, h, upto, with_periodic=False)
-                self.webhooks.enqueue(env, self.callback(
-                    env, rec, "PERIODIC_BALANCE", "BALANCE_SUCCESS", callback_type="BALANCE",
-                    message="Periodic balance ready", accountId=acct["_id"],
-                    nuban=acct["nuban"], balance=callbacks.balance_member(bal)),
-                    record=rec["_id"], method="PERIODIC_BALANCE")
+                self._send(env, rec, "PERIODIC_BALANCE", "BALANCE_SUCCESS",
+                           callback_type="BALANCE", message="Periodic balance ready",
+                           **self._balance_members(rec, self._account_doc(env, account_id), h,
+                                                   upto))
         if "transactions" in rec["products"]:
-            new = sum(upto - h.visible(end - DAY) for _, h, upto in parts)
-            self.webhooks.enqueue(env, self.callback(
-                env, rec, "PERIODIC_TRANSACTIONS", "PRODUCT_IS_READY",
-                callback_type="TRANSACTIONS", message="Periodic transactions ready",
-                newTransactions=new), record=rec["_id"], method="PERIODIC_TRANSACTIONS")
-
-    @staticmethod
-    def short(env: str) -> str:
-        return "sandbox" if env == SANDBOX else "production"
+            self._send(env, rec, "PERIODIC_TRANSACTIONS", "PRODUCT_IS_READY",
+                       callback_type="TRANSACTIONS", message="Periodic transactions ready",
+                       newTransactions=sum(upto - h.visible(end - DAY) for _, h, upto in parts))

@@ -65,10 +65,13 @@ class Store(SqliteFile):
     def __init__(self, data_dir: Path) -> None:
         super().__init__(data_dir / "sandbox.sqlite3", SCHEMA)
 
-    def all(self, table: str) -> list[dict]:
+    def _docs(self, sql: str, args: tuple = ()) -> list[dict]:
         with self._lock:
-            rows = self._db.execute(f"select doc from {table} order by rowid").fetchall()
+            rows = self._db.execute(sql, args).fetchall()
         return [orjson.loads(r[0]) for r in rows]
+
+    def all(self, table: str) -> list[dict]:
+        return self._docs(f"select doc from {table} order by rowid")
 
     # -- meta -----------------------------------------------------------------
     def get_meta(self, key: str, default=None):
@@ -78,34 +81,22 @@ class Store(SqliteFile):
 
     def set_meta(self, key: str, value) -> None:
         with self._lock:
-            self._db.execute(
-                "insert into meta (key, value) values (?, ?) "
-                "on conflict (key) do update set value = excluded.value",
-                (key, orjson.dumps(value)),
-            )
+            self._db.execute("insert into meta (key, value) values (?, ?) "
+                             "on conflict (key) do update set value = excluded.value",
+                             (key, orjson.dumps(value)))
 
     # -- documents ------------------------------------------------------------
     def put(self, table: str, doc: dict, **columns: str) -> None:
         cols = ["id", "env", *columns, "doc"]
-        values = [doc["_id"], doc["env"], *columns.values(), orjson.dumps(doc)]
-        sql = (
-            f"insert or replace into {table} ({', '.join(cols)}) "
-            f"values ({', '.join('?' for _ in cols)})"
-        )
         with self._lock:
-            self._db.execute(sql, values)
+            self._db.execute(f"insert or replace into {table} ({', '.join(cols)}) "
+                             f"values ({', '.join('?' * len(cols))})",
+                             [doc["_id"], doc["env"], *columns.values(), orjson.dumps(doc)])
 
     def get(self, table: str, env: str, doc_id: str) -> dict | None:
-        with self._lock:
-            row = self._db.execute(
-                f"select doc from {table} where id = ? and env = ?", (doc_id, env)
-            ).fetchone()
-        return orjson.loads(row[0]) if row else None
+        docs = self._docs(f"select doc from {table} where id = ? and env = ?", (doc_id, env))
+        return docs[0] if docs else None
 
     def find(self, table: str, env: str, column: str, value: str) -> list[dict]:
-        with self._lock:
-            rows = self._db.execute(
-                f"select doc from {table} where {column} = ? and env = ? order by rowid",
-                (value, env),
-            ).fetchall()
-        return [orjson.loads(r[0]) for r in rows]
+        return self._docs(f"select doc from {table} where {column} = ? and env = ? "
+                          "order by rowid", (value, env))

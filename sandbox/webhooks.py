@@ -5,24 +5,6 @@ none within the delivery timeout, leaves the event queued, and it is raised agai
 of the sandbox clock until 72 hours after the first attempt (attempts at 0 h, 1 h, ... 72 h),
 then dropped. When the clock jumps, every hour step that became due is its own attempt.
 
-Public surface (app.py and the callbacks' authors use only this):
-
-    Dispatcher(store, clock, timeout_s=10.0, faults=None)
-    settings(env) -> {"url", "token", "urls"?, ...} | None    the environment's /settings/webhook
-    settings_changed(env)    a new setting: the next first delivery goes to its first URL
-    enqueue(env, payload, *, record, method, url=None) -> delivery id
-        queue an event for the environment's URL (or `url`). With no URL anywhere it is
-        kept as "unsent", so GET /callback shows it and /callback/trigger can send it.
-    kick()                   look for due deliveries now (the clock calls it on advance)
-    trigger(env, records, url=None) -> count
-        re-send each record's latest event of every kind (method, account, payment) as new
-        deliveries, to `url` or the saved URL
-    callback_status(env, record, method) -> dict | None
-        latest event of that method's family (BALANCE covers PERIODIC_BALANCE, ...):
-        {"payload", "code", "state", "raised_at", "sent_at", "attempts": [...]}
-    last_webhook(env, record) -> {"code", "sent_at", "state", "serverResponse"} | None
-    await start() / await stop()               with the app's lifespan
-
 Deliveries live in their own SQLite file under the data dir (`webhooks.sqlite3`), so a
 restart resumes the schedule; an attempt cut short by a restart is simply made again.
 Each attempt runs in its own task, at most PER_TARGET at a time per receiver (scheme, host,
@@ -109,6 +91,7 @@ create index if not exists deliveries_record on deliveries (env, record, method)
 COLUMNS = ("id", "env", "record", "method", "event_key", "code", "url", "target", "payload",
            "raised_at", "first_attempt", "next_attempt", "last_attempt", "attempts", "state",
            "urls")
+SELECT = f"select {', '.join(COLUMNS)} from deliveries"
 
 
 def _target(url: str) -> str:
@@ -121,19 +104,19 @@ def _event_key(method: str | None, payload: dict) -> str:
                                           payload.get("paymentId")))
 
 
+def _not_in(column: str, values: list) -> str:
+    return f" and {column} not in ({','.join('?' * len(values))})" if values else ""
+
+
 class Deliveries(SqliteFile):
     """The delivery queue on disk: one row per event sent (or to send) to one URL."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path, SCHEMA)
-        with self._lock:  # a file written before `urls` existed
-            cols = {r[1] for r in self._db.execute("pragma table_info(deliveries)")}
-            if "urls" not in cols:
-                self._db.execute("alter table deliveries add column urls blob")
 
-    def _rows(self, sql: str, args: Iterable = ()) -> list[dict]:
+    def _rows(self, where: str, args: Iterable = ()) -> list[dict]:
         with self._lock:
-            rows = self._db.execute(sql, tuple(args)).fetchall()
+            rows = self._db.execute(f"{SELECT} where {where}", tuple(args)).fetchall()
         out = []
         for row in rows:
             d = dict(zip(COLUMNS, row, strict=True))
@@ -142,6 +125,10 @@ class Deliveries(SqliteFile):
             d["urls"] = orjson.loads(d["urls"]) if d["urls"] else None
             out.append(d)
         return out
+
+    def _row(self, where: str, args: Iterable) -> dict | None:
+        rows = self._rows(where + " limit 1", args)
+        return rows[0] if rows else None
 
     def add(self, env: str, record: str | None, method: str | None, url: str | None,
             payload: dict, now: float, urls: list[str] | None = None) -> int:
@@ -166,11 +153,9 @@ class Deliveries(SqliteFile):
 
     def due(self, target: str, now: float, limit: int, skip_ids: Iterable[int] = ()) -> list[dict]:
         ids = list(skip_ids)
-        skip = f"and id not in ({','.join('?' * len(ids))}) " if ids else ""
-        return self._rows(
-            f"select {', '.join(COLUMNS)} from deliveries where state = 'pending' "
-            f"and target = ? and next_attempt <= ? {skip}order by next_attempt, id limit ?",
-            (target, now, *ids, limit))
+        return self._rows(f"state = 'pending' and target = ? and next_attempt <= ?"
+                          f"{_not_in('id', ids)} order by next_attempt, id limit ?",
+                          (target, now, *ids, limit))
 
     def pending(self) -> int:
         """How many deliveries are waiting for an attempt or a redelivery."""
@@ -180,11 +165,8 @@ class Deliveries(SqliteFile):
 
     def next_due(self, skip_targets: Iterable[str], skip_ids: Iterable[int]) -> float | None:
         targets, ids = list(skip_targets), list(skip_ids)
-        sql = "select min(next_attempt) from deliveries where state = 'pending'"
-        if targets:
-            sql += f" and target not in ({','.join('?' * len(targets))})"
-        if ids:
-            sql += f" and id not in ({','.join('?' * len(ids))})"
+        sql = ("select min(next_attempt) from deliveries where state = 'pending'"
+               + _not_in("target", targets) + _not_in("id", ids))
         with self._lock:
             return self._db.execute(sql, (*targets, *ids)).fetchone()[0]
 
@@ -198,38 +180,21 @@ class Deliveries(SqliteFile):
                 (first_attempt, last_attempt, orjson.dumps(attempts), state, next_attempt,
                  url, _target(url), delivery_id))
 
-    def latest(self, env: str, record: str, methods: Iterable[str]) -> dict | None:
-        methods = list(methods)
-        rows = self._rows(
-            f"select {', '.join(COLUMNS)} from deliveries where env = ? and record = ? "
-            f"and method in ({','.join('?' * len(methods))}) order by id desc limit 1",
-            (env, record, *methods))
-        return rows[0] if rows else None
+    def latest(self, env: str, record: str, methods: tuple[str, ...]) -> dict | None:
+        return self._row(f"env = ? and record = ? and method in ({','.join('?' * len(methods))})"
+                         " order by id desc", (env, record, *methods))
 
     def latest_per_event(self, env: str, record: str) -> list[dict]:
-        return self._rows(
-            f"select {', '.join(COLUMNS)} from deliveries where id in ("
-            " select max(id) from deliveries where env = ? and record = ? group by event_key)"
-            " order by id", (env, record))
+        return self._rows("id in (select max(id) from deliveries where env = ? and record = ?"
+                          " group by event_key) order by id", (env, record))
 
     def last_sent(self, env: str, record: str) -> dict | None:
-        rows = self._rows(
-            f"select {', '.join(COLUMNS)} from deliveries where env = ? and record = ? "
-            "and last_attempt is not null order by last_attempt desc, id desc limit 1",
-            (env, record))
-        return rows[0] if rows else None
-
-
-def _public(attempt: dict) -> dict:
-    """An attempt's result as the payload's serverResponse carries it."""
-    return {k: v for k, v in attempt.items() if k not in ("attempt", "at")}
+        return self._row("env = ? and record = ? and last_attempt is not null"
+                         " order by last_attempt desc, id desc", (env, record))
 
 
 class Dispatcher:
-    def __init__(self, store: Store, clock: Clock, timeout_s: float = 10.0,
-                 faults: Faults | None = None) -> None:
-        if not timeout_s > 0:
-            raise ValueError("the webhook timeout must be a positive number of seconds")
+    def __init__(self, store: Store, clock: Clock, timeout_s: float, faults: Faults) -> None:
         self.store = store
         self.clock = clock
         self.timeout_s = timeout_s
@@ -245,8 +210,7 @@ class Dispatcher:
         self._turn: dict[str, int] = {}  # env -> first deliveries sent round its URLs
         self._batch: list[dict] = []  # attempts held by a shuffle fault
         self._batch_timer: asyncio.Task | None = None
-        if hasattr(clock, "on_advance"):
-            clock.on_advance(lambda _now: self.kick())
+        clock.on_advance(lambda _now: self.kick())
 
     # -- the public surface ----------------------------------------------------------------
     def settings(self, env: str) -> dict | None:
@@ -257,7 +221,8 @@ class Dispatcher:
 
     def enqueue(self, env: str, payload: dict, *, record: str | None, method: str | None,
                 url: str | None = None) -> int:
-        """Queue an event for the environment's webhook, or `url`; kept unsent if neither."""
+        """Queue an event for the environment's webhook, or `url`; if neither, it is kept
+        unsent, for GET /callback to show and callback/trigger to send."""
         conf = self.settings(env) or {}
         target, urls = url or conf.get("url"), None
         if not url and conf.get("urls"):  # delivery i goes to URL i mod n
@@ -289,37 +254,29 @@ class Dispatcher:
         else:
             loop.call_soon_threadsafe(self._wake.set)
 
-    def trigger(self, env: str, records: Iterable[str], url: str | None = None) -> int:
-        """Re-send each record's latest event of every kind; returns how many were queued."""
-        target = url or (self.settings(env) or {}).get("url")
-        if not target:
+    def trigger(self, env: str, records: Iterable[str], url: str | None = None) -> None:
+        """Re-send each record's latest event of every kind."""
+        if not (url or (self.settings(env) or {}).get("url")):
             raise LookupError("no webhook URL is set for this environment and none was given")
-        queued = 0
         with self.db.transaction():  # a trigger of 100 records is one commit
             for record in dict.fromkeys(records):
                 for d in self.db.latest_per_event(env, record):
                     self.enqueue(env, d["payload"], record=record, method=d["method"],
                                  url=url)
-                    queued += 1
-        return queued
 
     def callback_status(self, env: str, record: str, method: str) -> dict | None:
-        d = self.db.latest(env, record, METHODS[method][3] if method in METHODS else (method,))
-        if d is None:
-            return None
-        return {"payload": d["payload"], "method": d["method"], "code": d["code"],
-                "state": d["state"], "url": d["url"], "raised_at": iso(d["raised_at"]),
-                "sent_at": iso(d["last_attempt"]) if d["last_attempt"] else None,
-                "next_attempt_at": (iso(d["next_attempt"]) if d["state"] == "pending"
-                                    else None),
-                "attempts": d["attempts"]}
+        """The latest event of `method`'s family (BALANCE covers PERIODIC_BALANCE...)."""
+        d = self.db.latest(env, record, METHODS[method][3])
+        return d and {"payload": d["payload"], "method": d["method"], "code": d["code"],
+                      "state": d["state"], "raised_at": iso(d["raised_at"]),
+                      "sent_at": iso(d["last_attempt"]) if d["last_attempt"] else None,
+                      "next_attempt_at": (iso(d["next_attempt"]) if d["state"] == "pending"
+                                          else None),
+                      "attempts": d["attempts"]}
 
     def last_webhook(self, env: str, record: str) -> dict | None:
         d = self.db.last_sent(env, record)
-        if d is None:
-            return None
-        return {"code": d["code"], "sent_at": iso(d["last_attempt"]), "state": d["state"],
-                "serverResponse": _public(d["attempts"][-1]) if d["attempts"] else None}
+        return d and {"code": d["code"], "sent_at": iso(d["last_attempt"])}
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -364,7 +321,7 @@ class Dispatcher:
                     break
                 free -= 1
                 self._inflight[d["id"]] = target
-                fault = self.faults.for_delivery(d["env"]) if self.faults else None
+                fault = self.faults.for_delivery(d["env"])
                 if fault is not None:
                     self.faults.noted(fault.kind, d)
                 if fault is not None and fault.kind == "late":
@@ -375,10 +332,11 @@ class Dispatcher:
                     self._per_target[target] = self._per_target.get(target, 0) + 1
                     self._spawn(self._attempt(d, double=fault is not None))
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _late(self, d: dict, seconds: float) -> None:
         await asyncio.sleep(seconds)  # wall time: a frozen sandbox clock still lets it go
@@ -394,9 +352,7 @@ class Dispatcher:
                 await asyncio.sleep(seconds)
                 self._batch_timer = None
                 self._release()
-            self._batch_timer = asyncio.create_task(timer())
-            self._tasks.add(self._batch_timer)
-            self._batch_timer.add_done_callback(self._tasks.discard)
+            self._batch_timer = self._spawn(timer())
 
     def _release(self) -> None:
         held, self._batch = self._batch, []
@@ -460,7 +416,8 @@ class Dispatcher:
         first = d["first_attempt"] or now
         payload = dict(d["payload"])
         if d["attempts"]:
-            payload["serverResponse"] = _public(d["attempts"][-1])
+            payload["serverResponse"] = {k: v for k, v in d["attempts"][-1].items()
+                                         if k not in ("attempt", "at")}  # its result
         headers = {"Content-Type": "application/json"}
         token = (self.settings(d["env"]) or {}).get("token")
         if token:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from sandbox_pulls import pull
 
 HEX24 = re.compile(r"^[0-9a-f]{24}$")
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -81,23 +82,13 @@ def test_accounts_by_record_and_customer(shared_sandbox, made):
         assert ISO.match(a["created_at"]) and ISO.match(a["last_updated"])
 
 
-def all_transactions(api, **target: str) -> list[dict]:
-    """Every line of a record or account, following nextPage 100 at a time."""
-    lines, page = [], 1
-    while page:
-        data = ok(api.post("transactions/get", json={**target, "page": page, "limit": 100}))
-        lines += data["transaction"]
-        page = data["pagination"]["nextPage"]
-    return lines
-
-
 def test_balance_agrees_with_the_last_transaction(shared_sandbox, made):
     c = made[0]
     with shared_sandbox.api() as api:
         balances = ok(api.post("balance/get", json={"record": c["record"]}))["balance"]
         assert len(balances) == 3
         for bal in balances:
-            lines = all_transactions(api, account=bal["account"])
+            lines = pull(api, account=bal["account"])
             assert lines, "three months at six a day make lines"
             # the running balance is over posted lines in posting order; pending ones have none
             posted = sorted((t for t in lines if t["cleared_date"] is not None),
@@ -142,7 +133,7 @@ def test_income_agrees_with_the_transactions(shared_sandbox, made):
     c = made[0]
     with shared_sandbox.api() as api:
         income = ok(api.post("income/get", json={"record": c["record"]}))["income"]
-        lines = all_transactions(api, record=c["record"])
+        lines = pull(api, record=c["record"])
     stream_lines = [t for t in lines if "income" in t["notes"]["topics"]]
     assert income["number_of_transactions"] == len(stream_lines)
     assert sum(s["number_of_transactions"] for s in income["streams"]) == len(stream_lines)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from pipeline.local import Server
-from tests.conftest import Receiver, Sandbox, start_sandbox
+from tests.conftest import Receiver, Sandbox
 
 HOUR = 3600
 
@@ -157,30 +157,3 @@ def test_bad_url_lists_are_refused_and_change_nothing(sandbox: Sandbox, pair, ur
         assert resp.json()["error_message"].startswith("url")
         fire(api, record)
         wait_for(lambda: arrived(a) == [record], "the callback at the URL set before")
-
-
-def test_a_delivery_file_from_before_several_urls_still_delivers(tmp_path: Path, pair):
-    """A data dir whose webhooks.sqlite3 predates the `urls` column gains it on start."""
-    a, b = pair
-    data = tmp_path / "old"
-    data.mkdir()
-    db = sqlite3.connect(data / "webhooks.sqlite3")
-    db.executescript("""
-        create table deliveries (
-            id integer primary key autoincrement, env text not null, record text,
-            method text, event_key text not null, code text, url text, target text,
-            payload blob not null, raised_at real not null, first_attempt real,
-            next_attempt real, last_attempt real, attempts blob not null default '[]',
-            state text not null);""")
-    db.close()
-    box = start_sandbox(data)
-    try:
-        with box.api() as api:
-            made = records(api, 2)
-            ok(api.post("settings/webhook", json={"url": [a.callback_url, b.callback_url],
-                                                  "token": a.token}))
-            for record in made:
-                fire(api, record)
-            wait_for(lambda: arrived(a) == made[:1] and arrived(b) == made[1:], "one each")
-    finally:
-        box.server.stop()
