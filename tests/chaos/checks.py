@@ -119,11 +119,13 @@ def diagnose(dep, path: Path) -> None:
     with dep.instance() as instance:
         for rec in instance.get_run_records():
             run = rec.dagster_run
-            tags = {k: v for k, v in run.tags.items() if k.startswith(("ledgerlake/", "dagster/p",
-                                                                       "dagster/asset_p",
+            tags = {k: v for k, v in run.tags.items() if k.startswith(("ledgerlake/",
                                                                        "dagster/retry"))}
+            batch = ((run.run_config or {}).get("resources", {}).get("batch", {})
+                     .get("config", {}).get("records", []))
             lines.append(f"{rec.create_timestamp:%H:%M:%S} {run.run_id} {run.job_name} "
-                         f"{run.status.value} {tags}")
+                         f"{run.status.value} {tags} records {batch[:5]}"
+                         + (f" and {len(batch) - 5} more" if len(batch) > 5 else ""))
             if run.status.value == "FAILURE":
                 for entry in instance.all_logs(run.run_id, of_type={
                         DagsterEventType.STEP_FAILURE, DagsterEventType.RUN_FAILURE,
@@ -221,22 +223,22 @@ def _connection_events(dep) -> dict[str, float]:
     return out
 
 
-def materializations(instance, key) -> list:
-    """Every materialization of an asset, a page of 10,000 at a time (Dagster's most)."""
-    out, cursor = [], None
-    while True:
-        page = instance.fetch_materializations(key, limit=10_000, cursor=cursor)
-        out += page.records
-        if not page.has_more:
-            return out
-        cursor = page.cursor
+FETCHED_OUTCOMES = ("landed", "held")  # the service answered with the record's data
+
+
+def landings(dep) -> list[dict]:
+    """Every landing of every run, from the lake's `landings` table: one row per record,
+    product and try (assets/publish.py)."""
+    table = Lake(root=str(dep.lake)).read("landings", schema=pa.schema([
+        ("record_id", pa.string()), ("product", pa.string()), ("run_id", pa.string()),
+        ("outcome", pa.string()), ("landed_at", pa.timestamp("ms", "UTC"))]))
+    return [] if table is None else table.to_pylist()
 
 
 def statuses(chaos, env: str, dep) -> list[str]:
     """Disconnected and reauthenticated records: their status in the inbox, and no run created
-    after the inbox heard of it fetched them."""
-    from dagster import AssetKey
-
+    after the inbox heard of it fetched them (the lake's `landings`: which run fetched which
+    record, and the instance: when that run was created)."""
     from resources.inbox import open_inbox
 
     moved = {r: rec for r, rec in chaos.records.items() if rec.env == env
@@ -249,18 +251,23 @@ def statuses(chaos, env: str, dep) -> list[str]:
     out = []
     with dep.instance() as instance:
         created: dict[str, float] = {}
-        for asset in FETCHED:
-            for rec in materializations(instance, AssetKey(asset)):
-                record = rec.partition_key
-                if record not in moved or record not in heard:
+        for row in landings(dep):
+            record = row["record_id"]
+            if record not in moved or record not in heard or row["product"] not in FETCHED \
+                    or row["outcome"] not in FETCHED_OUTCOMES:
+                continue
+            run_id = row["run_id"]
+            if run_id not in created:
+                found = instance.get_run_record_by_id(run_id)
+                if found is None:
+                    out.append(f"{record} was fetched ({row['product']}) by run {run_id}, "
+                               f"which the instance does not know")
                     continue
-                if rec.run_id not in created:
-                    created[rec.run_id] = instance.get_run_record_by_id(rec.run_id).create_timestamp \
-                        .timestamp()
-                if created[rec.run_id] > heard[record]:
-                    out.append(f"{record} ({moved[record].state}) was fetched ({asset}) by run "
-                               f"{rec.run_id}, created after the inbox stored its "
-                               f"connection event")
+                created[run_id] = found.create_timestamp.timestamp()
+            line = (f"{record} ({moved[record].state}) was fetched ({row['product']}) by run "
+                    f"{run_id}, created after the inbox stored its connection event")
+            if created[run_id] > heard[record] and line not in out:  # once, however many tries
+                out.append(line)
     for record, rec in moved.items():
         want = "disconnected" if rec.state == "disconnected" else "reauth_required"
         got = states[record].status if record in states else None

@@ -668,8 +668,10 @@ def refresh_here() -> int:
             repo = get_remote_repository_from_code_location(location, None)
             job = get_remote_job_from_remote_repo(repo, "refresh_job")
             for request in requests:
+                # the request's run config carries its batch of records
                 run = _create_run(instance=instance, code_location=location, remote_repo=repo,
-                                  remote_job=job, run_config={}, op_selection=None, run_id=None,
+                                  remote_job=job, run_config=request.run_config,
+                                  op_selection=None, run_id=None,
                                   tags={**request.tags, "ledgerlake/chaos": "daily_refresh"})
                 instance.submit_run(run.run_id, workspace)
     print(f"queued {len(requests)} run(s)", flush=True)
