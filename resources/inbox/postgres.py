@@ -1,11 +1,8 @@
 """The inbox in a Postgres database, which several receivers (each its own process, on any
 machine) write at once and the sensor reads by cursor.
 
-Same tables, rules and reads as the SQLite inbox (resources/inbox/store.py), and its SQL for
-connection events; each run of callbacks in a batch goes in as one string of set-based
-statements, one round trip (the same writes as SQLite's, tests/resources/test_inbox_postgres.py
-compares them). Writers take
-turns on one advisory lock, committed with `synchronous_commit` on (durable before the
+Same tables, rules, reads and writes as the SQLite inbox (resources/inbox/store.py), its SQL
+given `%s` for `?`. Writers take turns on one advisory lock, committed with `synchronous_commit` on (durable before the
 receiver answers 200). A connection the server dropped is replaced at the next call, which is
 tried once more on it; when the database does not answer, calls raise InboxUnavailable (the
 receiver then answers 503 and the service redelivers). URLs are shown without their password.
@@ -23,11 +20,9 @@ from urllib.parse import urlsplit
 import psycopg2
 
 from .store import (
-    CONNECTED,
     Inbox,
     InboxMissing,
     InboxUnavailable,
-    Plan,
     RecordState,
 )
 
@@ -96,47 +91,6 @@ create table if not exists landings (
 create index if not exists landings_run on landings (run_id, product);
 create index if not exists landings_to_act on landings (outcome) where outcome != 'landed';
 """
-
-# A run of callbacks (resources/inbox/store.py's Plan) as one string of statements, one round trip
-# whatever its length: its events in order, then each record touched, moved back to connected
-# by its newest successful login, and each product's newest callback, the ids read by
-# identity from the events just written. Set-based, so Postgres plans five statements a run,
-# not four per callback.
-CALLBACKS = """
-insert into events (identity, received_at, kind, method, code, status, record, account,
-                    customer, occurred_at, body)
-select identity, %(now)s, 'callback', method, code, status, record, account, customer,
-       occurred_at, body
-from unnest(%(identity)s::text[], %(method)s::text[], %(code)s::text[], %(status)s::text[],
-            %(record)s::text[], %(account)s::text[], %(customer)s::text[],
-            %(occurred_at)s::text[], %(body)s::bytea[]) with ordinality
-    as u(identity, method, code, status, record, account, customer, occurred_at, body, n)
-order by n;
-insert into records (record, customer, status, status_at, status_event, first_seen, last_seen)
-select t.record, t.customer, %(connected)s, t.occurred_at, e.id, %(now)s, %(now)s
-from unnest(%(t_record)s::text[], %(t_customer)s::text[], %(t_occurred_at)s::text[],
-            %(t_identity)s::text[]) as t(record, customer, occurred_at, identity)
-join events e on e.identity = t.identity
-on conflict (record) do update set last_seen = excluded.last_seen,
-    customer = coalesce(records.customer, excluded.customer);
-update records set status = %(connected)s, status_at = t.occurred_at, status_event = e.id
-from unnest(%(r_record)s::text[], %(r_occurred_at)s::text[], %(r_identity)s::text[])
-    as t(record, occurred_at, identity)
-join events e on e.identity = t.identity
-where records.record = t.record and records.status_at <= t.occurred_at;
-insert into record_products (record, method, code, status, event, occurred_at, received_at)
-select t.record, t.method, t.code, t.status, e.id, t.occurred_at, %(now)s
-from unnest(%(p_record)s::text[], %(p_method)s::text[], %(p_code)s::text[],
-            %(p_status)s::text[], %(p_occurred_at)s::text[], %(p_identity)s::text[])
-    as t(record, method, code, status, occurred_at, identity)
-join events e on e.identity = t.identity
-on conflict (record, method) do update set code = excluded.code, status = excluded.status,
-    event = excluded.event, occurred_at = excluded.occurred_at,
-    received_at = excluded.received_at
-where excluded.occurred_at >= record_products.occurred_at;
-select identity, id from events where identity = any(%(identity)s)"""
-EVENT_COLUMNS = ("identity", "method", "code", "status", "record", "account", "customer",
-                 "occurred_at", "body")
 
 # what a dropped or unreachable server raises (psycopg2's errors for a statement it refused,
 # such as a NOT NULL violation, are not among them: those are the caller's)
@@ -297,25 +251,8 @@ class PostgresInbox(Inbox):
         return dict(self._begin_write("; select identity, id from events where identity ="
                                       " any(?)", (sorted(set(identities)),)).fetchall())
 
-    def _callbacks(self, plan: Plan, now: float) -> dict[str, int]:
-        columns = {name: [e[i] for e in plan.events] for i, name in enumerate(EVENT_COLUMNS)}
-        columns["body"] = [psycopg2.Binary(b) for b in columns["body"]]
-
-        def arrays(prefix: str, rows: list[tuple], names: tuple[str, ...]) -> dict:
-            return {f"{prefix}_{name}": [row[i] for row in rows] for i, name in enumerate(names)}
-
-        cur = self._db.raw.cursor()
-        cur.execute(CALLBACKS, {
-            "now": now, "connected": CONNECTED, **columns,
-            **arrays("t", plan.touches, ("record", "customer", "occurred_at", "identity")),
-            **arrays("r", plan.reconnects, ("record", "occurred_at", "identity")),
-            **arrays("p", plan.products, ("record", "method", "code", "status", "occurred_at",
-                                          "identity"))})
-        return dict(cur.fetchall())
-
-    # one transaction a batch, in a few round trips whatever its length: begin and the read of
-    # what is stored, each run of callbacks, commit (a connection event, which reads the
-    # records before it, goes alone)
+    # one transaction a batch: begin and the read of what is stored in one round trip, then
+    # each new event's statements, then commit
     add_described = _retried(Inbox.add_described)
     dead_letter = _retried(Inbox.dead_letter)
     after = _retried(Inbox.after)

@@ -409,48 +409,6 @@ def describe(payload: object) -> dict:
                        "nor a connection event's event and data")
 
 
-@dataclass
-class Plan:
-    """A run of new callbacks (no connection event among them) as the inbox's statements take
-    it: the rows of `events`, and for the other tables only what the run leaves there, which
-    is what storing its callbacks one by one (`Inbox._on_callback`) would leave."""
-
-    events: list[tuple]  # identity, method, code, status, record, account, customer,
-    #                      occurred_at, body: in order
-    touches: list[tuple]  # record, customer (its first given), occurred_at and identity of
-    #                       its first callback: each record once
-    reconnects: list[tuple]  # record, occurred_at, identity: its newest successful login
-    products: list[tuple]  # record, method, code, status, occurred_at, identity: its newest
-
-
-def _plan(run: list[tuple[dict, bytes, str]], now: float) -> Plan:
-    events, touches, reconnects, products = [], {}, {}, {}
-    for info, raw, identity in run:
-        occurred = info["occurred_at"] or _iso(now)
-        record, method = info["record"], info["method"]
-        events.append((identity, method, info["code"], info["status"], record,
-                       info["account"], info["customer"], occurred, raw))
-        if not record:
-            continue
-        touch = touches.get(record)
-        if touch is None:
-            touches[record] = [record, info["customer"], occurred, identity]
-        elif touch[1] is None:  # coalesce(customer, ...): the first one given stays
-            touch[1] = info["customer"]
-        # one by one, a later event moves a status or a product unless it is older: the
-        # last of the newest is what stays
-        if (method, info["code"]) == RECONNECT and info["status"] != "is_failed":
-            login = reconnects.get(record)
-            if login is None or occurred >= login[1]:
-                reconnects[record] = (record, occurred, identity)
-        product = products.get((record, method))
-        if product is None or occurred >= product[4]:
-            products[(record, method)] = (record, method, info["code"], info["status"],
-                                          occurred, identity)
-    return Plan(events, [tuple(t) for t in touches.values()], list(reconnects.values()),
-                list(products.values()))
-
-
 class Inbox:
     """One SQLite connection, used from any thread (serialised by a lock)."""
 
@@ -562,59 +520,25 @@ class Inbox:
 
     def _insert_all(self, items: Sequence[tuple[dict, bytes]], identities: list[str],
                     ids: dict[str, int], now: float) -> list[tuple[int, bool]]:
-        """The batch's new events, in order: each run of callbacks as a few statements over
-        all its rows (`_callbacks`), a connection event, which reads the records before it,
-        alone in its place. Each item's (id, whether it was new)."""
+        """The batch's new events, in order; each item's (id, whether it was new): the first
+        of an identity new to the inbox is new."""
         new: set[str] = set()
-        run: list[tuple[dict, bytes, str]] = []
         for (info, raw), identity in zip(items, identities, strict=True):
-            if identity in ids or identity in new:
-                continue
-            new.add(identity)
-            if info["kind"] == "callback":
-                run.append((info, raw, identity))
-                continue
-            if run:
-                ids.update(self._callbacks(_plan(run, now), now))
-                run = []
-            ids[identity] = self._insert(info, raw, now)
-        if run:
-            ids.update(self._callbacks(_plan(run, now), now))
+            if identity not in ids:
+                new.add(identity)
+                ids[identity] = self._insert(info, raw, now, identity)
         out, told = [], set()
-        for identity in identities:  # the first of an identity new to the inbox is new
+        for identity in identities:
             out.append((ids[identity], identity in new and identity not in told))
             told.add(identity)
         return out
-
-    def _callbacks(self, plan: Plan, now: float) -> dict[str, int]:
-        """Store a run of new callbacks; their ids by identity."""
-        self._db.executemany(
-            "insert into events (identity, received_at, kind, method, code, status, record,"
-            " account, customer, occurred_at, body)"
-            " values (?, ?, 'callback', ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(e[0], now, *e[1:]) for e in plan.events])
-        # under the write lock the rows took consecutive ids (autoincrement: above every id
-        # ever given), the last of them the connection's last insert
-        (last,) = self._db.execute("select last_insert_rowid()").fetchone()
-        first = last - len(plan.events) + 1
-        ids = {e[0]: first + n for n, e in enumerate(plan.events)}
-        self._db.executemany(TOUCH, [(record, customer, CONNECTED, occurred, ids[identity],
-                                      now, now)
-                                     for record, customer, occurred, identity in plan.touches])
-        self._db.executemany(SET_STATUS, [(CONNECTED, occurred, ids[identity], record, occurred)
-                                          for record, occurred, identity in plan.reconnects])
-        self._db.executemany(PRODUCT, [(record, method, code, status, ids[identity], occurred,
-                                        now)
-                                       for record, method, code, status, occurred, identity
-                                       in plan.products])
-        return ids
 
     def _begin_write(self) -> None:
         # immediate: writers (even in other processes) take turns, so ids become visible
         # in the order they were given and a sensor's cursor never steps over one
         self._db.execute("begin immediate")
 
-    def _insert(self, info: dict, raw: bytes, now: float) -> int:
+    def _insert(self, info: dict, raw: bytes, now: float, identity: str) -> int:
         """Store an event the batch found new (`_begin_batch`, under the write lock)."""
         occurred = info["occurred_at"] or _iso(now)
         affects = self._affected(info) if info["kind"] == "connection" else []
@@ -622,7 +546,7 @@ class Inbox:
             "insert into events (identity, received_at, kind, method, code, status, record,"
             " account, customer, occurred_at, affects, body)"
             " values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) returning id",
-            (_identity(info), now, info["kind"], info["method"], info["code"], info["status"],
+            (identity, now, info["kind"], info["method"], info["code"], info["status"],
              info["record"], info["account"], info["customer"], occurred,
              orjson.dumps(affects).decode() if affects else None, raw)).fetchone()
         self._apply(info, affects, event_id, occurred, now)

@@ -368,9 +368,10 @@ def one_by_one(inbox: Inbox, batch: list, now: float) -> list[tuple[int, bool]]:
     out = []
     for info, raw in batch:
         inbox._begin_write()
+        identity = _identity(info)
         row = inbox._db.execute("select id from events where identity = ?",
-                                (_identity(info),)).fetchone()
-        out.append((row[0], False) if row else (inbox._insert(info, raw, now), True))
+                                (identity,)).fetchone()
+        out.append((row[0], False) if row else (inbox._insert(info, raw, now, identity), True))
         inbox._db.execute("commit")
     return out
 

@@ -138,7 +138,7 @@ def test_writers_take_turns_so_a_cursor_never_steps_over_an_id(postgres_url, mak
             open_inbox(postgres_url, create=True) as second, open_inbox(postgres_url) as sensor:
         first._begin_write()  # as add_described does, kept open
         first_id = first._insert(describe(make.callback("rec-first")),
-                                 b'{"record": "rec-first"}', 0.0)
+                                 b'{"record": "rec-first"}', 0.0, "an identity")
         done: list = []
         later = threading.Thread(target=lambda: done.append(second.add(
             make.callback("rec-second"))))
