@@ -169,9 +169,10 @@ def test_a_run_killed_holding_the_duckdb_slot_gives_it_back(tmp_path):
                 try:
                     held = storage.get_concurrency_info("duckdb").active_run_ids == holders
                 except Exception as exc:
-                    # stopped inside SQLite with the WAL's lock held, our read of the same
-                    # storage gives up ("locking protocol"): let it go on and try again
-                    if "locking protocol" not in str(exc):
+                    # stopped inside SQLite with one of its locks held, our read of the same
+                    # storage gives up ("locking protocol" with the WAL's, "database is
+                    # locked" with the writer's): let it go on and try again
+                    if "locking protocol" not in str(exc) and "database is locked" not in str(exc):
                         raise
                     held = False
                 if held:

@@ -155,7 +155,7 @@ def test_replay_calls_at_most_100_records_and_the_dagster_job(sandbox, receiver,
     from dagster import DagsterInstance
 
     from pipeline.jobs import replay_job
-    from resources.client import ConnectionClient
+    from resources.client.resource import ConnectionClient
 
     client = ConnectionClient(base_url=sandbox.url, environment="sandbox",
                               secret_key=sandbox.sandbox_key)
