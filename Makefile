@@ -75,7 +75,7 @@ lint: setup
 # pandera models; a test fails when either differs from what its source says
 .PHONY: docs
 docs: setup
-	$(VENV)/bin/python -m pipeline.cli_reference
+	$(VENV)/bin/python -m pipeline.cli.reference
 	$(VENV)/bin/python -m assets.catalog
 
 dev: setup

@@ -48,7 +48,7 @@ PRODUCTS = [("AUTH", "AUTH_SUCCESS"), ("IDENTITY", "PRODUCT_IS_READY"),
 def pipeline_rate(work: Path, customers: int) -> dict:
     """Records and callbacks a second the pipeline lands in process, from callbacks already
     in its inbox to every run done."""
-    from pipeline import demo
+    from pipeline.cli import demo
 
     home = work / "pipeline"
     demo.prepare_home(home)

@@ -88,7 +88,7 @@ def test_on_one_box_the_service_pool_never_holds_a_step_back_and_a_hand_set_limi
     fetching step run at a time across all runs; the demo's instance gives the service's
     pool a slot per run that may run at once, and keeps what an operator set."""
     from assets.publish import SERVICE_POOL
-    from pipeline.demo import dagster_home
+    from pipeline.cli.demo import dagster_home
 
     home = dagster_home(tmp_path)
     with dg.DagsterInstance.from_config(str(home)) as instance:

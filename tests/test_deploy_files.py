@@ -31,8 +31,8 @@ def dockerfile() -> list[tuple[str, str]]:
 
 def code_reads(var: str) -> bool:
     """Whether the project's code names the variable (settings, resources, the CLI)."""
-    sources = [*REPO.glob("pipeline/*.py"), *REPO.glob("assets/*.py"),
-               *REPO.glob("resources/*.py")]
+    sources = [*REPO.glob("pipeline/**/*.py"), *REPO.glob("assets/**/*.py"),
+               *REPO.glob("resources/**/*.py")]
     return any(f'"{var}"' in p.read_text() for p in sources)
 
 

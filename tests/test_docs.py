@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import cli_reference
 from pipeline.cli import build_parser
+from pipeline.cli import reference as cli_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_docs_cli_md_is_what_the_parser_says():
     assert cli_reference.DOC.read_text() == cli_reference.markdown(), \
         f"docs/cli.md is stale: run `{cli_reference.COMMAND}` " \
-        "(or `.venv/bin/python -m pipeline.cli_reference`)"
+        "(or `.venv/bin/python -m pipeline.cli.reference`)"
 
 
 def test_the_stale_check_names_the_command_to_run(tmp_path, monkeypatch, capsys):

@@ -134,7 +134,7 @@ def test_the_views_over_an_s3_lake_answer_what_was_written(landed, tmp_path):
 
 def test_a_reader_without_the_lakes_filesystem_is_told_why_and_downloads_nothing(landed,
                                                                                  tmp_path):
-    from pipeline import sql
+    from pipeline.cli import sql
 
     target = tmp_path / "w.duckdb"
     build(landed.lake.root, target)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 
-from pipeline import demo
+from pipeline.cli import demo
 from pipeline.local import stop_process
 from resources.inbox import open_inbox
 from resources.lake import Lake

@@ -10,7 +10,7 @@ import sys
 import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
-from pipeline.demo import wait_for_events
+from pipeline.cli.demo import wait_for_events
 from pipeline.local import tick
 from resources.inbox import Inbox
 from resources.lake import Lake

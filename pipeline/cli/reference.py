@@ -2,7 +2,7 @@
 (`pipeline.cli.build_parser`): every command with its usage, description, arguments (help,
 default, choices) and epilog. tests/test_docs.py fails when the page and the parser differ.
 
-    .venv/bin/python -m pipeline.cli_reference            # or: make docs
+    .venv/bin/python -m pipeline.cli.reference            # or: make docs
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 COMMAND = "make docs"  # what a stale page asks for
 WIDTH = 88  # usage lines wrap here, whatever the terminal
 
@@ -88,14 +88,14 @@ def _usage(command: argparse.ArgumentParser) -> str:
 
 
 def markdown() -> str:
-    from .cli import build_parser
+    from .commands import build_parser
 
     parser = build_parser()
     commands = _commands(parser)
     lines = [
         "# The command line",
         "",
-        f"Generated from the parser (`pipeline/cli.py`, its prose in `pipeline/cli_help.py`) by "
+        f"Generated from the parser (`pipeline/cli/commands.py`, its prose in `pipeline/cli/help.py`) by "
         f"`{COMMAND}`; a test fails when this page and the parser differ. "
         "`ledgerlake COMMAND --help` prints the same. The console script is `.venv/bin/ledgerlake`.",
         "",

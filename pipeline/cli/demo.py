@@ -13,9 +13,8 @@ from pathlib import Path
 import httpx
 from dagster import DagsterInstance
 
+from pipeline.local import Server, one_box_pools
 from resources.config import home_from_env
-
-from .local import Server, one_box_pools
 
 MARKER = ".ledgerlake-demo"
 SUMMARY = """
@@ -36,7 +35,7 @@ select record_id, customer_id, fullname, bvn, phones, emails, birth_year
 from identity
 order by record_id
 """
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _say(msg: str) -> None:
@@ -142,8 +141,8 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
 
         from dagster import DagsterInstance
 
-        from .definitions import defs
-        from .local import QUIET, drain
+        from pipeline.definitions import defs
+        from pipeline.local import QUIET, drain
 
         with DagsterInstance.get() as instance:
             run_ids = drain(defs, instance)

@@ -108,7 +108,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 
 
 def cmd_receiver(args: argparse.Namespace) -> int:
-    from .receiver import MAX_CONNECTIONS, create_app
+    from pipeline.receiver import MAX_CONNECTIONS, create_app
 
     token = args.token or os.environ.get("LEDGERLAKE_RECEIVER_TOKEN")
     if not token:
@@ -147,10 +147,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"ledgerlake: --records takes record ids separated by commas, not "
               f"{args.records!r:.80}", file=sys.stderr)
         return 2
+    from pipeline.replay import replay, replay_named
     from resources.client import Client
     from resources.client.errors import ServiceError
-
-    from .replay import replay, replay_named
 
     try:
         inbox = open_inbox(where)
@@ -303,7 +302,7 @@ def _inbox(settings):
 
 
 def _products(value: str) -> list[str]:
-    from .status import PRODUCTS
+    from pipeline.status import PRODUCTS
 
     names = [v.strip() for v in value.split(",") if v.strip()]
     unknown = [n for n in names if n not in PRODUCTS]
@@ -325,7 +324,7 @@ def _record(value: str) -> str:
 def _statuses(settings, args: argparse.Namespace) -> list | None:
     """The rows `status` and `rerun` act on (only those needing action with --failed), or
     None when a named record is unknown (said on stderr)."""
-    from .status import LISTED, statuses
+    from pipeline.status import LISTED, statuses
 
     with _inbox(settings) as inbox:
         try:
@@ -339,9 +338,8 @@ def _statuses(settings, args: argparse.Namespace) -> list | None:
 def cmd_status(args: argparse.Namespace) -> int:
     import json
 
+    from pipeline.status import PRODUCTS, explain
     from resources.config import Settings
-
-    from .status import PRODUCTS, explain
 
     rows = _statuses(Settings.from_env(), args)
     if rows is None:
@@ -364,10 +362,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
+    from pipeline.local import QUIET
+    from pipeline.status import rerun as run_again
     from resources.config import Settings
-
-    from .local import QUIET
-    from .status import rerun as run_again
 
     if not args.records and not args.failed:
         print("ledgerlake: name the records to run again, or --failed", file=sys.stderr)
@@ -400,7 +397,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     logging.getLogger().setLevel(logging.WARNING)  # the instance's migrations are not news
     from dagster import DagsterInstance
 
-    from .definitions import defs
+    from pipeline.definitions import defs
 
     failures = 0
     with DagsterInstance.get() as instance:
@@ -423,10 +420,9 @@ def _lake(settings):
 
 def cmd_forget(args: argparse.Namespace) -> int:
     from assets.warehouse import build
+    from pipeline.forget import TABLES, forget, records_for
     from resources.config import Settings
     from resources.inbox import CONNECTED, InboxMissing, InboxUnavailable, open_inbox
-
-    from .forget import TABLES, forget, records_for
 
     settings = Settings.from_env()
     lake = _lake(settings)
@@ -636,9 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--customers", type=_number(int, 0, 100, "customers"), default=3,
                    help="customers to create at start (default %(default)s)")
     p.set_defaults(func=cmd_dev)
-    from .cli_help import explain
+    from .help import explain
 
-    explain(parser, sub)  # each command's prose (pipeline/cli_help.py), also docs/cli.md's
+    explain(parser, sub)  # each command's prose (pipeline/cli/help.py), also docs/cli.md's
     return parser
 
 
@@ -654,6 +650,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ledgerlake: {exc}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -103,7 +103,7 @@ def gather(con: duckdb.DuckDBPyConnection, record: str) -> Report:
 def add_landings(report: Report, inbox) -> None:
     """The latest verdict of every check on the record, and when each product landed (the
     record's state in the inbox)."""
-    from .freshness import CHECK_NAME, MAX_AGE
+    from pipeline.freshness import CHECK_NAME, MAX_AGE
 
     states = {s.product: s for s in inbox.landings([report.record])}
     report.checks = []
