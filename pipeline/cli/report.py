@@ -21,7 +21,7 @@ from pathlib import Path
 
 import duckdb
 
-from resources.lake import RECORD_ID
+from resources.inbox import RECORD_ID
 
 PRODUCTS = ("accounts", "balances", "transactions", "income", "identity", "payments")
 
