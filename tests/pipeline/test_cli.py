@@ -48,13 +48,13 @@ def test_bad_arguments(tmp_path, monkeypatch, capsys, args, message):
 
 
 def test_bad_arguments_are_refused_before_dagster_is_imported(tmp_path):
-    script = f"""
+    script = """
 import sys
 from tests.pipeline.test_cli import CASES, run
 for args, _ in CASES:
     assert run(args) == 2, args
     if "dagster" in sys.modules:
-        raise SystemExit(f"Dagster imported by {{args}}")
+        raise SystemExit(f"Dagster imported by {args}")
 """
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120,
