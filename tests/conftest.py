@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ import httpx
 import pytest
 
 from pipeline.local import Server
-from tests.postgres import INSTALL, PostgresServer, find_bin
+from tests.postgres import PostgresServer, require_bin
 
 # the engine's retries wait seconds, not the production default of minutes (assets/publish.py
 # reads this at import, and child processes inherit it)
@@ -26,6 +27,16 @@ os.environ.setdefault("LEDGERLAKE_PII_KEY", secrets.token_hex(32))
 # inherit (tables then print narrower than in a plain pytest run): every run is the same
 os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)
+
+
+def chromium() -> str:
+    """Debian's chromium, which the browser tests drive (`make test` installs it); the module
+    fails without it."""
+    found = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
+    if not found:
+        pytest.fail("no chromium to drive: apt-get install -y chromium (`make test` does)",
+                    pytrace=False)
+    return found
 
 
 @dataclass
@@ -104,11 +115,7 @@ def shared_sandbox(tmp_path_factory) -> Iterator[Sandbox]:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     """One private PostgreSQL cluster for the whole session (tests/postgres.py)."""
-    folder = find_bin()
-    if folder is None:
-        print(f"\nSKIPPING POSTGRES TESTS: {INSTALL}")
-        pytest.skip(INSTALL)
-    server = PostgresServer(folder).start()
+    server = PostgresServer(require_bin()).start()
     try:
         yield server
     finally:

@@ -3,8 +3,8 @@ PostgreSQL binaries, a cluster in a temporary folder, on a free loopback port.
 
 As root (CI here), initdb refuses to run, so the cluster belongs to the `postgres` system user
 (the Debian packages make it) and its commands run as that user through `runuser`. Where no
-binaries are found, `find_bin` returns None and the fixtures skip with one line saying how to
-install them.
+binaries are found, `require_bin` fails the test with one line saying how to install them (a
+test that cannot run fails; it never skips).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg2
+import pytest
 
 INSTALL = ("PostgreSQL's server binaries (initdb, pg_ctl) were not found: install them "
            "(Debian: apt-get install -y postgresql-15) or set LEDGERLAKE_PG_BIN to their folder")
@@ -43,6 +44,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def require_bin() -> Path:
+    """The folder holding initdb and pg_ctl; the calling test fails without them."""
+    folder = find_bin()
+    if folder is None:
+        pytest.fail(INSTALL, pytrace=False)
+    return folder
 
 
 @dataclass

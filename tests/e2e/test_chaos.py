@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.postgres import INSTALL, find_bin
+from tests.postgres import require_bin
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,8 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_one_seed_of_chaos_ends_exactly_once(tmp_path):
-    if find_bin() is None:  # the production deployment's Dagster and inbox are on Postgres
-        pytest.skip(INSTALL)
+    require_bin()  # the production deployment's Dagster and inbox are on Postgres
     out = tmp_path / "chaos.json"
     done = subprocess.run(
         [sys.executable, str(ROOT / "tests/chaos/run.py"), "--seed", "1", "--records", "18",

@@ -9,7 +9,6 @@ is printed)."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +17,9 @@ import duckdb
 import pytest
 
 from assets.catalog import lake_descriptions
+from tests.conftest import chromium
 
-CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
-if not CHROMIUM:
-    pytest.skip("SKIPPED: no chromium to drive (apt-get install -y chromium, or `make test`, "
-                "which installs it)", allow_module_level=True)
+CHROMIUM = chromium()
 
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import httpx
 import orjson
-import pytest
 
 from pipeline.local import Server
 from resources.inbox import open_inbox
 from resources.inbox.postgres import redact
-from tests.postgres import PostgresServer, find_bin, free_port
+from tests.postgres import PostgresServer, free_port, require_bin
 
 HTTP = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=32))
 
@@ -130,9 +129,7 @@ def test_a_database_down_at_start_is_one_line_without_its_password(tmp_path):
 
 
 def test_a_database_that_goes_away_costs_503s_and_nothing_else(tmp_path, make):
-    folder = find_bin()
-    if folder is None:
-        pytest.skip("no PostgreSQL binaries")
+    folder = require_bin()
     pg = PostgresServer(folder).start()  # its own: the session's cluster must stay up
     token = secrets.token_hex(16)
     log = tmp_path / "receiver.log"

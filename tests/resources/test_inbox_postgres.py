@@ -26,7 +26,7 @@ from resources.inbox import (
 )
 from resources.inbox.postgres import WRITE_LOCK, PostgresInbox, redact
 from resources.inbox.resource import InboxResource
-from tests.postgres import PostgresServer, find_bin, free_port
+from tests.postgres import PostgresServer, free_port, require_bin
 from tests.resources.inbox_batches import random_batches
 
 
@@ -200,9 +200,7 @@ def test_concurrent_writers_redeliveries_and_a_paging_sensor(postgres_url, make)
 
 
 def test_a_server_that_goes_away_and_comes_back_is_reconnected(make):
-    folder = find_bin()
-    if folder is None:
-        pytest.skip("no PostgreSQL binaries")
+    folder = require_bin()
     server = PostgresServer(folder).start()  # its own: the session's must stay up
     try:
         url = server.create_database()

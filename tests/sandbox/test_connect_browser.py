@@ -11,7 +11,6 @@ import itertools
 import json
 import os
 import secrets
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -25,12 +24,9 @@ import pytest
 
 from pipeline.local import QUIET, Server, drain
 from resources.inbox import Inbox
-from tests.conftest import Sandbox, start_sandbox
+from tests.conftest import Sandbox, chromium, start_sandbox
 
-CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else shutil.which("chromium")
-if not CHROMIUM:
-    pytest.skip("SKIPPED: no chromium to drive (apt-get install -y chromium, or `make test`, "
-                "which installs it)", allow_module_level=True)
+CHROMIUM = chromium()
 
 from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 
