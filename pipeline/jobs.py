@@ -7,7 +7,8 @@ from .freshness import freshness_checks
 from .replay import replay_missing_callbacks
 
 # the freshness checks judge all records hourly (pipeline/freshness.py): a run over a batch
-# leaves them out, or it would record them skipped over their last verdict
+# leaves them out, or it would record them skipped over their last verdict (so a Definitions
+# that holds these jobs holds the freshness checks too)
 FRESHNESS = AssetSelection.checks(*freshness_checks)
 
 # the inbox sensor's runs: the product assets of a batch of records, chosen per request
