@@ -12,7 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # `make test-all`: each bench starts its own servers
 
 
 def test_bench_writes_its_results(tmp_path):

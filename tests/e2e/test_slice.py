@@ -39,7 +39,6 @@ def load_defs():
     return defs
 
 
-@pytest.mark.slow
 def test_callback_to_sql(pipeline_env, sandbox, receiver, tmp_path):
     with sandbox.api() as api:
         made = api.post("sandbox/customers/create",
