@@ -25,20 +25,6 @@ from resources.inbox.store import _identity
 from tests.resources.inbox_batches import random_batches
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def where(request, tmp_path):
-    """Where the inbox is: a SQLite file, or a Postgres database of its own."""
-    if request.param == "postgres":
-        return request.getfixturevalue("postgres_url")
-    return tmp_path / "inbox.sqlite3"
-
-
-@pytest.fixture
-def inbox(where):
-    with open_inbox(where, create=True) as ib:
-        yield ib
-
-
 def test_wal_and_full_sync(tmp_path):
     Inbox(tmp_path / "inbox.sqlite3", create=True).close()
     con = sqlite3.connect(tmp_path / "inbox.sqlite3")

@@ -12,26 +12,12 @@ import time
 import orjson
 import pytest
 
-from resources.inbox import Inbox, InboxMissing, InvalidEvent, describe, kept_body, open_inbox
+from resources.inbox import Inbox, InboxMissing, InvalidEvent, describe, kept_body
 from resources.inbox.resource import InboxResource
 
 NAME = "is missing or not of the form ^[A-Za-z0-9_.-]{1,64}$"
 ID = "is not of the form ^[A-Za-z0-9_-]{1,64}$"
 STAMP = "must be an ISO 8601 timestamp or null"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def where(request, tmp_path):
-    """Where the inbox is: a SQLite file, or a Postgres database of its own."""
-    if request.param == "postgres":
-        return request.getfixturevalue("postgres_url")
-    return tmp_path / "inbox.sqlite3"
-
-
-@pytest.fixture
-def inbox(where):
-    with open_inbox(where, create=True) as ib:
-        yield ib
 
 
 def cb(**over) -> dict:
