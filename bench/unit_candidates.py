@@ -370,6 +370,7 @@ def sensor_ticks(defs, instance, n: int, buckets: int, ticks: int = 3) -> dict:
 OVERVIEW = ["AssetViewDefinitionQuery", "AssetGraphLiveQuery", "AssetStaleStatusDataQuery",
             "AssetHealthQuery", "AssetOverviewMetadataEventsQuery", "RecentAssetEventsQuery"]
 PARTITIONS = ["PartitionHealthQuery", "AssetPartitionDetailQuery", "AssetPartitionStaleQuery"]
+UI_TIMEOUT = 900  # seconds a query may take before its page is given up
 PAGE_CAP = 20  # the overview's timeline (RecentUpdatesTimeline) asks 100 events at a time, 7 days
 
 
@@ -401,7 +402,7 @@ def graphql(port: int, doc: str, op: str | None, variables: dict) -> tuple[dict,
     req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", json.dumps(
         {"query": doc, "operationName": op, "variables": variables}).encode(),
         {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=900) as resp:
+    with urllib.request.urlopen(req, timeout=UI_TIMEOUT) as resp:
         raw = resp.read()
     return json.loads(raw), len(raw)
 
@@ -414,7 +415,11 @@ def ui_pass(port: int, docs: dict, ops: list[str], partition: str | None) -> dic
                      "eventTypeSelectors": ["MATERIALIZATION", "FAILED_TO_MATERIALIZE", "OBSERVATION"]}
         t, size, pages, errors = time.perf_counter(), 0, 0, None
         while True:
-            data, n = graphql(port, docs[op], op, variables)
+            try:
+                data, n = graphql(port, docs[op], op, variables)
+            except OSError as exc:  # no answer within the timeout: the page is given up
+                out[op] = {"s": round(time.perf_counter() - t, 1), "error": f"{type(exc).__name__}: {exc}"}
+                return out
             size, pages, errors = size + n, pages + 1, errors or data.get("errors")
             history = ((data.get("data") or {}).get("assetOrError") or {}).get("assetEventHistory")
             if op != "RecentAssetEventsQuery" or len((history or {}).get("results", [])) < 100 or pages >= PAGE_CAP:
@@ -447,18 +452,26 @@ def ui(home: Path, candidate: str, buckets: int, partition: str | None, mats: in
         out = {"webserver_ready_s": round(time.perf_counter() - t, 1)}
         for page, ops in (("overview", OVERVIEW), ("partitions", PARTITIONS if partition else [])):
             if ops:
-                cold, warm = ui_pass(port, docs, ops, partition), [ui_pass(port, docs, ops, partition) for _ in range(2)]
+                cold = ui_pass(port, docs, ops, partition)
+                if any("error" in q for q in cold.values()):
+                    out[page] = {"cold_s": round(sum(q["s"] for q in cold.values()), 1), "cold": cold}
+                    break
+                warm = [ui_pass(port, docs, ops, partition) for _ in range(2)]
                 out[page] = {"cold_s": round(sum(q["s"] for q in cold.values()), 3),
                              "warm_s": round(min(sum(q["s"] for q in w.values()) for w in warm), 3),
                              "bytes": sum(q["bytes"] for q in warm[-1].values()), "cold": cold, "warm": warm[-1]}
-        timeline = out["overview"]["warm"]["RecentAssetEventsQuery"]
+        timeline = out["overview"].get("warm", {}).get("RecentAssetEventsQuery", {"pages": 0})
         if timeline["pages"] >= PAGE_CAP:  # the pages beyond the cap, at the cap's pace
             out["overview"]["timeline_pages_needed"] = math.ceil((mats + 1) / 100)
             out["overview"]["timeline_warm_s_extrapolated"] = round(timeline["s"] * (mats + 1) / 100 / PAGE_CAP, 1)
         return out
     finally:
-        proc.terminate()
-        proc.wait(30)
+        proc.terminate()  # a webserver busy with a query it will not finish ignores it
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 # --- one point, in a child process (Dagster keeps process-wide state), and the driver ---
