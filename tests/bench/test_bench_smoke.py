@@ -87,3 +87,45 @@ def test_receiver_bench_measures_the_pipeline_and_the_receiver(tmp_path):
     assert held["offered_per_s"] == 10 * pipeline["callbacks_per_s"]
     assert held["stored"] == held["sent"] + 20_000 and held["not_200"] == 0
     assert isinstance(result["met"], bool)
+
+
+def test_records_scale_measures_every_figure(tmp_path):
+    """bench/records_scale.py --quick on the SQLite instance (10 and 30 records): every figure
+    it measures is there and positive at each size, the 1M refresh is extrapolated, each
+    target has a verdict, and the README gets the table."""
+    out, readme = tmp_path / "records_scale.json", tmp_path / "README.md"
+    readme.write_text("<!-- records_scale:begin -->\nold\n<!-- records_scale:end -->\n")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench/records_scale.py"), "--quick", "--instances",
+         "sqlite", "--out", str(out), "--readme", str(readme)],
+        cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+
+    def positive(figures: dict, where: str) -> None:
+        for key, value in figures.items():
+            if isinstance(value, dict):
+                positive(value, f"{where}.{key}")
+            elif key != "pulled_whole":  # a few records may all be pulled by window
+                assert isinstance(value, int | float) and value > 0, f"{where}.{key}: {value}"
+
+    sizes = result["instances"]["sqlite"]
+    assert list(sizes) == ["10", "30"]
+    for n, size in sizes.items():
+        for part in ("inbox_fill", "schedule", "sensor_tick", "run_launch", "refresh"):
+            positive(size[part], f"{n}.{part}")
+        assert size["inbox_bytes"] > 0 and size["schedule"]["requests"] == 1
+        assert size["sensor_tick"]["callbacks"] == 500 and size["sensor_tick"]["requests"] >= 1
+    assert set(sizes["10"]["refresh"]) == {"stand_in"}  # 10 is not a refresh size
+    assert set(sizes["30"]["refresh"]) == {"first_landing", "real"}
+    for day in (sizes["10"]["refresh"]["stand_in"], sizes["30"]["refresh"]["real"]):
+        assert day["runs"] == 1 and day["storage"]["bytes_per_record_day"] > 0
+        assert day["storage"]["by_table"]["rows"]["event_logs"] > 0
+    for n, size in sizes.items():
+        assert len(size["pages"]["queries"]) == 7
+        positive(size["pages"], f"{n}.pages")
+    positive(result["start_cost"]["code location"], "start_cost")
+    positive(result["extrapolation"]["sqlite"], "extrapolation")
+    assert result["targets"] and all(isinstance(ok, bool) for _, ok, _ in result["targets"])
+    text = readme.read_text()
+    assert "old" not in text and "| sqlite | 30 |" in text and "extrapolated" in text
