@@ -4,7 +4,7 @@ A record (a user's connection to one bank) is fetched and audited on its own, bu
 paid per run: the sensor and the schedules start runs over batches of records, each run given
 its records through its `batch` resource (`resources.batch.config.records` in the run's
 config), so a million records cost a thousand runs, not a million partitions and their events
-(docs/decisions/0001-unit-of-orchestration.md).
+(docs/decisions/0010-unit-of-orchestration.md).
 """
 
 from __future__ import annotations
