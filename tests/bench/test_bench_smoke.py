@@ -55,22 +55,6 @@ def test_bench_writes_its_results(tmp_path):
     assert f"at {result['commit']}" in text
 
 
-def test_lake_scale_checks_its_answers(tmp_path):
-    """bench/lake_scale.py over 2,000 rows at 10 and 20 records: every layout gives the same
-    exact answers, and the README gets the ratios."""
-    out, readme = tmp_path / "lake_scale.json", tmp_path / "README.md"
-    readme.write_text("<!-- lake_scale:begin -->\n<!-- lake_scale:end -->\n")
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench/lake_scale.py"), "--rows", "2000", "--sizes", "10,20",
-         "--out", str(out), "--readme", str(readme)],
-        cwd=ROOT, capture_output=True, text=True, timeout=280)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert result["answers_agree"] and [s["records"] for s in result["sizes"]] == [10, 20]
-    assert set(result["ratios"]["20 / 10 records"]) == {"folders", "delta_month", "delta_flat"}
-    assert "| delta_flat |" in readme.read_text()
-
-
 def test_receiver_bench_measures_the_pipeline_and_the_receiver(tmp_path):
     """bench/receiver_acks.py at a tiny size: the pipeline's rate from a real landing, the
     receiver loaded at ten times it, every callback sent stored once."""
