@@ -23,7 +23,6 @@ a version younger than it needs.
 # no `from __future__ import annotations`: Dagster reads the context's type hint at runtime
 import os
 import re
-import zoneinfo
 
 from dagster import (
     AssetExecutionContext,
@@ -41,6 +40,7 @@ from dagster import (
 )
 
 from resources import delta
+from resources.config import check_zone
 from resources.lake import Lake
 
 from .catalog import OWNERS
@@ -89,13 +89,7 @@ def target_bytes() -> int:
 
 def timezone() -> str:
     """LEDGERLAKE_TIMEZONE (an IANA name, default Africa/Lagos): the nightly pass's clock."""
-    value = os.environ.get("LEDGERLAKE_TIMEZONE", DEFAULT_TIMEZONE)
-    try:
-        zoneinfo.ZoneInfo(value)  # refuses empty names and paths itself
-    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
-        raise ValueError(f"LEDGERLAKE_TIMEZONE={value!r:.60} is not a time zone: use an IANA "
-                         "name such as Africa/Lagos or UTC") from None
-    return value
+    return check_zone(os.environ.get("LEDGERLAKE_TIMEZONE", DEFAULT_TIMEZONE))
 
 
 def _maintain(lake: Lake, table: str, hours: int, target: int) -> dict:

@@ -2,16 +2,10 @@
 
 Every location defaults under LEDGERLAKE_HOME (default `./data`, made absolute at load), so
 the demo, the Dagster UI and `ledgerlake sql` run from the repository root share one lake.
-
-A location is a plain path (made absolute) or a URI, kept as given. What each setting takes
-is what the project can write today: the lake a local path, `file://` or `s3://` (delta-rs
-writes it; the warehouse's views read it through pyarrow); the inbox a local path, `file://`
-(SQLite) or a Postgres URL (`postgresql://` or `postgres://`, which several receivers share);
-the warehouse (a DuckDB file) and the home folder only a local path or `file://`. Anything else
-is refused at load with a ConfigError naming the variable, never read as a folder named `s3:`
-under the working directory. An `s3://` lake must also answer (`check_lake`): wrong
-credentials, an endpoint that does not answer or a missing bucket are a ConfigError before
-anything runs.
+A location is a plain path (made absolute) or a URI of a scheme the project writes today, kept
+as given: the lake a path, `file://` or `s3://`; the inbox a path, `file://` (SQLite) or a
+Postgres URL; the warehouse and the home a path or `file://`. Anything else, and an `s3://`
+lake that does not answer (`check_lake`), is a ConfigError naming the variable, at load.
 """
 
 from __future__ import annotations
@@ -46,11 +40,6 @@ class ConfigError(ValueError):
     """A setting ledgerlake cannot use; the message names the variable and what it takes."""
 
 
-def _accepted(schemes: tuple[str, ...]) -> str:
-    forms = ["a local path", *(f"{s}://" for s in schemes)]
-    return ", ".join(forms[:-1]) + " or " + forms[-1]
-
-
 def _shown(value: str) -> str:
     """The value as an error may repeat it: no user:password@ and no query values, which
     are where a URI could carry a secret."""
@@ -65,7 +54,8 @@ def _shown(value: str) -> str:
 def location(var: str, value: str, schemes: tuple[str, ...]) -> str:
     """`value` checked as a location `var` may hold: a plain path made absolute, or a URI of
     one of `schemes` kept as given. Raises ConfigError otherwise."""
-    accepted = _accepted(schemes)
+    forms = ["a local path", *(f"{s}://" for s in schemes)]
+    accepted = ", ".join(forms[:-1]) + " or " + forms[-1]
 
     def refuse(why: str) -> ConfigError:
         return ConfigError(f"{var}={_shown(value)}: {why}; use {accepted}")
@@ -181,7 +171,7 @@ def inbox_from_env(environ: os._Environ | dict | None = None) -> Path | Database
     return _inbox(env.get("LEDGERLAKE_INBOX", str(home_from_env(env) / "inbox.sqlite3")))
 
 
-def _zone(value: str) -> str:
+def check_zone(value: str) -> str:
     """An IANA time zone name (what the warehouse buckets days and months in)."""
     try:
         zoneinfo.ZoneInfo(value)  # refuses empty names and paths ("../..") itself
@@ -236,7 +226,7 @@ class Settings:
             inbox=inbox_from_env(env),
             api_url=env.get("LEDGERLAKE_API_URL", "http://127.0.0.1:8765"),
             environment=environment,
-            timezone=_zone(env.get("LEDGERLAKE_TIMEZONE", "Africa/Lagos")),
+            timezone=check_zone(env.get("LEDGERLAKE_TIMEZONE", "Africa/Lagos")),
             forget_on_disconnect=_flag("LEDGERLAKE_FORGET_ON_DISCONNECT",
                                        env.get("LEDGERLAKE_FORGET_ON_DISCONNECT", "false")),
         )

@@ -6,11 +6,7 @@ before or after, never between. Writers do not lock: delta-rs rebases a commit o
 that landed since it read the table when they cannot conflict (appends), and refuses one that
 might (`CommitFailedError`, e.g. two predicate overwrites at once, even of different records);
 `replace` then runs the whole write again on the new version, a bounded number of times.
-
-Where: a local path or `s3://bucket/prefix/table`, optionally with the query `lake.py`'s roots
-carry (`?endpoint_override=host:port&scheme=http&region=...`), reached as
-`resources/object_store.py` says (credentials from the AWS environment variables at each call,
-never part of a URI, a message or a repr).
+Where a table lives (a path or `s3://...`) is resources/object_store.py's business.
 """
 
 from __future__ import annotations
@@ -65,17 +61,8 @@ def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
     schema = with_record_id(schema)
     # sorted by record: each file's record ids span a narrow range, so a lookup skips it
     data = pa.concat_tables([_conform(parts[r], schema, r, window.get(r)) for r in sorted(ids)])
-    predicate = _predicate(ids, window)
-    location, options = _where(uri, storage_options)
-
-    def write() -> int:
-        table = _open_or_create(location, schema, partition_by, options, stats)
-        _rows_fit_table(table, data)
-        write_deltalake(table, data, mode="overwrite", predicate=predicate,
-                        schema_mode="merge", writer_properties=ZSTD)
-        return table.version()
-
-    return _retrying(uri, write)
+    return _write(uri, schema, data, "overwrite", _predicate(ids, window), partition_by, stats,
+                  storage_options)
 
 
 def append(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] | None = None,
@@ -84,27 +71,27 @@ def append(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] | N
     data = _conform(data, schema)
     if "record_id" in schema.names:
         data = data.sort_by("record_id")  # a file's record ids in a narrow range: lookups skip it
-    location, options = _where(uri, storage_options)
-
-    def write() -> int:
-        table = _open_or_create(location, schema, (), options, stats)
-        _rows_fit_table(table, data)
-        write_deltalake(table, data, mode="append", schema_mode="merge", writer_properties=ZSTD)
-        return table.version()
-
-    return _retrying(uri, write)
+    return _write(uri, schema, data, "append", None, (), stats, storage_options)
 
 
 def overwrite(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] | None = None,
               storage_options: Mapping[str, str] | None = None) -> int:
     """Replace the whole table (one not kept by record, e.g. `records`) in one commit."""
-    data = _conform(data, schema)
+    return _write(uri, schema, _conform(data, schema), "overwrite", None, (), stats,
+                  storage_options)
+
+
+def _write(uri: str, schema: pa.Schema, data: pa.Table, mode: str, predicate: str | None,
+           partition_by: Sequence[str], stats: Sequence[str] | None,
+           storage_options: Mapping[str, str] | None) -> int:
+    """One commit of `data` (`predicate`: the rows it replaces), retried on a lost race;
+    returns the committed version."""
     location, options = _where(uri, storage_options)
 
     def write() -> int:
-        table = _open_or_create(location, schema, (), options, stats)
+        table = _open_or_create(location, schema, partition_by, options, stats)
         _rows_fit_table(table, data)
-        write_deltalake(table, data, mode="overwrite", schema_mode="merge",
+        write_deltalake(table, data, mode=mode, predicate=predicate, schema_mode="merge",
                         writer_properties=ZSTD)
         return table.version()
 
@@ -193,9 +180,9 @@ def compact(uri: str, *, target_size: int | None = None, order_by: str | None = 
             storage_options: Mapping[str, str] | None = None) -> dict:
     """Rewrite small files into large ones (one commit; the rows are unchanged). With
     `order_by`, once writes have left two or more small files, the whole table is rewritten
-    sorted by that column (a Z-order on one column), so each file and row group holds a narrow
-    range of it: a lookup or a predicate replace by it opens few files. Returns what the pass did: versions, live files and bytes before and
-    after, files added and removed."""
+    sorted by that column (a Z-order on one column), so a lookup or a predicate replace by it
+    opens few files. Returns versions, live files and bytes before and after, files added and
+    removed."""
     location, options = _where(uri, storage_options)
 
     def run() -> dict:
@@ -223,9 +210,9 @@ def vacuum(uri: str, retention_hours: int, *,
     """Delete the data files no version younger than `retention_hours` refers to, and files no
     version ever did (left by commits that lost a race or were killed, under their own or
     their staging names) once older than that; then log entries past the table's log
-    retention. Time travel further back than the retention stops working,
-    and a write taking longer than it could lose its files: keep it hours, not minutes. Returns
-    the versions, the live files and bytes (unchanged), and the files and bytes removed."""
+    retention. Time travel further back than the retention stops working, and a write taking
+    longer than it could lose its files: keep it hours, not minutes. Returns the versions, the
+    live files and bytes (unchanged), and the files and bytes removed."""
     location, options = _where(uri, storage_options)
     table = DeltaTable(location, storage_options=options)
     live, version_before = _live(table), table.version()

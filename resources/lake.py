@@ -1,14 +1,10 @@
 """The lake: one Delta table per product at `<root>/<table>`, each record's rows in it.
 
-A run replaces exactly its records' rows of a table in one commit (`resources/delta.py`), so readers see the table before or after
-it, never between, and a query costs what the rows cost, not what the records do
-(docs/lake.md). Tables that only grow (balance snapshots) are appended to; tables not kept by
-record (`records`) are replaced whole. `record_id` is a column of every table but `records`'
-own, after the product's columns.
-
-The root is a local path or an `s3://bucket/prefix` URI (options may follow as a query, e.g.
-`?endpoint_override=host:port&scheme=http&region=...`; credentials come from the AWS
-environment variables, never from the URI, so they stay out of logs and metadata).
+A run replaces exactly its records' rows of a table in one commit (`resources/delta.py`).
+Tables that only grow (balance snapshots) are appended to; tables not kept by record
+(`records`) are replaced whole. `record_id` is a column of every table but `records`' own,
+after the product's columns. The root is a local path or an `s3://bucket/prefix` URI
+(resources/object_store.py; docs/lake.md).
 """
 
 from __future__ import annotations
@@ -72,7 +68,7 @@ class Lake(ConfigurableResource):
         """Replace one record's rows (None: the whole table, one not kept by record) in one
         commit: a reader sees old or new, never half. Returns the committed version."""
         if record_id is None:
-                return delta.overwrite(self.table_uri(table), schema or data.schema, data,
+            return delta.overwrite(self.table_uri(table), schema or data.schema, data,
                                    stats=stats_columns(table))
         return self.replace(table, {record_id: data}, schema)
 

@@ -1,14 +1,9 @@
 """How the lake's files are reached where they live: a local folder or `s3://bucket/prefix`.
 
 One root (`s3://bucket/prefix?endpoint_override=host:port&scheme=http&region=...`) gives
-delta-rs its storage options, pyarrow its filesystem and DuckDB a filesystem to read the
-views' Parquet through, so all three reach the same store with the same credentials.
-Credentials come from the AWS environment variables at each call; they are never part of a
-URI, a message or a repr.
-
-DuckDB reads `s3://` through pyarrow's S3 client wrapped as an fsspec filesystem and
-registered on the connection (`connect`), not through its httpfs extension: extensions are
-downloaded at run time, which a locked-down host (or this project's machines) cannot do.
+delta-rs its storage options, pyarrow its filesystem and DuckDB (through pyarrow's S3 client,
+not its httpfs extension, which it would download) the same store and credentials. These come
+from the AWS environment variables at each call, never from a URI, a message or a repr.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Personal data: the class of every lake column, and how the sensitive ones are kept.
 
 Each column's class is declared with it (resources/tables.py; docs/privacy.md). A `sensitive`
-one identifies a person on its own (BVN, NIN, date of birth, phones, emails, addresses) and is
-never written in clear: the lake holds a masked form analysts read (`*******1234`,
-`a***@example.com`, the year of birth), a keyed hash of the BVN and NIN (HMAC-SHA256) so joins
-on them still work, and the raw values sealed (AES-256-GCM) in one column, `sealed`, which only
-`ledgerlake reveal` opens, with the key.
-
+one is never written in clear: the lake holds a masked form analysts read (`*******1234`,
+`a***@example.com`, the year of birth), a keyed hash of the BVN and NIN (HMAC-SHA256) to join
+on, and the raw values sealed (AES-256-GCM) in `sealed`, which only `ledgerlake reveal` opens.
 The key: LEDGERLAKE_PII_KEY (64 hex digits), or for a local lake a key file,
-LEDGERLAKE_PII_KEY_FILE (default `$LEDGERLAKE_HOME/pii.key`, made on first use, mode 0600).
-The hashing and sealing keys are derived from it, so the hash is not the sealing key's.
-No column but `public` ones gets statistics in the Delta log (`stats_columns`), where a
-file's min and max would outlive the file.
+LEDGERLAKE_PII_KEY_FILE (default `$LEDGERLAKE_HOME/pii.key`, made on first use, mode 0600);
+the hashing and sealing keys are derived from it. Only `public` columns get statistics in the
+Delta log (`stats_columns`), where a file's min and max would outlive the file.
 """
 
 from __future__ import annotations
@@ -23,13 +19,12 @@ import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .config import home_from_env
 from .tables import PUBLIC, TABLES, columns
 
 # the class of every lake column, from its declaration (resources/tables.py)
@@ -78,7 +73,7 @@ class Keys:
             raise KeyUnusable("the personal-data key must be 32 bytes (64 hex digits)")
         self._hash = hmac.digest(secret, b"ledgerlake hash v1", "sha256")
         self._seal = hmac.digest(secret, b"ledgerlake seal v1", "sha256")
-        self._cipher = None  # made at first use and kept: one for every row, not one a row (~2.5 us a row)
+        self._cipher = None  # made at first use and kept: one for every row, not one a row
         # names the key in sealed values (to tell a wrong key from damage), reveals nothing
         self.key_id = hashlib.sha256(b"ledgerlake key id" + secret).digest()[:4]
 
@@ -96,7 +91,7 @@ class Keys:
                 raise KeyUnusable(f"{KEY_VAR} must be 64 hex digits (32 bytes): make one with "
                                 "`python -c 'import secrets; print(secrets.token_hex(32))'`")
             return cls(bytes.fromhex(value.strip()))
-        path = Path(env.get(KEY_FILE_VAR) or (home or _home(env)) / "pii.key")
+        path = Path(env.get(KEY_FILE_VAR) or (home or home_from_env(env)) / "pii.key")
         if not path.exists():
             if not local_lake and KEY_FILE_VAR not in env:
                 raise _no_key_for_object_storage()
@@ -140,14 +135,6 @@ class Keys:
         except InvalidTag:
             raise KeyUnusable("sealed values are damaged or belong to another customer") \
                 from None
-
-
-def _home(env: Mapping[str, str]) -> Path:
-    """LEDGERLAKE_HOME (default `./data`), a path or `file://` (resources/config.py checks it
-    when the code location loads)."""
-    home = env.get("LEDGERLAKE_HOME", "data")
-    local = url2pathname(urlsplit(home).path) if home.startswith("file:") else home
-    return Path(local).resolve()
 
 
 def check_key(environ: Mapping[str, str] | None = None, local_lake: bool = True) -> None:
