@@ -84,25 +84,27 @@ def _address(value: str) -> str:
             f"host must be an IP address (127.0.0.1, 0.0.0.0, ::), not {value!r}") from None
 
 
+def _fail(message, code: int = 2) -> int:
+    """Say what went wrong in one line on stderr; the exit code (2: the caller's to fix)."""
+    print(f"ledgerlake: {message}", file=sys.stderr)
+    return code
+
+
 def cmd_sandbox(args: argparse.Namespace) -> int:
     from sandbox.app import create_app
     from sandbox.auth import Keys
 
-    keys = Keys(args.production_key or os.environ.get("LEDGERLAKE_PRODUCTION_KEY"),
-                args.sandbox_key or os.environ.get("LEDGERLAKE_SANDBOX_KEY"))
-    made = [env for env, flag, var in (("production", args.production_key,
-                                        "LEDGERLAKE_PRODUCTION_KEY"),
-                                       ("sandbox", args.sandbox_key, "LEDGERLAKE_SANDBOX_KEY"))
-            if not flag and not os.environ.get(var)]
+    given = {"production": args.production_key or os.environ.get("LEDGERLAKE_PRODUCTION_KEY"),
+             "sandbox": args.sandbox_key or os.environ.get("LEDGERLAKE_SANDBOX_KEY")}
+    keys = Keys(given["production"], given["sandbox"])
     app = create_app(Path(args.data_dir), keys, seed=args.seed,
                      webhook_timeout_s=args.webhook_timeout, rate_limit=args.rate_limit,
                      addition_limit=args.addition_limit, freeze_clock=args.freeze_clock)
     ready = ("sandbox ready: production {url}/v2/  sandbox {url}/sandbox/v2/  "
              f"data {Path(args.data_dir).resolve()}")
-    if made:  # keys we invented must be told, or nobody could call us
-        ready += "\n" + "\n".join(
-            f"generated {env} key: {keys.by_env['production' if env == 'production' else 'production-sandbox']}"
-            for env in made)
+    for (env, key), secret in zip(given.items(), keys.by_env.values(), strict=True):
+        if not key:  # keys we invented must be told, or nobody could call us
+            ready += f"\ngenerated {env} key: {secret}"
     _serve(app, args.host, args.port, ready)
     return 0
 
@@ -112,18 +114,16 @@ def cmd_receiver(args: argparse.Namespace) -> int:
 
     token = args.token or os.environ.get("LEDGERLAKE_RECEIVER_TOKEN")
     if not token:
-        print("ledgerlake: the receiver needs --token or LEDGERLAKE_RECEIVER_TOKEN "
-              "(the webhook token the service sends)", file=sys.stderr)
-        return 2
+        return _fail("the receiver needs --token or LEDGERLAKE_RECEIVER_TOKEN (the webhook "
+                     "token the service sends)")
     from resources.config import inbox_from_env
     from resources.inbox import InboxUnavailable
 
     try:  # the setting rather than the option keeps a password out of the process list
         app = create_app(args.inbox or inbox_from_env(), token, path=args.path,
                          auth_header=args.auth_header)
-    except InboxUnavailable as exc:  # down: one line
-        print(f"ledgerlake: {exc}", file=sys.stderr)  # (a database's without its password)
-        return 1
+    except InboxUnavailable as exc:  # down: one line (a database's without its password)
+        return _fail(exc, 1)
     _serve(app, args.host, args.port,
            f"receiver ready: POST {{url}}{args.path}  inbox {app.state.inbox.shown}",
            limit_concurrency=MAX_CONNECTIONS)
@@ -139,14 +139,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     expect = [m.strip() for m in args.expect.split(",") if m.strip()]
     bad = [m for m in expect if not NAME.fullmatch(m)]
     if bad or not expect:
-        print(f"ledgerlake: --expect takes methods such as ACCOUNTS,TRANSACTIONS, not "
-              f"{args.expect!r}", file=sys.stderr)
-        return 2
+        return _fail(f"--expect takes methods such as ACCOUNTS,TRANSACTIONS, not "
+                     f"{args.expect!r}")
     named = [r.strip() for r in (args.records or "").split(",") if r.strip()]
     if args.records is not None and not (named and all(map(RECORD_ID.fullmatch, named))):
-        print(f"ledgerlake: --records takes record ids separated by commas, not "
-              f"{args.records!r:.80}", file=sys.stderr)
-        return 2
+        return _fail(f"--records takes record ids separated by commas, not "
+                     f"{args.records!r:.80}")
     from pipeline.replay import replay, replay_named
     from resources.client import Client
     from resources.client.errors import ServiceError
@@ -154,18 +152,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     try:
         inbox = open_inbox(where)
     except (InboxMissing, InboxUnavailable) as exc:
-        print(f"ledgerlake: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc)
     client = None
     if not args.dry_run:
         key = os.environ.get("LEDGERLAKE_SECRET_KEY")
         if not key:
-            print("ledgerlake: replay needs LEDGERLAKE_SECRET_KEY (or --dry-run)",
-                  file=sys.stderr)
             inbox.close()
-            return 2
+            return _fail("replay needs LEDGERLAKE_SECRET_KEY (or --dry-run)")
         client = Client(base_url=args.api_url or settings.api_url,
-                                  environment=settings.environment, secret_key=key)
+                        environment=settings.environment, secret_key=key)
     try:
         with inbox:
             if named:
@@ -174,8 +169,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 result = replay(inbox, client, after_s=args.after_minutes * 60, expect=expect,
                                 dry_run=args.dry_run, say=print)
     except ServiceError as exc:
-        print(f"ledgerlake: the service refused the trigger: {exc}", file=sys.stderr)
-        return 1
+        return _fail(f"the service refused the trigger: {exc}", 1)
     finally:
         if client is not None:
             client.close()
@@ -203,8 +197,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
                                            settings.timezone, args.as_of)
             con = sql.open_warehouse(path.resolve(), lake)
         except (sql.QueryError, FileNotFoundError, ValueError, RuntimeError) as exc:
-            print(f"ledgerlake: {exc}", file=sys.stderr)
-            return 2
+            return _fail(exc)
         return _query(sql, con, args, fmt)
 
 
@@ -223,8 +216,7 @@ def _query(sql, con, args: argparse.Namespace, fmt: str) -> int:
                 rows = sql.write(con, rel, fmt, Path(args.output))
                 print(f"wrote {rows} rows to {Path(args.output).resolve()}", file=sys.stderr)
         except sql.QueryError as exc:
-            print(f"ledgerlake: {exc}", file=sys.stderr)
-            return 1
+            return _fail(exc, 1)
     return 0
 
 
@@ -244,17 +236,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         check_lake(lake)
         con = sql.open_warehouse(path.resolve(), lake)
     except (report.ReportError, FileNotFoundError, ValueError) as exc:
-        print(f"ledgerlake: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc)
     try:
         with con:
             found = report.gather(con, record)
     except report.ReportError as exc:
-        print(f"ledgerlake: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc)
     except Exception as exc:  # duckdb: a view that does not answer (a lake file gone)
-        print(f"ledgerlake: the warehouse did not answer: {exc}", file=sys.stderr)
-        return 1
+        return _fail(f"the warehouse did not answer: {exc}", 1)
     found.timezone = settings.timezone
     from resources.inbox import InboxMissing, InboxUnavailable, open_inbox
 
@@ -262,12 +251,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         with open_inbox(settings.inbox) as inbox:
             report.add_landings(found, inbox)
     except (InboxMissing, InboxUnavailable) as exc:
-        print(f"ledgerlake: {exc}; the checks are unknown", file=sys.stderr)
+        _fail(f"{exc}; the checks are unknown")
     try:
         written = report.write(report.render(found), output)
     except (report.ReportError, OSError) as exc:
-        print(f"ledgerlake: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc)
     print(f"wrote {written}", file=sys.stderr)
     return 0
 
@@ -283,13 +271,6 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from .demo import run_dev
 
     return run_dev(port=args.port, customers=args.customers)
-
-
-def _dagster_home(settings) -> str | None:
-    """DAGSTER_HOME, else the one `ledgerlake demo` and `dev` use ($LEDGERLAKE_HOME/dagster);
-    None when neither holds an instance yet."""
-    home = os.environ.get("DAGSTER_HOME") or str(settings.home / "dagster")
-    return home if Path(home).is_dir() else None
 
 
 def _inbox(settings):
@@ -331,7 +312,7 @@ def _statuses(settings, args: argparse.Namespace) -> list | None:
             return statuses(inbox, args.records or None, failed=args.failed,
                             limit=None if getattr(args, "all", True) else LISTED)
         except ValueError as exc:
-            print(f"ledgerlake: {exc}", file=sys.stderr)
+            _fail(exc)
             return None
 
 
@@ -367,12 +348,9 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     from resources.config import Settings
 
     if not args.records and not args.failed:
-        print("ledgerlake: name the records to run again, or --failed", file=sys.stderr)
-        return 2
+        return _fail("name the records to run again, or --failed")
     if not os.environ.get("LEDGERLAKE_SECRET_KEY"):
-        print("ledgerlake: rerun fetches from the service: set LEDGERLAKE_SECRET_KEY",
-              file=sys.stderr)
-        return 2
+        return _fail("rerun fetches from the service: set LEDGERLAKE_SECRET_KEY")
     settings = Settings.from_env()
     rows = _statuses(settings, args)
     if rows is None:
@@ -389,8 +367,9 @@ def cmd_rerun(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         by_assets.setdefault(tuple(assets), []).append(row.record)
-    home = _dagster_home(settings)
-    if home is None:
+    # DAGSTER_HOME, else the one `ledgerlake demo` and `dev` use ($LEDGERLAKE_HOME/dagster)
+    home = os.environ.get("DAGSTER_HOME") or str(settings.home / "dagster")
+    if not Path(home).is_dir():
         raise SystemExit("ledgerlake: no Dagster instance: set DAGSTER_HOME, or run "
                          "`ledgerlake demo` or `ledgerlake dev` first")
     os.environ["DAGSTER_HOME"] = home
@@ -432,23 +411,19 @@ def cmd_forget(args: argparse.Namespace) -> int:
     except InboxMissing:
         inbox = None
     except InboxUnavailable as exc:
-        print(f"ledgerlake: {exc}; cannot tell whether the records are still connected",
-              file=sys.stderr)
-        return 2
+        return _fail(f"{exc}; cannot tell whether the records are still connected")
     try:
         connected = [r for r in records if inbox is not None and inbox.status(r) == CONNECTED]
     finally:
         if inbox is not None:
             inbox.close()
     if connected and not args.even_connected:
-        print(f"ledgerlake: {', '.join(connected)} still connected: the service's next "
-              "callback would land the data again. Remove the record at the service "
-              "(/record/remove) first, or pass --even-connected", file=sys.stderr)
-        return 2
+        return _fail(f"{', '.join(connected)} still connected: the service's next callback "
+                     "would land the data again. Remove the record at the service "
+                     "(/record/remove) first, or pass --even-connected")
     who = f"record {args.record}" if args.record else f"customer {args.customer}"
     if not records:
-        print(f"ledgerlake: no record of {who} in the lake; nothing to erase (recorded)",
-              file=sys.stderr)
+        _fail(f"no record of {who} in the lake; nothing to erase (recorded)")
     done = forget(lake, TABLES, record=args.record, customer=args.customer,
                   records=None if args.record else records, reason=args.reason,
                   rebuild=lambda: build(lake.root, settings.warehouse_path, settings.timezone),
@@ -469,20 +444,16 @@ def cmd_reveal(args: argparse.Namespace) -> int:
     lake = _lake(settings)
     rows = lake.read("identity", args.record)  # a record's files only, with --record
     if rows is None:
-        print("ledgerlake: the lake has no identity table yet", file=sys.stderr)
-        return 1
+        return _fail("the lake has no identity table yet", 1)
     column, value = ("record_id", args.record) if args.record else ("customer_id",
                                                                    args.customer)
     rows = rows.filter(pc.equal(rows[column], value))
     if not rows.num_rows:
-        print(f"ledgerlake: no identity of {column.removesuffix('_id')} {value}",
-              file=sys.stderr)
-        return 1
+        return _fail(f"no identity of {column.removesuffix('_id')} {value}", 1)
     try:
         opened = reveal(rows, Keys.from_env(local_lake=lake.is_local))
     except KeyUnusable as exc:
-        print(f"ledgerlake: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc)
     for item in opened:
         sys.stdout.write(orjson.dumps(item).decode() + "\n")
     return 0
@@ -647,6 +618,5 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ConfigError as exc:  # a bad setting is the caller's to fix: one line, no traceback
-        print(f"ledgerlake: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc)
 
