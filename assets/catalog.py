@@ -1,14 +1,10 @@
 """Every column described once, shown where people look.
 
-A lake column is described where it is declared (resources/tables.py), with its type and
-class; what a view adds or derives is described here (VIEW_COLUMNS); a view's own description
-is the first paragraph of the comment heading its SQL file. From there they reach:
-
-- the Dagster UI: each product asset's column table, and `record_status`'s
-  (`dagster/column_schema`, built by `column_schema`);
-- DuckDB: `COMMENT ON VIEW` and `COMMENT ON COLUMN` in every warehouse build, so
-  `duckdb_columns()` and `duckdb_views()` show them to any client (assets/warehouse.py);
-- docs/columns.md, written by `python -m assets.warehouse` and checked against them by a test.
+A lake column is described where it is declared (resources/tables.py); what a view adds or
+derives is described here (VIEW_COLUMNS); a view's own description is the first paragraph of
+the comment heading its SQL file. From there they reach the Dagster UI's column tables
+(`column_schema`), DuckDB's comments on every view and column (assets/warehouse.py) and
+docs/columns.md.
 """
 
 from __future__ import annotations

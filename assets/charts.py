@@ -1,15 +1,10 @@
 """A record's daily balance, drawn: in the Dagster UI and in `ledgerlake report`.
 
-The days are the `daily_balances` view's (assets/sql/daily_balances.sql), computed by its own
-SQL in an in-memory DuckDB over the record's rows, so the chart and the view never disagree:
-the end-of-day running balance of posted lines, the service's periodic history on days
-without, carried forward over gaps, in the customer's time zone.
-
-matplotlib draws them, imported on first use (~1.1 s, once per run process, and never in a
-run that draws nothing). A chart costs ~0.15 s a record (the lake's rows, the SQL, the
-drawing), so a run draws one per record only when it lands at most CHART_RECORDS
-(LEDGERLAKE_CHART_RECORDS, 5; 0: never): the sensor's runs of one record do, a backfill's
-runs of a hundred do not (docs/operations.md, "Charts and freshness").
+The days are the `daily_balances` view's, computed by its own SQL in an in-memory DuckDB over
+the record's rows, so the chart and the view never disagree. matplotlib draws them, imported
+on first use; a run draws one per record only when it lands at most CHART_RECORDS
+(LEDGERLAKE_CHART_RECORDS, 5; 0: never), as a chart costs more than a record's landing
+(docs/operations.md, "Charts and freshness").
 """
 
 from __future__ import annotations
@@ -176,11 +171,6 @@ def series_of(daily: pa.Table, labels: Mapping[str, str] | None = None
     return [((labels or {}).get(a, a), d, v) for a, (d, v) in by_account.items()]
 
 
-def markdown_image(png: bytes, alt: str) -> str:
-    """An image the Dagster UI's Markdown shows inline: a data URI, nothing to fetch."""
-    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
-
-
 def record_charts(lake, record_ids: Sequence[str]) -> dict[str, str]:
     """Per record with any balance history, its daily balance chart as Markdown, from the
     lake's rows. Empty for more than CHART_RECORDS records: there the charts would cost more
@@ -197,8 +187,9 @@ def record_charts(lake, record_ids: Sequence[str]) -> dict[str, str]:
     for record, daily in daily_balances(tables).items():
         labels = {a["account_id"]: account_label(a)
                   for a in (accounts[record].to_pylist() if record in accounts else [])}
-        png = draw(series_of(daily, labels), f"Daily balance of record {record}")
-        out[record] = markdown_image(png, f"daily balance of record {record}")
+        png = base64.b64encode(draw(series_of(daily, labels), f"Daily balance of record {record}"))
+        # an image the UI's Markdown shows inline: a data URI, nothing to fetch
+        out[record] = f"![daily balance of record {record}](data:image/png;base64,{png.decode()})"
     return out
 
 

@@ -1,23 +1,13 @@
 """Upkeep of the lake's Delta tables: small files compacted, unreferenced files vacuumed.
 
-Every write is one commit adding a few small files (a record's rows), and every replace leaves
-the files it superseded on storage for time travel. Each night `lake_maintenance` rewrites the
-small files of each table into large ones (rows unchanged, one commit) and then deletes the
-files no version younger than the retention refers to. What each pass did is the asset's
-metadata: a row per table, and totals the Dagster UI plots over time.
-
-Settings (read when the asset runs, checked before any table is touched):
-  LEDGERLAKE_LAKE_RETENTION_HOURS  hours superseded files are kept, so `--as-of` reaches that
-                                   far back (default 168, a week; 1 to 87600)
-  LEDGERLAKE_LAKE_TARGET_MB        size compaction writes files up to (default 128; 1 to 4096)
-  LEDGERLAKE_TIMEZONE              the schedule's clock (default Africa/Lagos), read at load
-
-No lock against writers: Delta commits are optimistic. A compaction that loses a race to a
-record's replace (both remove the same files) is refused by delta-rs and run again on the new
-version (resources/delta.py); appends rebase over it. Vacuum deletes only files superseded
-longer ago than the retention, or never committed and older than it, so it cannot take a
-file that the current snapshot, a write running for less than the retention, or a reader of
-a version younger than it needs.
+Each night `lake_maintenance` rewrites each table's small files (every write leaves some) into
+large ones, rows unchanged, in one commit, then deletes the files no version younger than the
+retention refers to; its metadata is a row per table and totals the UI plots over time.
+Settings, read when the asset runs: LEDGERLAKE_LAKE_RETENTION_HOURS (how long superseded files
+stay, so `--as-of` reaches that far back) and LEDGERLAKE_LAKE_TARGET_MB (the size compaction
+writes files up to); LEDGERLAKE_TIMEZONE is the schedule's clock (docs/lake.md). No lock
+against writers: a compaction that loses a race to a replace runs again on the new version
+(resources/delta.py), and vacuum takes only files older than the retention.
 """
 
 # no `from __future__ import annotations`: Dagster reads the context's type hint at runtime

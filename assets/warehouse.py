@@ -1,21 +1,12 @@
 """The warehouse: a DuckDB file of views over the lake, rebuilt aside and published atomically.
 
 Each view is one file in `sql/`, named after the view. In the SQL, `{lake:TABLE}` stands for
-the lake table (read_parquet over its snapshot's data files, local paths or `s3://` URIs,
-`union_by_name` so files written before a column was added still read); when the lake
-has no file of it yet, an empty relation with the table's columns and types (LAKE_TABLES)
-stands in, so every view exists over any lake, even an empty one, with the same typed
-columns it has over real rows (`{lake:TABLE?}` means the same). A `-- needs: view, ...`
-line names views the file reads; a view is created after them.
-
-Analysts open the published file read-only. A refresh builds a new file next to it and
-renames it into place, so readers never see a half-built one, and since the build never
-opens the published file, a reader holding it open never blocks a refresh (on POSIX the
-reader keeps the old file until it reconnects).
-
-The file is always local; over an `s3://` lake its views name `s3://` files, which DuckDB
-reads through the filesystem `resources.object_store.connect` registers on a connection
-(no httpfs): a reader opens the file that way, with LEDGERLAKE_LAKE set to the lake.
+the lake table (read_parquet over its snapshot's data files, `union_by_name`); when the lake
+has no file of it yet, an empty relation with the table's columns and types stands in, so
+every view exists over any lake with the same typed columns (`{lake:TABLE?}` means the same).
+A `-- needs: view, ...` line names views the file reads; a view is created after them.
+A refresh builds a new file beside the published one and renames it into place, never opening
+the published file: readers never see a half-built one nor block a refresh (docs/lake.md).
 """
 
 # no `from __future__ import annotations`: Dagster reads the context's type hint at runtime
@@ -56,9 +47,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "columns.md"
 # tables not kept by record: the lake adds no `record_id` to their rows (docs/lake.md)
 UNPARTITIONED = {t for t, declared in TABLES.items() if not declared.by_record}
 
-# The lake's tables as their assets write them (resources/tables.py): a table not there yet
-# is stood in for by an empty relation of these columns and types, so every view exists over
-# any lake, even an empty one, and types the same with rows as without.
+# the lake's tables as their assets write them (resources/tables.py)
 LAKE_TABLES: dict[str, pa.Schema] = {t: schema(t) for t in TABLES}
 
 # Views need no newer storage: written as DuckDB 1.0 reads it, any DuckDB from 1.0 on (the
@@ -67,8 +56,6 @@ FILE_CONFIG = {"storage_compatibility_version": "v1.0.0"}
 
 _LAKE_REF = re.compile(r"\{lake:([a-z][a-z0-9_]*)(\??)\}")
 _NEEDS = re.compile(r"^--\s*needs:\s*(.+)$", re.MULTILINE)
-
-
 DEFAULT_TIMEZONE = "Africa/Lagos"
 
 
@@ -193,22 +180,16 @@ def duckdb_type(t: pa.DataType) -> str:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return duckdb_type(t.value_type) + "[]"
     simple = {pa.bool_(): "boolean", pa.int32(): "integer", pa.int64(): "bigint",
-              pa.binary(): "blob",
-              pa.float64(): "double", pa.date32(): "date"}
+              pa.binary(): "blob", pa.float64(): "double", pa.date32(): "date"}
     if t in simple:
         return simple[t]
     raise ValueError(f"no DuckDB type known for the lake's Arrow type {t}")
 
 
-def lake_columns(table: str) -> dict[str, str]:
-    """A lake table's columns as a view reads them (`record_id` last, where the lake adds it):
-    name -> DuckDB type."""
-    return {name: duckdb_type(c.type) for name, c in columns(table).items()}
-
-
 def stand_in(table: str) -> str:
     """An empty relation with the lake table's columns, for a table not in the lake yet."""
-    cols = ", ".join(f'null::{t} as "{c}"' for c, t in lake_columns(table).items())
+    cols = ", ".join(f'null::{duckdb_type(c.type)} as "{name}"'
+                     for name, c in columns(table).items())
     return f"(select {cols} limit 0)"
 
 
@@ -236,11 +217,6 @@ def render(view: View, sources: dict[str, str], timezone: str = DEFAULT_TIMEZONE
     return _LAKE_REF.sub(sub, view.sql).replace("{timezone}", zone)
 
 
-def buildable(view: View, created: set[str]) -> bool:
-    """A view is built once the views it reads are; missing lake tables are stood in for."""
-    return set(view.needs) <= created
-
-
 def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIMEZONE,
           sources: dict[str, str] | None = None, as_of: AsOf = None) -> list[str]:
     """Publish at `target` a DuckDB file with every view, over any lake; return their names.
@@ -264,8 +240,8 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
         with object_store.connect(str(tmp), str(lake_root), config=FILE_CONFIG) as con:
             check_timezone(con, timezone)
             con.execute("begin")  # one commit for every view and comment: ~0.1 s less
-            for view in views:
-                if not buildable(view, set(created)):
+            for view in views:  # a view is built once the views it reads are
+                if not set(view.needs) <= set(created):
                     continue
                 try:
                     con.execute(render(view, sources, timezone))

@@ -2,15 +2,8 @@
 
 mutmut reads one configuration from the directory it runs in, so each module gets a work
 directory of its own, `.mutation/<module>/`: links to the packages and tests, the project's
-pyproject.toml, and a generated setup.cfg naming the module to mutate and its tests. mutmut
-copies that into `mutants/` there and runs pytest in process (forked per mutant, `-x`, only
-the targeted tests that called the mutated function). The copy comes first on sys.path, so
-tests import the mutated module; child servers started with `python -m pipeline.cli` from
-that directory import it too.
-
-Survivors judged equivalent are listed in mutation/equivalents.toml, one entry per mutant with
-what it changes and why no test can tell; the kill rate is reported over the mutants that are
-not (docs/testing.md).
+pyproject.toml, and a generated setup.cfg naming the module to mutate and its tests. The kill
+rate is over the mutants not judged equivalent in mutation/equivalents.toml (docs/testing.md).
 
     .venv/bin/python mutation/run.py [MODULE ...]     # default: every module below
 """

@@ -1,13 +1,10 @@
 """Forgetting a person: their records' rows out of every lake table, the warehouse rebuilt,
 and what was erased (ids and counts, nothing personal) kept in the lake's `erasures` table.
 
-`ledgerlake forget --record ID` erases one record (one user's connection to one bank);
-`--customer ID` every record whose rows name that customer. Each table's rows go in one
-commit, and every file of any version that held them is purged (`resources/delta.erase`), so
-time travel cannot bring them back. Each step is idempotent: a pass killed half-way is
-finished by running it again. With LEDGERLAKE_FORGET_ON_DISCONNECT=true a USER_DISCONNECT
-(the service sends one for `/record/remove` too) forgets the record by itself; the default
-keeps the data, as a bank must keep records for a period (docs/privacy.md).
+Each table's rows go in one commit, and every file of any version that held them is purged
+(`resources/delta.erase`). Each step is idempotent: a pass killed half-way is finished by
+running it again. With LEDGERLAKE_FORGET_ON_DISCONNECT=true a USER_DISCONNECT forgets the
+record by itself (docs/privacy.md, "Forget").
 """
 
 # no `from __future__ import annotations`: Dagster reads the op's type hints at runtime

@@ -1,19 +1,11 @@
 """Freshness: every connected record's balances and transactions landed within 26 hours.
 
-The service calls back with each record's periodic balances and transactions once a day, and
-`daily_refresh` fetches every connected record at 02:00 UTC besides, so a connected record's
-products are never a day old; 26 hours leaves two hours of slack. A record that is
-disconnected or waiting for reauthentication is not expected to refresh, so it is never
-stale; nor is one whose product never landed (its first landing is `ledgerlake status`'s
-`waiting`).
-
-Dagster's own freshness (FreshnessPolicy, and build_last_update_freshness_checks) judges an
-asset by its latest materialization: a batch landing a thousand fresh records would hide a
-thousand stale ones, and an asset whose records are all disconnected would fail. So each
-product gets an asset check that asks per record, in one indexed read of the inbox, where each
-record's landings are kept: the connected records whose product landed once, and which of them
-not since the cutoff. `hourly_freshness` runs the checks (the daemon evaluates it), and the UI
-shows each on its asset's Checks tab, with the first stale records in its metadata.
+The service calls back with each record's periodic products daily and `daily_refresh` fetches
+every connected record besides, so 26 hours leaves two of slack; a disconnected record, one
+waiting for reauthentication and one whose product never landed are never stale. Dagster's
+own freshness judges an asset by its latest materialization, where a batch of fresh records
+would hide stale ones, so each product gets an asset check that asks per record, in one
+indexed read of the inbox (docs/operations.md, "Charts and freshness").
 """
 
 # no `from __future__ import annotations`: Dagster reads the context's type hint at runtime

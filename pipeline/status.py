@@ -1,10 +1,7 @@
 """What landed and what did not: each record's products, as the inbox keeps them.
 
 `ledgerlake status` lists them; `ledgerlake rerun` runs records' products again, here and
-now, in the same Dagster instance the daemon uses (the runs show in the UI), without waiting
-for a new callback. Each landing leaves its record's state in the inbox (assets/publish.py),
-so one record, or every record that needs action, is one indexed read however many records
-there are. A product of a record is
+now, in the Dagster instance the daemon uses, without waiting for a callback. A product is
 
 - `landed`: its latest landing published it;
 - `held`: a blocking check failed on the newest rows, so the previous ones stay in view;

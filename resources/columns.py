@@ -8,11 +8,9 @@ that orjson already made floats go through `money`, which recovers the two-decim
 JSON held, exactly, or refuses it.
 
 Two ways in, one way out (`wire_batch`): `read_transaction_pages` hands the pages' bytes
-to Arrow's JSON reader, which builds the columns in C++ with no Python object per row (the
-client's path for whole pulls); `transactions_batch` takes orjson's dicts, walked once
-inside Arrow by `pa.array(rows, type=struct)` (Table.from_pylist first builds a Python list
-per column). Either way members not in the struct are ignored, missing ones become null,
-and timestamps are cast from their strings by the same parser.
+to Arrow's JSON reader (the client's path for whole pulls); `transactions_batch` takes
+orjson's dicts, walked once inside Arrow by `pa.array(rows, type=struct)`. Either way members
+not in the struct are ignored, missing ones become null.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """`ledgerlake report RECORD`: one record on one page, a single self-contained HTML file.
 
-Its daily balance per account (a chart each, drawn by assets/charts.py from the
-`daily_balances` view), the monthly inflow, outflow and net, the income streams, and the
-latest verdict of each check on the record with when its products last landed (from the
-inbox, where each landing leaves the record's state). Everything is inline: styles in the page, charts as
-SVG elements, so it opens anywhere with no network, and can be mailed or archived. The data
-is the warehouse's (the views analysts query); the file is written aside and renamed.
+Its daily balance per account (charts by assets/charts.py), monthly inflow, outflow and net,
+income streams, from the warehouse's views, and the latest verdict of each check with when
+its products last landed, from the inbox. Styles and SVG charts are inline, so it opens with
+no network; the file is written aside and renamed.
 """
 
 from __future__ import annotations

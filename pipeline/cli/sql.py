@@ -1,11 +1,9 @@
-"""`ledgerlake sql`: queries against the published warehouse, read-only.
+"""`ledgerlake sql`: queries against the published warehouse, read-only (docs/cli.md).
 
-One query prints a table, prints csv, json (one array) or jsonl (one object a line) to
-standard output, or writes any of these or parquet to a file (written aside and renamed, so a
-reader of the file never sees half of it). In csv and json, decimals keep their exact digits
-(`1234.50`, a JSON number as DuckDB writes it, never through a float) and timestamps are
-ISO 8601 (`2025-01-30T12:00:00+00:00`). Without a query, statements are read from
-stdin, each ending with `;`, and each result printed; `.quit` or end of input stops.
+One query prints a table, or csv, json or jsonl to standard output, or writes any of these or
+parquet to a file (written aside and renamed); decimals keep their exact digits, never through
+a float, and timestamps are ISO 8601. Without a query, statements ending with `;` are read
+from stdin, each result printed; `.quit` or end of input stops.
 """
 
 from __future__ import annotations
