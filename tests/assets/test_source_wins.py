@@ -354,6 +354,7 @@ Lake(root=root).append("balance_history", {record: snapshot(items, at, "schedule
 """
 
 
+@pytest.mark.slow  # tens of seconds: make test-all
 @pytest.mark.parametrize("concurrent", [2])
 def test_two_processes_appending_snapshots_both_land(tmp_path, concurrent):
     """Two runs writing the same record's balance snapshots at once both land, every time."""

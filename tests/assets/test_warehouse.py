@@ -623,6 +623,7 @@ print(json.dumps(seen))
 """
 
 
+@pytest.mark.slow  # tens of seconds: make test-all
 def test_readers_never_block_a_refresh_nor_see_half_a_file(tmp_path):
     small, big = Lake(root=str(tmp_path / "small")), Lake(root=str(tmp_path / "big"))
     small.write("accounts", "r1", accounts_table(["a"]))

@@ -68,6 +68,7 @@ def test_writes_parquet_and_reads_statements_from_stdin(s3, landed, home, tmp_pa
     assert counts == ["n", "int64", "3", "m", "int64", "14"]
 
 
+@pytest.mark.slow  # tens of seconds: make test-all
 def test_as_of_over_s3(s3, landed: Landed, home, tmp_path):  # noqa: F811
     published = (home / "warehouse.duckdb").read_bytes()
     at = landed.between.isoformat().replace("+00:00", "Z")

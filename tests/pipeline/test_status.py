@@ -37,6 +37,7 @@ def home(tmp_path, sandbox):
     return env
 
 
+@pytest.mark.slow  # tens of seconds: make test-all
 def test_a_record_that_failed_every_retry_is_listed_and_rerun(sandbox, home, tmp_path):
     with sandbox.api() as api:
         made = api.post("sandbox/customers/create",
