@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import secrets
@@ -62,24 +63,19 @@ def _count(name: str, value, hi: int) -> int:
     return value
 
 
-def _page(name, value):
-    return _count(name, value, 10**9)  # bounded: pagination echoes it as a JSON int
+_page = functools.partial(_count, hi=10**9)  # bounded: pagination echoes it as a JSON int
+_limit = functools.partial(_count, hi=100)
 
 
-def _limit(name, value):
-    return _count(name, value, 100)
+def _typed(kind: type, what: str):
+    def check(name, value):
+        if not isinstance(value, kind):
+            raise invalid(name, f"must be {what}")
+        return value
+    return check
 
 
-def _array(name, value):
-    if not isinstance(value, list):
-        raise invalid(name, "must be an array")
-    return value
-
-
-def _object(name, value):
-    if not isinstance(value, dict):
-        raise invalid(name, "must be an object")
-    return value
+_array, _object = _typed(list, "an array"), _typed(dict, "an object")
 
 
 def _url(name, value):
@@ -101,10 +97,7 @@ def _urls(name, value):
     return urls
 
 
-def _callback_method(name, value):
-    return one_of(name, value, METHODS)
-
-
+_callback_method = functools.partial(one_of, options=METHODS)
 CODE = r"[A-Z][A-Z0-9_]{0,63}"
 
 

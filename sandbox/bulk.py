@@ -1,22 +1,11 @@
 """Records made in bulk (`sandbox/records/bulk_create`): a million thin records for the price
-of one stored row.
+of one stored row (docs/interface.md, "Records in bulk").
 
-A call stores its batch (its parameters, in the store's meta); each record of the batch, its
-customer and its accounts are derived from (batch, index) whenever they are asked for, by the
-builders and generators that make the records of customers/create, so every endpoint serves
-them as it serves those. Bulk records are numbered in the order they were made, across
-batches, and ids say which one they belong to, in 24 lower-case hex digits:
-
-    kind (2: b0 record, b1 customer, c0-c2 account k) | number (10) | check (12)
-
-where the check is fixed by the sandbox's seed, so an id is decoded, never looked up. A record
-that has had an action that changes it (record/remove, reset_login, records/fail,
-records/corrupt) is stored as any record is, and that copy wins.
-
-Connection callbacks: none, or raised by `pace` at the batch's rate, oldest batch first,
-through the webhook Dispatcher, a few at a time and only while fewer than BACKLOG deliveries
-are pending; the cursor is kept with the batch, so a restart resumes where it stood. Bulk
-records send no periodic callbacks.
+A batch stores its parameters; each of its records, their customers and accounts are derived
+from (batch, index) when asked for, by the builders of customers/create. An id is decoded,
+never looked up: kind (b0 record, b1 customer, c0-c2 account k), number (10 hex digits),
+check (12, fixed by the seed). A record acted on is stored as any record is, and that copy
+wins. `pace` raises paced batches' connection callbacks, a cursor kept with the batch.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The sandbox clock: wall time plus an offset that `clock/advance` moves forward.
 
-Hourly redelivery, the daily periodic products and the 7-day verification window all read
-this clock, so tests can cover days in milliseconds. A frozen clock (`--freeze-clock`)
-stands at the moment the sandbox started and moves only by `clock/advance`: histories run
-up to "now", so on a running clock a record gains lines as minutes pass, and a benchmark
-that reads the same records for a quarter of an hour would not read the same rows.
+Redelivery, the periodic products and the verification window all read this clock, so tests
+cover days in milliseconds. A frozen clock (`--freeze-clock`) moves only by `clock/advance`,
+so a benchmark reading the same records for minutes reads the same rows.
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 behind them (`<base>connect/api/<step>`), which answers the spec's widget errors (1000-1026).
 
 The page (static/connect/) carries the environment's public key, never a secret one.
-Finishing it creates the record through the control's own path (`_customer_spec`,
-`_create_customer`, `_complete_connection`), so its callbacks are those of a record made by
-`customers/create`. Sessions live in memory: a restarted sandbox forgets half-done logins.
+Finishing it creates the record through customers/create's own path, callbacks and all.
+Sessions live in memory: a restarted sandbox forgets half-done logins.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Faults on demand (`sandbox/faults`): refused, broken and stalled answers, and webhooks sent
-twice, late or out of order, for a share of requests, so a client's and a receiver's fault
-handling can be proven against a real server.
+twice, late or out of order, for a share of requests (docs/interface.md, "Faults on demand").
 
-Seeded: the same seed and the same sequence of requests (and of deliveries) inject the same
-faults, so a failing schedule can be replayed. Requests and deliveries draw from two streams
-of the seed, so webhook timing never changes which requests fail.
+Seeded: the same seed and sequence of requests (and of deliveries) inject the same faults.
+Requests and deliveries draw from two streams, so webhook timing never changes which fail.
 """
 
 from __future__ import annotations

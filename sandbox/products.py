@@ -277,11 +277,6 @@ class Products:
             out.append((spec.account_id, h, h.visible(now)))
         return out
 
-    def _rows(self, rec: dict, account_id: str, h: datagen.History) -> list[bytes]:
-        return datagen.rows(h, {"account": account_id, "record": rec["_id"],
-                                "customer": rec["customer"], "bank": rec["bank"],
-                                "env": rec["env"]})
-
     def _view(self, rec: dict, now: float, k: int | None = None) -> lines.View:
         """The lines of a record (or of its account `k`) in the API's order, kept per month
         of history (and its last two days): within that, the clock changes only what is
@@ -291,8 +286,9 @@ class Products:
 
         def build() -> lines.View:
             parts = self._histories(rec, now)
-            chosen = parts if k is None else [parts[k]]
-            return lines.View.build([(a, h, self._rows(rec, a, h)) for a, h, _ in chosen])
+            ids = {f: rec[f] for f in ("customer", "bank", "env")} | {"record": rec["_id"]}
+            return lines.View.build([(a, h, datagen.rows(h, {"account": a, **ids}))
+                                     for a, h, _ in (parts if k is None else [parts[k]])])
         return _kept(self._views, 64, key, build)
 
     def _patches(self, rec: dict, k: int | None) -> tuple:

@@ -1,23 +1,12 @@
-"""Webhook delivery: POST each event, keep every attempt, raise it again hourly for 72 hours.
-
-The spec's state table: a 2xx answer acknowledges (its body is ignored); a non-2xx answer, or
-none within the delivery timeout, leaves the event queued, and it is raised again every hour
-of the sandbox clock until 72 hours after the first attempt (attempts at 0 h, 1 h, ... 72 h),
-then dropped. When the clock jumps, every hour step that became due is its own attempt.
+"""Webhook delivery: POST each event, keep every attempt, raise it again hourly for 72 hours
+of the sandbox clock, as docs/interface.md ("Webhook delivery") tells.
 
 Deliveries live in their own SQLite file under the data dir (`webhooks.sqlite3`), so a
 restart resumes the schedule; an attempt cut short by a restart is simply made again.
 Each attempt runs in its own task, at most PER_TARGET at a time per receiver (scheme, host,
-port) and MAX_INFLIGHT in all, so a slow or dead receiver holds up only its own queue, never
-another receiver's callbacks nor the API. Attempts to one receiver start in due order.
-A redelivery carries the same payload; only `serverResponse` (the previous attempt's
-result) changes. Every delivery carries the environment's token as `Authorization: Bearer`.
-
-Several URLs (a sandbox extension of /settings/webhook): first attempts go round them in
-turn, and each redelivery goes to the URL after the one it last tried, so a dead receiver's
-events reach a live one an hour later. Faults (faults.py) can send an attempt twice, hold it
-for some seconds, or hold a batch and send it shuffled; held attempts are outside the
-per-receiver limit (they hold no connection while they wait) but within MAX_INFLIGHT.
+port) and MAX_INFLIGHT in all, so a slow or dead receiver holds up only its own queue.
+Attempts held by a fault (faults.py: late, shuffled) are outside the per-receiver limit
+(they hold no connection while they wait) but within MAX_INFLIGHT.
 """
 
 from __future__ import annotations
