@@ -605,7 +605,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_dev)
     from .help import explain
 
-    explain(parser, sub)  # each command's prose (pipeline/cli/help.py), also docs/cli.md's
+    explain(parser, sub)  # each command's prose (pipeline/cli/help.md), also docs/cli.md's
     return parser
 
 

@@ -95,7 +95,7 @@ def markdown() -> str:
     lines = [
         "# The command line",
         "",
-        f"Generated from the parser (`pipeline/cli/commands.py`, its prose in `pipeline/cli/help.py`) by "
+        f"Generated from the parser (`pipeline/cli/commands.py`, its prose in `pipeline/cli/help.md`) by "
         f"`{COMMAND}`; a test fails when this page and the parser differ. "
         "`ledgerlake COMMAND --help` prints the same. The console script is `.venv/bin/ledgerlake`.",
         "",
