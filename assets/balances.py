@@ -26,7 +26,6 @@ from .schemas import BalanceHistory, BalancePeriodic, validate
 HISTORY, PERIODIC = schema("balance_history"), schema("balance_periodic")
 
 
-
 def snapshot(items: list[dict], fetched_at: dt.datetime, source: str) -> pa.Table:
     return pa.table({
         "account_id": [ref(b.get("account")) for b in items],

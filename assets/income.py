@@ -28,7 +28,6 @@ SUMMARY, STREAMS = schema("income"), schema("income_streams")
 TRANSACTIONS = schema("transactions")
 
 
-
 def _date(value) -> str | None:
     return str(value)[:10] if value else None
 
@@ -54,15 +53,16 @@ def summary_table(income: dict) -> pa.Table:
         "past_twelve_months_average": window("past_twelve_months", "average_per_month"),
         "created_at": income.get("created_at"),
     }
+
     def column(name: str, value) -> pa.Array:
         kind = SUMMARY.field(name).type
         if kind == MONEY:
             return money([value])
-        return pa.array([value], pa.string() if name == "created_at" else kind)
+        if kind == UTC_MS:
+            return pa.array([value], pa.string()).cast(kind)
+        return pa.array([value], kind)
 
-    table = pa.table({k: column(k, v) for k, v in row.items()})
-    return table.set_column(table.schema.get_field_index("created_at"), "created_at",
-                            table["created_at"].cast(UTC_MS))
+    return pa.table({k: column(k, v) for k, v in row.items()}, schema=SUMMARY)
 
 
 def streams_table(income: dict) -> pa.Table:

@@ -1,11 +1,9 @@
 """The image's entrypoint: check what the process needs, then become its command (exec).
 
-Dagster's own answer to a Postgres that is not there is a page of traceback after half a
-minute of retries; this says it in one line, naming the server without its password, and
-exits 2 so the orchestrator (compose, Kubernetes) shows why the container did not start.
-The check runs only where DAGSTER_PG_HOST is set (deploy/dagster.yaml reads it): a receiver
-needs no Dagster instance, and the Helm chart's pods get the chart's own instance settings
-(with DAGSTER_PG_PASSWORD alone in their environment).
+Where DAGSTER_PG_HOST is set (deploy/dagster.yaml reads it), a Postgres that does not answer
+is said in one line naming the server without its password, exit 2, so the orchestrator shows
+why the container did not start, rather than Dagster's page of traceback after half a minute
+of retries. A receiver needs no Dagster instance; the Helm chart's pods bring their own.
 
     python deploy/entrypoint.py dagster-daemon run
 """

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,9 +165,7 @@ def results(work: Path, module: str) -> dict[str, str]:
 def report(module: str, work: Path, seconds: float, floor: float | None,
            judged: dict[str, str]) -> tuple[bool, str]:
     got = results(work, module)
-    counts: dict[str, int] = {}
-    for status in got.values():
-        counts[status] = counts.get(status, 0) + 1
+    counts = Counter(got.values())
     killed = sum(1 for s in got.values() if s in KILLED)
     survivors = sorted(k for k, s in got.items() if s not in KILLED)
     equivalent = [k for k in survivors if k in judged]

@@ -63,16 +63,6 @@ def overdue(inbox: Inbox, *, after_s: float, expect: Sequence[str] = EXPECTED,
     return found[:limit]
 
 
-def trigger(client: Client, records: list[str]) -> None:
-    """One call of at most TRIGGER_LIMIT records."""
-    if len(records) > TRIGGER_LIMIT:
-        raise ValueError(f"at most {TRIGGER_LIMIT} records per call, not {len(records)}")
-    if hasattr(client, "trigger_callbacks"):
-        client.trigger_callbacks(records)
-    else:  # a client with only post(): the same call, one batch
-        client.post("callback/trigger", {"records": records})
-
-
 def replay(inbox: Inbox, client: Client | None, *, after_s: float,
            expect: Sequence[str] = EXPECTED, dry_run: bool = False, now: float | None = None,
            say: Callable[[str], None] = log.info) -> Replay:
@@ -115,7 +105,7 @@ def _trigger_all(inbox: Inbox, client: Client | None, result: Replay, *,
     ids = [o.record for o in result.overdue]
     for start in range(0, len(ids), TRIGGER_LIMIT):
         chunk = ids[start:start + TRIGGER_LIMIT]
-        trigger(client, chunk)
+        client.trigger_callbacks(chunk)
         inbox.mark_replayed(chunk if known is None else [r for r in chunk if r in known], now)
         result.triggered += chunk
         result.calls += 1

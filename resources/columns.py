@@ -88,25 +88,14 @@ def naira(kobo: int) -> str:
     return f"{sign}{whole // 100}.{whole % 100:02d}"
 
 # INTERFACE.md's Transaction as it arrives; timestamps are parsed after the struct pass.
-TRANSACTION_WIRE = pa.struct([
-    ("_id", pa.string()),
-    ("account", pa.string()),
-    ("customer", pa.string()),
-    ("bank", pa.string()),
-    ("trans_date", pa.string()),
-    ("cleared_date", pa.string()),
-    ("debit", MONEY),
-    ("credit", MONEY),
-    ("balance", MONEY),
-    ("currency", pa.string()),
-    ("notes", pa.struct([("desc", pa.string()), ("topics", pa.list_(pa.string()))])),
-    ("ref", pa.string()),
-    ("branch", pa.string()),
-    ("code", pa.string()),
-    ("env", pa.string()),
-    ("created_at", pa.string()),
-    ("last_updated", pa.string()),
-])
+TRANSACTION_WIRE = pa.struct(
+    [(name, pa.string()) for name in ("_id", "account", "customer", "bank", "trans_date",
+                                      "cleared_date")]
+    + [(name, MONEY) for name in ("debit", "credit", "balance")]
+    + [("currency", pa.string()),
+       ("notes", pa.struct([("desc", pa.string()), ("topics", pa.list_(pa.string()))]))]
+    + [(name, pa.string()) for name in ("ref", "branch", "code", "env", "created_at",
+                                        "last_updated")])
 
 TRANSACTION_SCHEMA = schema("transactions")  # the lake's columns, in the order built below
 

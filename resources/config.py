@@ -131,10 +131,7 @@ def check_lake(lake: str) -> None:
 
 def _local(var: str, value: str) -> Path:
     """A location that can only be local, as a Path."""
-    checked = location(var, value, LOCAL)
-    if _SCHEME.match(checked):
-        return Path(url2pathname(urlsplit(checked).path))
-    return Path(checked)
+    return local_path(location(var, value, LOCAL))
 
 
 class DatabaseURL(str):

@@ -232,15 +232,7 @@ class Dispatcher:
     def kick(self) -> None:
         """Look for due deliveries now (after the clock moved, or something was queued)."""
         loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            self._wake.set()
-        else:
+        if loop is not None and not loop.is_closed():  # from its thread or another
             loop.call_soon_threadsafe(self._wake.set)
 
     def trigger(self, env: str, records: Iterable[str], url: str | None = None) -> None:

@@ -110,8 +110,7 @@ def wait_for_events(inbox_path: Path, expected: int, timeout_s: float = 60.0,
     from resources.inbox import Inbox
 
     deadline = time.monotonic() + timeout_s
-    inbox = Inbox(inbox_path, create=True)  # the receiver may not have written yet
-    try:
+    with Inbox(inbox_path, create=True) as inbox:  # the receiver may not have written yet
         while (n := inbox.count()) < expected and time.monotonic() < deadline:
             time.sleep(0.2)
         quiet_since = time.monotonic()
@@ -121,8 +120,6 @@ def wait_for_events(inbox_path: Path, expected: int, timeout_s: float = 60.0,
             if (m := inbox.count()) != n:
                 n, quiet_since = m, time.monotonic()
         return n
-    finally:
-        inbox.close()
 
 
 def run_demo(customers: int = 3, home: Path | None = None) -> int:
@@ -138,8 +135,6 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
         _say(f"created {len(records)} customers; waiting for their callbacks")
         got = wait_for_events(home / "inbox.sqlite3", len(records), settle_s=2.0)
         _say(f"inbox holds {got} callbacks")
-
-        from dagster import DagsterInstance
 
         from pipeline.definitions import defs
         from pipeline.local import QUIET, drain

@@ -141,6 +141,8 @@ figure svg{max-width:100%;height:auto}
 
 
 NUMERIC = ' class="n"'
+VERDICTS = {None: '<span class="none">not evaluated</span>',
+            True: '<span class="pass">passed</span>', False: '<span class="fail">failed</span>'}
 
 
 def _e(value) -> str:
@@ -239,13 +241,8 @@ def render(report: Report) -> str:
         parts.append("<p class=\"muted\">Unknown: no inbox to ask (set LEDGERLAKE_INBOX)."
                      "</p>")
     else:
-        def verdict(c: CheckResult) -> str:
-            if c.passed is None:
-                return "<span class=\"none\">not evaluated</span>"
-            return "<span class=\"pass\">passed</span>" if c.passed else \
-                "<span class=\"fail\">failed</span>"
         parts.append(_table(["asset", "check", "result", "when", "detail"], [
-            [_e(c.asset), _e(c.check), verdict(c), _when(c.at), _e(c.detail)]
+            [_e(c.asset), _e(c.check), VERDICTS[c.passed], _when(c.at), _e(c.detail)]
             for c in report.checks]))
         parts.append(_table(["product", "last landed"], [
             [_e(x.asset), _when(x.at) or "<span class=\"none\">never</span>"]

@@ -8,11 +8,13 @@ from stdin, each result printed; `.quit` or end of input stops.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import sys
 import tempfile
 import uuid
+from contextlib import redirect_stdout
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -103,22 +105,15 @@ def show(rel: duckdb.DuckDBPyRelation | None, max_rows: int, out: TextIO) -> Non
     if rel is None:  # a statement without a result (SET, PRAGMA ...)
         return
     width = shutil.get_terminal_size((200, 40)).columns
+    buf = io.StringIO()
     try:
-        text = _render(rel, max_rows, width)
+        with redirect_stdout(buf):  # DuckDB prints the table itself
+            rel.show(max_rows=max_rows, max_width=max(width, 80))
     except duckdb.Error as exc:
         raise QueryError(_why(exc)) from None
+    text = buf.getvalue()
     out.write(text if text.endswith("\n") else text + "\n")
     out.flush()
-
-
-def _render(rel: duckdb.DuckDBPyRelation, max_rows: int, width: int) -> str:
-    import io
-    from contextlib import redirect_stdout
-
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        rel.show(max_rows=max_rows, max_width=max(width, 80))
-    return buf.getvalue()
 
 
 def _result(rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
@@ -130,10 +125,6 @@ def _result(rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
         raise QueryError(_why(exc)) from None
 
 
-def _quote_name(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _projection(result: pa.Table, fmt: str) -> str:
     """The select list COPY writes: in text formats, timestamps as ISO 8601 strings."""
     if fmt == "parquet":
@@ -141,7 +132,7 @@ def _projection(result: pa.Table, fmt: str) -> str:
     iso = []
     for field in result.schema:
         if pa.types.is_timestamp(field.type):
-            col = _quote_name(field.name)
+            col = '"' + field.name.replace('"', '""') + '"'
             # DuckDB prints `2025-01-30 12:00:00+00`; ISO 8601 (and RFC 3339) wants the `T`
             # and an offset of hours and minutes
             iso.append(f"regexp_replace(replace({col}::varchar, ' ', 'T'), "
