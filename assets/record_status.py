@@ -1,9 +1,6 @@
-"""Each record's connection status and last callbacks, from the inbox, as the `records` table.
-
-One row per record: connected, disconnected or reauth_required; the last callback of all;
-and per product (auth, identity, accounts, balance, transactions, income, payment) the code
-and time of its last callback, so `INCOME_FAILED` or a missing TRANSACTIONS shows at a glance.
-"""
+"""Each record's connection status and last callbacks, from the inbox, as the `records` table
+(its columns: resources/tables.py), so `INCOME_FAILED` or a missing TRANSACTIONS shows at a
+glance."""
 
 import pyarrow as pa
 from dagster import AssetExecutionContext, MaterializeResult, asset

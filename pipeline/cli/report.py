@@ -19,9 +19,8 @@ from pathlib import Path
 
 import duckdb
 
+from pipeline.status import PRODUCTS
 from resources.inbox import RECORD_ID
-
-PRODUCTS = ("accounts", "balances", "transactions", "income", "identity", "payments")
 
 
 class ReportError(Exception):
