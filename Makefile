@@ -72,11 +72,11 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 # the generated pages: docs/cli.md from the command line's parser, docs/columns.md from the
-# pandera models; a test fails when either differs from what its source says
+# column declarations (resources/tables.py); a test fails when either is stale
 .PHONY: docs
 docs: setup
 	$(VENV)/bin/python -m pipeline.cli.reference
-	$(VENV)/bin/python -m assets.catalog
+	$(VENV)/bin/python -m assets.warehouse
 
 dev: setup
 	$(VENV)/bin/ledgerlake dev

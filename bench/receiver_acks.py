@@ -242,11 +242,13 @@ def receiver_load(work: Path, rate: float, seconds: float) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--customers", type=int, default=40,
-                        help="new customers whose landing sets the pipeline's rate")
+                        help="new customers (1 to 100) whose landing sets the pipeline's rate")
     parser.add_argument("--seconds", type=float, default=20.0,
                         help="seconds of callbacks at the target rate")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the results go")
     args = parser.parse_args()
+    if not 1 <= args.customers <= 100:  # the sandbox creates at most 100 customers a call
+        parser.error("--customers must be 1 to 100")
     with tempfile.TemporaryDirectory(prefix="ledgerlake-receiver-") as tmp:
         work = Path(tmp)
         pipeline = pipeline_rate(work, args.customers)
