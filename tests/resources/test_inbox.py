@@ -430,6 +430,15 @@ def test_a_refused_body_is_kept_with_its_personal_values_masked():
     assert scrubbed(f'{{"to": "{email}", "n": 12345}}'.encode()) == b'{"to":"***@***","n":12345}'
 
 
+def test_a_refused_body_nested_deeper_than_json_is_written_is_masked_as_it_came():
+    """A body that parses but nests deeper than orjson writes (255 levels) cannot be written
+    again with its members nulled: it is kept as it came, masked, and nothing raises."""
+    bvn = "22012345678"
+    raw = (f'{{"customerBvn": "{bvn}", "x": '.encode() + b'{"a":' * 300 + b"1" + b"}" * 300
+           + b"}")
+    assert scrubbed(raw) == raw.replace(bvn.encode(), b"***")
+
+
 def test_payloads_are_a_records_bodies_of_the_methods_asked_oldest_first(inbox, make):
     rec, other = make.record_id(), make.record_id()
     bodies = [make.callback(rec, "PAYMENT", "PAYMENT_SUCCESS", ended_at=f"2026-01-01T0{i}:00:00Z",
@@ -570,6 +579,14 @@ def test_record_ids_come_in_pages_after_a_key(inbox, make):
     assert inbox.record_ids("rec-a", limit=1, status="connected") == ["rec-c"]
 
 
+def test_a_page_of_record_ids_is_1000_unless_asked_otherwise(inbox, make):
+    ids = [f"rec-{i:04d}" for i in range(1001)]
+    inbox.add_described([(describe(b), kept_body(b))
+                         for b in (make.callback(r, "AUTH", "AUTH_SUCCESS") for r in ids)])
+    assert inbox.record_ids() == ids[:1000]
+    assert inbox.record_ids(ids[999]) == ids[1000:]
+
+
 # -- what the pipeline made of each record: its landing state per product -------------------
 
 def landing(record: str, product: str, outcome: str, run_id: str, at: float, **kw
@@ -635,6 +652,19 @@ def test_landing_states_are_read_by_record_product_outcome_and_run(inbox, make):
     assert len(inbox.landings()) == 5
 
 
+def test_landings_that_fail_part_way_leave_nothing_and_the_next_are_kept(inbox):
+    """A batch of states is kept whole or not at all: the fault is the caller's to see, and
+    the inbox takes the next batch."""
+    with pytest.raises((OverflowError, psycopg2.DataError)):  # a count no database holds
+        inbox.note_landings([landing("rec-a", "accounts", "landed", "run1", 1.0, row_count=3),
+                             landing("rec-b", "accounts", "landed", "run1", 1.0,
+                                     row_count=2**63)])
+    assert inbox.landings() == []
+    inbox.note_landings([landing("rec-a", "accounts", "held", "run2", 2.0)])
+    assert [(s.record, s.outcome, s.run_id) for s in inbox.landings()] == [
+        ("rec-a", "held", "run2")]
+
+
 def test_stale_counts_the_connected_records_not_published_since_a_cutoff(inbox, make):
     """What the freshness check reads: of the connected records whose product was published
     once, how many have not been since the cutoff, and the first of them."""
@@ -656,3 +686,11 @@ def test_stale_counts_the_connected_records_not_published_since_a_cutoff(inbox, 
     assert inbox.stale("balances", 250.0) == (3, 2, ["rec-a", "rec-e"])
     assert inbox.stale("balances", 350.0) == (3, 3, ["rec-a", "rec-b", "rec-e"])
     assert inbox.stale("income", 350.0) == (0, 0, [])
+
+
+def test_stale_names_the_first_20_unless_asked_otherwise(inbox, make):
+    ids = [f"rec-{i:02d}" for i in range(21)]
+    inbox.add_described([(describe(b), kept_body(b))
+                         for b in (make.callback(r, "AUTH", "AUTH_SUCCESS") for r in ids)])
+    inbox.note_landings([landing(r, "balances", "landed", "run1", 100.0) for r in ids])
+    assert inbox.stale("balances", 200.0) == (21, 21, ids[:20])
