@@ -227,8 +227,9 @@ TABLES: dict[str, Table] = {
             check=at_least(0)),
         Col("currency", TEXT, ISO, PUBLIC, check=CURRENCY),
         Col("ref", TEXT, "the payment's reference", PUBLIC),
-        Col("debit_account", TEXT, "the account paid from", PERSONAL),  # account numbers
-        Col("credit_account", TEXT, "the account paid to", PERSONAL),
+        # account numbers: the inbox keeps them masked (resources/inbox/store.py)
+        Col("debit_account", TEXT, "the account paid from, its last 4 digits", PERSONAL),
+        Col("credit_account", TEXT, "the account paid to, its last 4 digits", PERSONAL),
         Col("source", TEXT, "how the payment was started, e.g. link", PUBLIC),
         Col("interbank_response_code", TEXT, "the interbank network's response code", PUBLIC),
         Col("bank_response_code", TEXT, "the bank's response code", PUBLIC),

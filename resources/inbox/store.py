@@ -295,13 +295,23 @@ def _naming_members(method: str, payload: dict) -> dict | None:
                            "or are nested too deeply") from None
 
 
-# Members of a callback that hold personal data: every callback carries the customer's emails
-# and BVN, IDENTITY's the whole identity (spec, "Callback fields"). The inbox keeps the body
-# without their values: nothing reads them from it (the identity asset fetches /identity/get
-# and seals what it keeps), and callbacks are kept for good (docs/privacy.md).
-PERSONAL_MEMBERS = ("customerEmail", "customerBvn", "identity")
+# Members of a callback that hold personal data, as paths into the body, for every kind the
+# spec defines (spec, "Callback (webhook) payload"; the sandbox's sandbox/callbacks.py builds
+# them): every callback's customer emails and BVN; an account-level callback's account number;
+# IDENTITY's whole identity; ACCOUNTS' account number, holder's and customer's names;
+# PAYMENT's email and the payee's name. The inbox keeps the body without their values:
+# nothing reads them from it (the identity and accounts assets fetch from the service), and
+# callbacks are kept for good (docs/privacy.md). A payment's accounts, which the payments
+# table is made of (assets/payments.py), are kept masked to their last 4 digits.
+PERSONAL_MEMBERS = ("customerEmail", "customerBvn", "identity", "nuban", "account.nuban",
+                    "account.name", "account.customer.name", "payment.email",
+                    "payment.bank_response.DestAccName")
+MASKED_MEMBERS = ("payment.debit_account", "payment.credit_account")
 _EMAIL = re.compile(rb"[\w.+-]+@[\w-]+(\.[\w-]+)+")
 _DIGITS = re.compile(rb"\+?\d{10,}")  # BVN, NIN, phones, account numbers
+# in a body that does not parse: the string values of members named like a personal one
+_NAMED = re.compile(rb'"(\w*name|nuban|\w*_account|email)"(\s*):(\s*)"(?:[^"\\]|\\.)*"',
+                    re.IGNORECASE)
 
 
 def _file_id(path: Path) -> tuple[int, int]:
@@ -310,18 +320,36 @@ def _file_id(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
+def _last4(value: str) -> str:
+    """`******6285`: the last 4 characters of a long value, the rest starred (as
+    resources/privacy.py's mask_digits)."""
+    keep = value[-4:] if len(value) > 6 else ""
+    return "*" * (len(value) - len(keep)) + keep
+
+
 def kept_body(payload: dict) -> bytes:
-    """The body as the inbox keeps it: the payload with its personal members' values null."""
-    kept = payload.copy()  # its members stay in their order
-    for key in PERSONAL_MEMBERS:
-        if key in kept:
-            kept[key] = None
+    """The body as the inbox keeps it: its personal members' values null, a payment's
+    accounts masked (`PERSONAL_MEMBERS`)."""
+    kept = payload.copy()  # its members stay in their order; nested objects copied as changed
+    for path in PERSONAL_MEMBERS + MASKED_MEMBERS:
+        *parents, leaf = path.split(".")
+        at = kept
+        for key in parents:
+            if not isinstance(at.get(key), dict):
+                break
+            at[key] = at = at[key].copy()
+        else:
+            if leaf in at:
+                value = at[leaf]
+                at[leaf] = None if path in PERSONAL_MEMBERS or not isinstance(value, str) \
+                    else _last4(value)
     return orjson.dumps(kept)
 
 
 def scrubbed(raw: bytes) -> bytes:
-    """A refused body as the dead letters keep it: its personal members nulled if it parses,
-    and anything shaped like an email or a long number masked in any case."""
+    """A refused body as the dead letters keep it: its personal members nulled if it parses;
+    in any case members named like a personal one nulled, and anything shaped like an email
+    or a long number masked."""
     try:
         payload = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -329,6 +357,7 @@ def scrubbed(raw: bytes) -> bytes:
     if isinstance(payload, dict):
         with contextlib.suppress(orjson.JSONEncodeError):  # deeper than orjson writes (255)
             raw = kept_body(payload)
+    raw = _NAMED.sub(rb'"\1"\2:\3null', raw)
     return _DIGITS.sub(b"***", _EMAIL.sub(b"***@***", raw))
 
 

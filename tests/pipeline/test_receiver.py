@@ -404,9 +404,77 @@ def test_personal_values_are_not_kept_in_the_inbox_or_its_dead_letters(receiver,
     assert again.json() == {**resp.json(), "duplicate": True}
     refused = post(receiver, None, raw=f'{{"bvn": "{bvn}", "to": "{email}"}}'.encode())
     assert refused.status_code == 400
+    # an account's holder in a body cut short, and in one whose record id is refused
+    account = {"nuban": "0123456789", "name": "ZINNIA QUARTERBRIDGE",
+               "customer": {"_id": "c1", "name": "Zinnia Quarterbridge"}}
+    cut = orjson.dumps(make.callback("rec9", account=account))[:-40]
+    assert post(receiver, None, raw=cut).status_code == 400
+    assert post(receiver, make.callback("../x", account=account)).status_code == 400
     with Inbox(receiver.inbox) as inbox:
         (event,) = inbox.after(0)
         kept = orjson.dumps(event.body) + b"".join(b for _, b in inbox.dead_letters())
+        assert len(inbox.dead_letters()) == 3
     assert (event.method, event.record) == ("IDENTITY", "rec9")
     assert event.body["customerBvn"] is None and event.body["identity"] is None
-    assert [v for v in (bvn, email, phone) if v.encode() in kept] == []
+    assert [v for v in (bvn, email, phone, "0123456789", "ZINNIA", "Zinnia") if v.encode()
+            in kept] == []
+
+
+# every kind of event the spec defines, as the sandbox sends them: (method, code)
+EVERY_KIND = {("AUTH", "AUTH_SUCCESS"), ("AUTH", "VERIFICATION_EXPIRED"),
+              ("IDENTITY", "PRODUCT_IS_READY"), ("ACCOUNTS", "ACCOUNTS_SUCCESS"),
+              ("BALANCE", "BALANCE_SUCCESS"), ("PERIODIC_BALANCE", "BALANCE_SUCCESS"),
+              ("TRANSACTIONS", "PRODUCT_IS_READY"),
+              ("PERIODIC_TRANSACTIONS", "PRODUCT_IS_READY"), ("PAYMENT", "PAYMENT_SUCCESS"),
+              ("PAYMENT_RECURRING", "PAYMENT_SUCCESS"), ("USER_REAUTH", "USER_REAUTH"),
+              ("USER_DISCONNECT", "USER_DISCONNECT")}
+
+
+def test_no_kind_of_callback_the_sandbox_sends_leaves_a_personal_value_in_the_inbox(
+        sandbox, receiver, tmp_path):
+    """A customer goes through everything the spec has callbacks for (products, periodic
+    products, a payment and its schedule, a reset login, a disconnect, an expired
+    verification): the inbox keeps none of its names, account numbers, BVN, NIN, birth date,
+    phones, emails or addresses, only a payment's accounts masked to their last 4 digits."""
+    from tests.resources.test_privacy import found
+
+    with sandbox.api() as api:
+        api.post("settings/webhook", json={"url": receiver.callback_url,
+                                           "token": receiver.token}).raise_for_status()
+        made = sandbox.control("customers/create", customers=[
+            {"name": "Zinnia Quarterbridge", "accounts": 2, "months": 1},
+            {"login_type": "account_number", "months": 1}])["customers"]
+        rec = made[0]["record"]
+        wait("the first callbacks", lambda: all(
+            d and d["state"] == "acknowledged" for d in deliveries(
+                sandbox, rec, ["ACCOUNTS", "IDENTITY", "TRANSACTIONS"]).values()), 60,
+             every_s=0.2)
+        ident = api.post("identity/get", json={"record": rec}).json()["data"]["identity"][0]
+        accounts = api.post("accounts/get", json={"record": rec}).json()["data"]["accounts"]
+        today = sandbox.control("clock/advance", seconds=1)["now"][:10]
+        paid = sandbox.control("payments/initiate", record=rec, amount=50_000, recurring={
+            "interval": "daily", "start_date": today})["payment"]
+        sandbox.control("clock/advance", seconds=2 * 86400)  # periodic products, a payment
+        sandbox.control("records/reset_login", record=rec)
+        api.post("record/remove", json={"record": rec}).raise_for_status()
+        sandbox.control("clock/advance", seconds=8 * 86400)  # the other's verification expires
+
+    def kinds() -> set[tuple[str, str]]:
+        with Inbox(receiver.inbox) as inbox:
+            return {(e.method, e.code) for e in inbox.after(0, 10_000)}
+
+    wait("every kind of callback", lambda: kinds() >= EVERY_KIND, 60, every_s=0.2)
+    needles = {ident[k] for k in ("bvn", "nin", "dob", "firstname", "middlename", "lastname",
+                                  "fullname")}
+    needles |= {v for k in ("phone", "email", "address", "aliases") for v in ident[k]}
+    needles |= {v for a in accounts for v in (a["nuban"], a["name"], a["customer"]["name"])}
+    assert paid["debit_account"] in needles and len(needles) >= 15
+    needles.add(paid["bank_response"]["DestAccName"])
+    # the inbox's file and its log (the sandbox's own data, beside them, holds them all)
+    hits = found(tmp_path, needles)
+    assert hits and {p: n for p, n in hits.items()
+                     if p.startswith(("inbox.sqlite3", "receiver.log"))} == {}
+    with Inbox(receiver.inbox) as inbox:
+        (payment,) = [e.body["payment"] for e in inbox.after(0, 10_000)
+                      if e.method == "PAYMENT" and e.body["payment"]["_id"] == paid["_id"]]
+    assert payment["debit_account"] == "******" + paid["debit_account"][-4:]
