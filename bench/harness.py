@@ -31,6 +31,9 @@ RESULTS = ROOT / "bench" / "results"
 README = ROOT / "bench" / "README.md"
 # the sandbox as the ingest benches read it: no rate limit, and no line added while they read
 STILL = ("--rate-limit", "0", "--addition-limit", "1000000", "--freeze-clock")
+# identity is sealed with a throwaway key, as in the tests (only `ledgerlake keys new`, `demo`
+# and `dev` make a key file)
+os.environ.setdefault("LEDGERLAKE_PII_KEY", secrets.token_hex(32))
 STACK = ("dagster", "deltalake", "duckdb", "pyarrow", "pandas", "httpx")
 
 

@@ -5,8 +5,9 @@ one is never written in clear: the lake holds a masked form analysts read (`****
 `a***@example.com`, the year of birth), a keyed hash of the BVN and NIN (HMAC-SHA256) to join
 on, and the raw values sealed (AES-256-GCM) in `sealed`, which only `ledgerlake reveal` opens.
 The key: LEDGERLAKE_PII_KEY (64 hex digits), or for a local lake a key file,
-LEDGERLAKE_PII_KEY_FILE (default `$LEDGERLAKE_HOME/pii.key`, made on first use, mode 0600);
-the hashing and sealing keys are derived from it. Only `public` columns get statistics in the
+LEDGERLAKE_PII_KEY_FILE (default `$LEDGERLAKE_HOME/pii.key`, mode 0600), which only
+`ledgerlake keys new`, `dev` and `demo` make (`new_key`), never a reader or a writer; the
+hashing and sealing keys are derived from it. Only `public` columns get statistics in the
 Delta log (`stats_columns`), where a file's min and max would outlive the file.
 """
 
@@ -82,20 +83,24 @@ class Keys:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None,
-                 home: Path | None = None, local_lake: bool = True) -> Keys:
-        """LEDGERLAKE_PII_KEY, else the key file (made on first use, for a local lake only:
-        processes on several machines must share one key, which a file here cannot be)."""
+                 local_lake: bool = True) -> Keys:
+        """LEDGERLAKE_PII_KEY, else the key file (for an object-storage lake only when named:
+        processes on several machines must share one key). Never made here: a KeyUnusable
+        saying "no key" and how to give one."""
         env = os.environ if environ is None else environ
         if value := env.get(KEY_VAR):
             if not _HEX_KEY.fullmatch(value.strip()):
                 raise KeyUnusable(f"{KEY_VAR} must be 64 hex digits (32 bytes): make one with "
                                 "`python -c 'import secrets; print(secrets.token_hex(32))'`")
             return cls(bytes.fromhex(value.strip()))
-        path = Path(env.get(KEY_FILE_VAR) or (home or home_from_env(env)) / "pii.key")
+        if not local_lake and KEY_FILE_VAR not in env:
+            raise _no_key_for_object_storage()
+        path = key_file(env)
         if not path.exists():
-            if not local_lake and KEY_FILE_VAR not in env:
-                raise _no_key_for_object_storage()
-            _make_key_file(path)
+            raise KeyUnusable(f"no key: {KEY_VAR} is not set and there is no key file at "
+                              f"{path}. Set {KEY_VAR} (64 hex digits) from your secret store, "
+                              f"or put the key file back (or name it with {KEY_FILE_VAR}); "
+                              "for a new lake, `ledgerlake keys new` makes one")
         text = path.read_text().strip()
         if not _HEX_KEY.fullmatch(text):
             raise KeyUnusable(f"{path} does not hold a key (64 hex digits)")
@@ -153,8 +158,25 @@ def _no_key_for_object_storage() -> KeyUnusable:
                        "(64 hex digits) from your secret store")
 
 
-def _make_key_file(path: Path) -> None:
-    """A new random key, written whole or not at all; a concurrent maker's key wins."""
+def key_file(environ: Mapping[str, str] | None = None) -> Path:
+    """Where the key file is: LEDGERLAKE_PII_KEY_FILE, else `$LEDGERLAKE_HOME/pii.key`."""
+    env = os.environ if environ is None else environ
+    return Path(env.get(KEY_FILE_VAR) or home_from_env(env) / "pii.key")
+
+
+def new_key(environ: Mapping[str, str] | None = None, *, exist_ok: bool = False
+            ) -> Path | None:
+    """Make the key file (`ledgerlake keys new`; `dev` and `demo` with `exist_ok`), mode
+    0600, written whole or not at all (a concurrent maker's key wins): its path, or None when
+    LEDGERLAKE_PII_KEY is set and `exist_ok`. Refuses, saying why, to replace a key."""
+    env = os.environ if environ is None else environ
+    path = key_file(env)
+    if env.get(KEY_VAR) or path.exists():
+        if exist_ok:
+            return None if env.get(KEY_VAR) else path
+        raise KeyUnusable(f"{KEY_VAR} is set: that is the key" if env.get(KEY_VAR) else
+                          f"a key is already at {path}: what it sealed opens only with it; "
+                          "move it away yourself to make another")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -169,6 +191,7 @@ def _make_key_file(path: Path) -> None:
         pass
     finally:
         tmp.unlink()
+    return path
 
 
 # -- masks -------------------------------------------------------------------------------------

@@ -303,6 +303,15 @@ TABLES: dict[str, Table] = {
         Col("files_purged", INT, "data files of older versions the pass removed because "
             "they held the rows", PUBLIC),
         Col("reason", TEXT, "why: request, disconnect, or what the operator wrote", PUBLIC))),
+    # who opened sealed values (pipeline/reveal.py), written before they are shown
+    "reveals": Table(by_record=False, columns=(
+        Col("revealed_at", UTC_US, "when `ledgerlake reveal` opened them (UTC)", PUBLIC),
+        Col("revealed_by", TEXT, "who asked: the operating-system user that ran it", PUBLIC),
+        Col("subject", TEXT, "what was asked for: customer or record", PUBLIC),
+        Col("subject_id", TEXT, "the service's id of that customer or record", PUBLIC),
+        Col("record_id", TEXT, "a record whose sealed values were opened", PUBLIC),
+        Col("opened", TEXTS, "the sealed columns opened, e.g. bvn, phones", PUBLIC),
+        Col("rows", INT, "the record's rows whose values were opened", PUBLIC))),
 }
 
 

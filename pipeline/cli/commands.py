@@ -435,27 +435,34 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 def cmd_reveal(args: argparse.Namespace) -> int:
     import orjson
-    import pyarrow.compute as pc
 
+    from pipeline.reveal import opened
     from resources.config import Settings
-    from resources.privacy import Keys, KeyUnusable, reveal
+    from resources.privacy import Keys, KeyUnusable
 
-    settings = Settings.from_env()
-    lake = _lake(settings)
-    rows = lake.read("identity", args.record)  # a record's files only, with --record
-    if rows is None:
-        return _fail("the lake has no identity table yet", 1)
-    column, value = ("record_id", args.record) if args.record else ("customer_id",
-                                                                   args.customer)
-    rows = rows.filter(pc.equal(rows[column], value))
-    if not rows.num_rows:
-        return _fail(f"no identity of {column.removesuffix('_id')} {value}", 1)
+    lake = _lake(Settings.from_env())
+    subject = "record" if args.record else "customer"
     try:
-        opened = reveal(rows, Keys.from_env(local_lake=lake.is_local))
+        keys = Keys.from_env(local_lake=lake.is_local)
+        found = opened(lake, keys, subject, args.record or args.customer)
     except KeyUnusable as exc:
         return _fail(exc)
-    for item in opened:
+    if not found:
+        return _fail(f"no identity of {subject} {args.record or args.customer}", 1)
+    for item in found:
         sys.stdout.write(orjson.dumps(item).decode() + "\n")
+    return 0
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from resources.privacy import KeyUnusable, new_key
+
+    try:
+        path = new_key()
+    except KeyUnusable as exc:
+        return _fail(exc)
+    print(f"made a new personal-data key at {path} (mode 0600): keep a copy in your secret "
+          "store; what it seals opens only with it")
     return 0
 
 
@@ -591,6 +598,10 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--customer", type=_record, help="the service's customer id")
     who.add_argument("--record", type=_record, help="one record")
     p.set_defaults(func=cmd_reveal)
+
+    p = sub.add_parser("keys", help="make the personal-data key of a local lake")
+    p.add_argument("action", choices=["new"], help="new: make the key file")
+    p.set_defaults(func=cmd_keys)
 
     p = sub.add_parser("demo", help="run the pipeline end to end on a fresh sandbox")
     p.add_argument("--customers", type=_number(int, 1, 100, "customers"), default=3,

@@ -15,6 +15,7 @@ from dagster import DagsterInstance
 
 from pipeline.local import Server, one_box_pools
 from resources.config import home_from_env
+from resources.privacy import new_key
 
 MARKER = ".ledgerlake-demo"
 SUMMARY = """
@@ -130,6 +131,7 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
     try:
         _say(f"sandbox at {sandbox.url}, receiver at {receiver.url}")
         os.environ.update(env)
+        new_key(exist_ok=True)  # the personal-data key, made only by demo, dev, `keys new`
         os.environ["DAGSTER_HOME"] = str(dagster_home(home))
         records = create_customers(api, customers)
         _say(f"created {len(records)} customers; waiting for their callbacks")
@@ -207,6 +209,7 @@ def run_dev(port: int = 3000, customers: int = 3) -> int:
           f"-d '{{\"customers\": [{{\"accounts\": 2}}]}}' "
           f"{sandbox.url}/sandbox/v2/sandbox/customers/create", flush=True)
     child_env = {**os.environ, **env, "DAGSTER_HOME": str(dagster_home(home))}
+    new_key(child_env, exist_ok=True)
     try:
         return subprocess.call([str(Path(sys.executable).with_name("dagster")), "dev", "-w",
                                 str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],

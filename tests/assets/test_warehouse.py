@@ -355,6 +355,7 @@ LAKE = {
                                                           "payment")),
     "erasures": "erasure_id requested_at:ts finished_at:ts subject subject_id record_id "
                 "lake_table rows_deleted:int files_purged:int reason",
+    "reveals": "revealed_at:ts revealed_by subject subject_id record_id opened:list rows:int",
     "landings": "product run_id landed_at:ts outcome row_count:int fetched_rows:int pull "
                 "lake_table lake_version:int error",
     "checks": "product check_name run_id evaluated_at:ts passed:bool blocking:bool "
@@ -378,6 +379,7 @@ VIEWS = {
     "payments": columns(LAKE["payments"] + " record_id amount_kobo:int"),
     "records": columns(LAKE["records"] + " is_connected:bool needs_reauth:bool"),
     "erasures": columns(LAKE["erasures"]),
+    "reveals": columns(LAKE["reveals"]),
     "landings": columns(LAKE["landings"] + " record_id"),
     "checks": columns(LAKE["checks"] + " record_id"),
 }
@@ -468,7 +470,8 @@ def test_views_over_real_rows_type_as_their_empty_forms(sandbox_lake, tmp_path):
     build(root, full)
     build(tmp_path / "nothing", empty)
     assert every_view(full) == every_view(empty) == VIEWS
-    for view in [v for v in VIEWS if v != "erasures"]:  # forget's (tests/pipeline/test_forget)
+    # forget's and reveal's (tests/pipeline/test_forget.py, test_reveal.py)
+    for view in [v for v in VIEWS if v not in ("erasures", "reveals")]:
         n = query(full, f"select count(*) as n from {view}")["n"][0]
         assert n > 0, f"{view} has no rows over the full lake"
     assert query(full, "select amount::varchar as a, amount_kobo from payments").to_dict(
@@ -828,7 +831,8 @@ def test_compaction_and_vacuum_change_no_views_answer(tmp_path):
     build(lake.root, target)
     before = every_views_rows(target)
     assert [v for v in VIEWS if not before[v]] == ["income_summary", "income_streams",
-                                                   "identity", "erasures"]  # not filled here
+                                                   "identity", "erasures",
+                                                   "reveals"]  # not filled here
     tables = ["accounts", "transactions", "balance_history", "balance_periodic", "payments",
               "records", "landings", "checks"]
     on_disk = {t: parquet_on_disk(lake, t) for t in tables}

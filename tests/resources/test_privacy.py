@@ -29,6 +29,7 @@ from resources.privacy import (
     mask_address,
     mask_digits,
     mask_email,
+    new_key,
     protect,
     reveal,
     stats_columns,
@@ -154,18 +155,28 @@ def test_the_env_key_is_the_key(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_local_lake_makes_its_key_file_once_private_and_reuses_it(tmp_path):
+def test_a_key_is_made_only_when_asked_once_private_and_never_replaced(tmp_path):
     env = {"LEDGERLAKE_HOME": str(tmp_path / "home")}
-    first = Keys.from_env(env)
-    path = tmp_path / "home" / "pii.key"
+    with pytest.raises(KeyUnusable, match="no key: LEDGERLAKE_PII_KEY is not set") as none:
+        Keys.from_env(env)  # a reader, or a writer, never makes one
+    assert "ledgerlake keys new" in str(none.value) and KEY_FILE_VAR in str(none.value)
+    assert not (tmp_path / "home").exists()
+    path = new_key(env)
+    assert path == tmp_path / "home" / "pii.key"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     text = path.read_text()
-    again = Keys.from_env(env)
-    assert again.hash("x") == first.hash("x") and path.read_text() == text
+    first, again = Keys.from_env(env), Keys.from_env(env)
+    assert again.hash("x") == first.hash("x")
+    with pytest.raises(KeyUnusable, match="a key is already at"):
+        new_key(env)
+    assert new_key(env, exist_ok=True) == path and path.read_text() == text
     assert [p.name for p in path.parent.iterdir()] == ["pii.key"]  # no temporary left
+    with pytest.raises(KeyUnusable, match=f"{KEY_VAR} is set"):
+        new_key({**env, KEY_VAR: secrets.token_hex(32)})
+    assert new_key({**env, KEY_VAR: secrets.token_hex(32)}, exist_ok=True) is None
     # a file named by LEDGERLAKE_PII_KEY_FILE instead, and a non-local lake may use it
     named = {KEY_FILE_VAR: str(tmp_path / "keys" / "lake.key")}
-    made = Keys.from_env(named)
+    made = Keys.from_env(named) if new_key(named) else None
     assert stat.S_IMODE((tmp_path / "keys" / "lake.key").stat().st_mode) == 0o600
     assert Keys.from_env(named, local_lake=False).hash("x") == made.hash("x") != first.hash("x")
 
@@ -184,10 +195,12 @@ def test_a_lake_in_object_storage_needs_a_shared_key(tmp_path):
 
 
 def test_processes_making_the_key_file_at_once_all_get_one_key(tmp_path):
-    """Two workers of a fresh local lake start together: one key wins, both seal with it."""
+    """Four makers of a fresh local lake's key at once (`demo`, `dev`): one key wins, all
+    seal with it."""
     env = {k: v for k, v in os.environ.items() if k not in (KEY_VAR, KEY_FILE_VAR)}
     env["LEDGERLAKE_HOME"] = str(tmp_path)
-    code = "from resources.privacy import Keys; print(Keys.from_env().hash('x'))"
+    code = ("from resources.privacy import Keys, new_key; new_key(exist_ok=True); "
+            "print(Keys.from_env().hash('x'))")
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
                               stdout=subprocess.PIPE, text=True) for _ in range(4)]
     hashes = {p.communicate(timeout=60)[0].strip() for p in procs}
