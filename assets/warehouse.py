@@ -156,10 +156,26 @@ def snapshot_files(lake: Lake, table: str, as_of: AsOf = None) -> list[str]:
         raise ValueError(f"lake table {table} has no version {pinned} (latest: "
                          f"{lake.version(table)}, or vacuumed)") from exc
     if pinned is not None and (gone := object_store.absent(lake.table_uri(table), files)):
-        raise ValueError(f"lake table {table} as of {pinned}: {len(gone)} of its {len(files)} "
-                         "files were removed by the lake's vacuum (time travel reaches back "
+        said = f"lake table {table} as of {pinned}: {len(gone)} of its {len(files)} files were"
+        if erased := erasures_since(lake, table, pinned):
+            raise ValueError(f"{said} removed by {erased} (`ledgerlake forget`: no version "
+                             "may show the rows it erased; the lake's erasures table says "
+                             "more)")
+        raise ValueError(f"{said} removed by the lake's vacuum (time travel reaches back "
                          "LEDGERLAKE_LAKE_RETENTION_HOURS)")
     return files
+
+
+def erasures_since(lake: Lake, table: str, pinned: datetime | int) -> str:
+    """The erasures that purged files of `table` after `pinned` (a time, or a version their
+    delete followed), as a message names them; "" for none."""
+    rows = lake.read("erasures")
+    rows = [] if rows is None else [
+        r for r in rows.to_pylist() if r["lake_table"] == table and r["files_purged"]
+        and (r["lake_version"] > pinned if isinstance(pinned, int) else
+             r["finished_at"] > pinned)]
+    return ", ".join(f"erasure {r['erasure_id']} (of {r['subject']} {r['subject_id']}, "
+                     f"{r['finished_at']:%Y-%m-%d %H:%M:%S} UTC, {r['reason']})" for r in rows)
 
 
 def lake_source(files: list[str]) -> str:

@@ -127,6 +127,7 @@ def _audit(lake: Lake, done: Erasure, requested: dt.datetime, reason: str) -> No
             counts = done.tables[row["lake_table"]]
             row["rows_deleted"] = counts["rows_deleted"] if first else 0
             row["files_purged"] = counts["files_purged"] if first else 0
+            row["lake_version"] = counts["version"] if first else None
     _write_audit(lake, done, requested, dt.datetime.now(dt.UTC), reason, rows)
 
 

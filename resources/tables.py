@@ -302,6 +302,9 @@ TABLES: dict[str, Table] = {
             "record's row of the pass; 0 on the others)", PUBLIC),
         Col("files_purged", INT, "data files of older versions the pass removed because "
             "they held the rows", PUBLIC),
+        Col("lake_version", INT, "the table's version the pass's delete made (on the "
+            "first record's row): time travel to an older one meets the files it purged",
+            PUBLIC),
         Col("reason", TEXT, "why: request, disconnect, or what the operator wrote", PUBLIC))),
     # who opened sealed values (pipeline/reveal.py), written before they are shown
     "reveals": Table(by_record=False, columns=(

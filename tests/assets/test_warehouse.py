@@ -354,7 +354,7 @@ LAKE = {
                                                           "balance", "transactions", "income",
                                                           "payment")),
     "erasures": "erasure_id requested_at:ts finished_at:ts subject subject_id record_id "
-                "lake_table rows_deleted:int files_purged:int reason",
+                "lake_table rows_deleted:int files_purged:int lake_version:int reason",
     "reveals": "revealed_at:ts revealed_by subject subject_id record_id opened:list rows:int",
     "landings": "product run_id landed_at:ts outcome row_count:int fetched_rows:int pull "
                 "lake_table lake_version:int error",

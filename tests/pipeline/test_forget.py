@@ -239,6 +239,25 @@ def test_forget_a_customer_erases_every_version_and_keeps_the_others(home):
     assert len({r["erasure_id"] for r in erasures_of(lake, A)}) == 2
 
 
+def test_time_travel_to_before_an_erasure_names_it(home):
+    """Not the vacuum: the erasure, by its id, whatever the version or the time asked."""
+    lake, env = home["lake"], home["env"]
+    before, between = lake.version("accounts"), datetime.now(UTC)
+    out = cli(env, "forget", "--customer", A)
+    assert out.returncode == 0, out.stderr
+    (erasure,) = {r["erasure_id"] for r in erasures_of(lake, A)}
+    for as_of in (f"accounts={before}", between.isoformat()):
+        told = cli(env, "sql", "select count(*) from accounts", "--as-of", as_of)
+        assert told.returncode == 2, told.stderr
+        assert f"removed by erasure {erasure} (of customer {A}, " in told.stderr
+        assert "ledgerlake forget" in told.stderr and "vacuum" not in told.stderr
+    assert {r["lake_version"] for r in erasures_of(lake, A) if r["files_purged"]} == {
+        before + 1}
+    after = cli(env, "sql", "select count(*) as n from accounts", "--format", "csv",
+                "--as-of", f"accounts={before + 1}")
+    assert after.returncode == 0 and after.stdout.split() == ["n", "1"], after.stderr
+
+
 def test_a_connected_record_is_kept_unless_told(home):
     lake, env = home["lake"], home["env"]
     with open_inbox(env["LEDGERLAKE_INBOX"], create=True) as inbox:
