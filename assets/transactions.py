@@ -26,6 +26,7 @@ from resources.client import Client
 from resources.client.sdk import tls_context
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
+from resources.privacy import Keys, protect_narrations
 from resources.tables import UTC_MS, schema
 
 from .batch import Batch
@@ -36,6 +37,7 @@ from .publish import Check, Landing, commit, note, product, report, to_land
 from .schemas import Transactions, ValidationFailed, checked_columns, validate
 
 SCHEMA = schema("transactions")  # the lake adds record_id to each row (resources/lake.py)
+SENT = schema("transactions", sent=True)  # as fetched, before the narrations are sealed
 OVERLAP = dt.timedelta(days=3)
 ORDER = [("trans_date", "ascending"), ("transaction_id", "ascending")]
 # Speed (bench/README.md): the next AHEAD records are fetched by FETCHERS threads, two
@@ -113,8 +115,14 @@ def pull_from(existing: pa.Table | None) -> dt.date | None:
 
 
 def fetch(client: Client, record_id: str, start: dt.date | None) -> pa.Table:
-    """The record's transactions from `start` (None: all), following nextPage."""
-    return client.transactions(record_id, from_date=start).select(SCHEMA.names)
+    """The record's transactions from `start` (None: all), following nextPage, as the lake
+    keeps them (narrations protected)."""
+    return protected(client.transactions(record_id, from_date=start).select(SENT.names))
+
+
+def protected(table: pa.Table) -> pa.Table:
+    """Rows as the service sent them, their narrations masked and sealed (docs/privacy.md)."""
+    return protect_narrations(table, Keys.from_env())
 
 
 def audit(client: Client, record_id: str, table: pa.Table) -> list[dict]:
@@ -291,9 +299,9 @@ def fetch_split(client: Client, record_id: str, start: dt.date | None) -> pa.Tab
     bounds.append((cut[-1], None))  # the last range runs to the end
     with ThreadPoolExecutor(SPLIT_RANGES, thread_name_prefix="transactions-range") as ranges:
         parts = list(ranges.map(lambda b: client.transactions(
-            record_id, from_date=start, first_page=b[0], last_page=b[1]).select(SCHEMA.names),
+            record_id, from_date=start, first_page=b[0], last_page=b[1]).select(SENT.names),
             bounds))
-    return dedupe(pa.concat_tables(parts))
+    return protected(dedupe(pa.concat_tables(parts)))
 
 
 def full_pulls(context: AssetExecutionContext, config: PullConfig, ids: list[str]) -> set[str]:

@@ -12,12 +12,17 @@ import pwd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.forget import records_of
 from resources import delta
 from resources.lake import Lake
 from resources.privacy import SEALED, Keys, reveal, stats_columns
 from resources.tables import schema
 
 AUDIT = "reveals"
+IDENTITY = pa.schema([(c, schema("identity").field(c).type)
+                      for c in ("customer_id", "sealed")])
+LINES = pa.schema([(c, schema("transactions").field(c).type)
+                   for c in ("transaction_id", "customer_id", "narration_sealed")])
 
 
 def asker() -> str:
@@ -29,15 +34,27 @@ def asker() -> str:
 
 
 def opened(lake: Lake, keys: Keys, subject: str, subject_id: str) -> list[dict]:
-    """The sealed values of the customer's or record's identity rows, opened; audited before
-    they are returned. Empty when the lake has none."""
-    rows = lake.read("identity", subject_id if subject == "record" else None)
-    if rows is None:
-        return []
-    rows = rows.filter(pc.equal(rows[f"{subject}_id"], subject_id))
-    out = reveal(rows, keys)  # a wrong key raises here: nothing was opened, nothing audited
-    counts = pc.value_counts(rows["record_id"]).to_pylist()
-    audit(lake, subject, subject_id, {c["values"]: (list(SEALED), c["counts"]) for c in counts})
+    """The sealed values of the customer's or record's identity rows and transaction lines
+    (their raw narrations), opened (a wrong key raises before anything is), and audited
+    before they are returned. Empty when the lake has none."""
+    records = [subject_id] if subject == "record" else records_of(lake, subject_id)
+    people = lake.read_many("identity", records, IDENTITY)
+    lines = lake.read_many("transactions", records, LINES)
+    out, done = [], {}
+    for record in records:
+        rows = people.get(record, IDENTITY.empty_table())
+        rows = rows.filter(pc.equal(rows["customer_id"], subject_id)) \
+            if subject == "customer" else rows
+        sealed = lines.get(record, LINES.empty_table())
+        sealed = sealed.filter(pc.is_valid(sealed["narration_sealed"])).to_pylist()
+        out += reveal(rows.append_column("record_id", pa.repeat(record, rows.num_rows)), keys)
+        out += [{"customer_id": t["customer_id"], "record_id": record,
+                 "transaction_id": t["transaction_id"],
+                 **keys.open(t["narration_sealed"], t["customer_id"] or "")} for t in sealed]
+        columns = [*(SEALED if rows.num_rows else ()), *(["narration"] if sealed else ())]
+        if columns:
+            done[record] = (columns, rows.num_rows + len(sealed))
+    audit(lake, subject, subject_id, done)
     return out
 
 

@@ -97,7 +97,9 @@ TRANSACTION_WIRE = pa.struct(
     + [(name, pa.string()) for name in ("ref", "branch", "code", "env", "created_at",
                                         "last_updated")])
 
-TRANSACTION_SCHEMA = schema("transactions")  # the lake's columns, in the order built below
+# the lake's columns as the service sends them, in the order built below (the lake seals the
+# narrations: resources/privacy.py)
+TRANSACTION_SCHEMA = schema("transactions", sent=True)
 
 
 def ref(value: object) -> object:

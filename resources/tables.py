@@ -130,9 +130,10 @@ TABLES: dict[str, Table] = {
         Col("balance", MONEY, "the running balance after the line, naira; null while the "
             "line is pending", PUBLIC),
         Col("currency", TEXT, ISO, PUBLIC, check=CURRENCY, nullable=False),
-        # a narration may name a person or hold a phone number
-        Col("narration", TEXT, "what the bank wrote on the line (the service's notes.desc)",
-            PERSONAL),
+        # a narration may name a person or hold a phone or account number
+        Col("narration", TEXT, "what the bank wrote on the line (the service's notes.desc), "
+            "each run of 7 or more digits masked to its last 4 (`***4567`; the raw "
+            "narration is sealed)", PERSONAL),
         Col("topics", TEXTS, "the service's tags of the line (notes.topics), e.g. income, "
             "airtime", PUBLIC),
         Col("ref", TEXT, "the bank's reference of the line", PUBLIC),
@@ -140,7 +141,10 @@ TABLES: dict[str, Table] = {
         Col("code", TEXT, "the bank's transaction code", PUBLIC),
         Col("env", TEXT, ENV, PUBLIC),
         Col("created_at", UTC_MS, "when the service first saw the line (UTC)", PUBLIC),
-        Col("last_updated", UTC_MS, "when the service last changed the line (UTC)", PUBLIC))),
+        Col("last_updated", UTC_MS, "when the service last changed the line (UTC)", PUBLIC),
+        Col("narration_sealed", pa.binary(), "the raw narration, encrypted (AES-256-GCM), "
+            "where masking changed it; `ledgerlake reveal` opens it. Not in the warehouse",
+            SENSITIVE, only="lake"))),
     "income": Table(key=("customer_id",), columns=(
         Col("income_id", TEXT, "the service's id of the income estimate", PUBLIC),
         Col("customer_id", TEXT, "the customer the estimate is of", PUBLIC),

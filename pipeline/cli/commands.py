@@ -448,7 +448,8 @@ def cmd_reveal(args: argparse.Namespace) -> int:
     except KeyUnusable as exc:
         return _fail(exc)
     if not found:
-        return _fail(f"no identity of {subject} {args.record or args.customer}", 1)
+        return _fail(f"nothing sealed of {subject} {args.record or args.customer} in the "
+                     "lake", 1)
     for item in found:
         sys.stdout.write(orjson.dumps(item).decode() + "\n")
     return 0

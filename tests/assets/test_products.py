@@ -7,6 +7,7 @@ client or asset bug cannot hide behind itself.
 from __future__ import annotations
 
 import json
+import re
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -28,6 +29,7 @@ from resources.lake import Lake
 from resources.privacy import Keys, reveal
 from tests.bad_service import BadPages
 from tests.conftest import connected, land, noted
+from tests.resources.test_privacy import found
 
 PRODUCTS = [accounts, balances, transactions, income, identity]
 
@@ -126,14 +128,24 @@ def test_transactions_match_the_api(shared_sandbox, landed):
     assert table.num_rows == len(wire) > 0
     assert table["transaction_id"].to_pylist() == [t["_id"] for t in wire]
     by_id = {t["_id"]: t for t in wire}
+    keys, masked = Keys.from_env(), 0
     for row in table.slice(0, 500).to_pylist():
         src = by_id[row["transaction_id"]]
-        assert row["narration"] == src["notes"]["desc"]
+        desc = src["notes"]["desc"]  # a phone, a bill or card number: 7 digits or more
+        assert row["narration"] == re.sub(r"\d{3,}(\d{4})", r"***\1", desc)
+        if row["narration"] != desc:  # the raw one sealed, to its customer
+            masked += 1
+            assert keys.open(row["narration_sealed"], row["customer_id"]) == {"narration": desc}
+        else:
+            assert row["narration_sealed"] is None
         signed = (src["credit"] or 0) - (src["debit"] or 0)
         assert row["amount"] == signed  # exact: Decimal on both sides
         assert row["balance"] == src["balance"]
         assert (row["amount"] > 0) == (src["credit"] is not None)
     assert set(table["record_id"].to_pylist()) == {made["record"]}  # its rows, only its
+    assert masked > 10
+    long_runs = {d for t in wire for d in re.findall(r"\d{7,}", t["notes"]["desc"])}
+    assert len(long_runs) > 10 and found(Path(lake) / "transactions", long_runs) == {}
 
 
 def test_balances_snapshot_and_periodic(shared_sandbox, landed):

@@ -253,11 +253,14 @@ def test_a_big_lone_record_is_fetched_as_page_ranges_at_once(box, monkeypatch):
     with client(box, page_size=9) as c:
         whole = tx.fetch(c, rid, None)
         assert whole.num_rows > 4 * 9
-        assert tx.fetch_split(c, rid, None).equals(whole)
+        unsealed = ["narration_sealed"]  # sealed anew each time (a fresh nonce)
+        assert tx.fetch_split(c, rid, None).drop_columns(unsealed).equals(
+            whole.drop_columns(unsealed))
         start = (pc.max(whole["trans_date"]).as_py() - dt.timedelta(days=10)).date()
         window = tx.fetch(c, rid, start)
         assert tx.SPLIT_ROWS <= window.num_rows < whole.num_rows
-        assert tx.fetch_split(c, rid, start).equals(window)
+        assert tx.fetch_split(c, rid, start).drop_columns(unsealed).equals(
+            window.drop_columns(unsealed))
 
 
 def test_many_records_land_chunk_by_chunk(box, tmp_path, monkeypatch):

@@ -34,6 +34,7 @@ def rows(*items) -> pa.Table:
         "ref": ["r"] * n, "branch": ["b"] * n, "code": ["POS"] * n, "env": ["e"] * n,
         "created_at": pa.array([w for _, w, _ in items], TS),
         "last_updated": pa.array([w for _, w, _ in items], TS),
+        "narration_sealed": pa.nulls(n, pa.binary()),
     }, schema=tx.SCHEMA)
 
 

@@ -5,6 +5,7 @@ process over a real lake (tests/pipeline/test_forget.py's)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import stat
@@ -14,7 +15,7 @@ from pathlib import Path
 from pipeline.reveal import AUDIT
 from resources.privacy import SEALED
 from tests.pipeline import test_forget
-from tests.pipeline.test_forget import PEOPLE, R1, R2, R3, A, B, cli, needles
+from tests.pipeline.test_forget import NUBAN, PEOPLE, R1, R2, R3, A, B, cli, needles
 from tests.resources.test_privacy import found
 
 home = test_forget.home  # the fixture: a lake of A's two records and B's one
@@ -64,11 +65,17 @@ def test_every_reveal_is_audited_without_personal_data(home):
     for args, bvn in ((["--customer", A], PEOPLE[A][3]), (["--record", R3], PEOPLE[B][3])):
         out = cli(home["env"], "reveal", *args)
         assert out.returncode == 0 and f'"bvn":"{bvn}"' in out.stdout, out.stderr
+    # the raw narrations too, a line each: the lake and the views show `***6285`
+    lines = [json.loads(line) for line in out.stdout.splitlines() if "narration" in line]
+    assert [(t["record_id"], t["narration"]) for t in lines] == [
+        (R3, f"TRF FROM IRONWOOD BOLANLE {NUBAN[R3]}")] * 3
+    assert {t["transaction_id"] for t in lines} == {f"tx_{R3}_{n}" for n in range(3)}
     rows = audited(home)
     assert sorted((r["subject"], r["subject_id"], r["record_id"]) for r in rows) == [
         ("customer", A, R1), ("customer", A, R2), ("record", R3, R3)]
     me = pwd.getpwuid(os.geteuid()).pw_name
-    assert all(r["revealed_by"] == me and r["opened"] == list(SEALED) and r["rows"] == 1
+    assert all(r["revealed_by"] == me and r["opened"] == [*SEALED, "narration"]
+               and r["rows"] == 1 + 3
                and before <= r["revealed_at"] <= datetime.now(UTC) for r in rows)
     raw = [PEOPLE[A][3], PEOPLE[B][3]]  # their BVNs, and the names and numbers
     assert found(home["root"] / "lake" / AUDIT, [*needles(A), *needles(B), *raw]) == {}
