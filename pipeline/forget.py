@@ -1,10 +1,12 @@
-"""Forgetting a person: their records' rows out of every lake table, the warehouse rebuilt,
-and what was erased (ids and counts, nothing personal) kept in the lake's `erasures` table.
+"""Forgetting a person: their records' rows out of the inbox and every lake table (the
+per-record bookkeeping and `records` included), the warehouse rebuilt, and what was erased
+(ids and counts, nothing personal) kept in the lake's `erasures` table.
 
 Each table's rows go in one commit, and every file of any version that held them is purged
-(`resources/delta.erase`). Each step is idempotent: a pass killed half-way is finished by
-running it again. With LEDGERLAKE_FORGET_ON_DISCONNECT=true a USER_DISCONNECT forgets the
-record by itself (docs/privacy.md, "Forget").
+(`resources/delta.erase`); the inbox's in one transaction (`Inbox.forget`). Each step is
+idempotent: a pass killed half-way is finished by running it again. With
+LEDGERLAKE_FORGET_ON_DISCONNECT=true a USER_DISCONNECT forgets the record by itself
+(docs/privacy.md, "Forget").
 """
 
 # no `from __future__ import annotations`: Dagster reads the op's type hints at runtime
@@ -17,17 +19,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import Config, OpExecutionContext, op
 
-from assets.warehouse import LAKE_TABLES, UNPARTITIONED, Warehouse, build
+from assets.warehouse import LAKE_TABLES, Warehouse, build
 from resources import delta
-from resources.inbox import DISCONNECTED
+from resources.inbox import DISCONNECTED, Inbox
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake, check_record_id
 from resources.privacy import stats_columns
 
 AUDIT = "erasures"
 AUDIT_SCHEMA = LAKE_TABLES[AUDIT]
-# the lake tables a record's rows are erased from: every one kept by record
-TABLES = tuple(t for t in LAKE_TABLES if t not in UNPARTITIONED)
+# the lake tables a record's rows are erased from: every one but the audits
+AUDITS = (AUDIT, "reveals")
+TABLES = tuple(t for t in LAKE_TABLES if t not in AUDITS)
 # the tables that name a customer, where `--customer` looks for their records
 BY_CUSTOMER = ("identity", "accounts", "income", "transactions")
 
@@ -62,20 +65,23 @@ def records_of(lake: Lake, customer: str) -> list[str]:
     return sorted(found)
 
 
-def records_for(lake: Lake, customer: str) -> list[str]:
-    """The records `forget --customer` erases: those the lake's rows name, and those an
-    unfinished pass named (killed after the last table that names customers, its records are
-    found nowhere else)."""
-    return sorted(set(records_of(lake, customer)) | unfinished(lake, customer))
+def records_for(lake: Lake, customer: str, inbox: Inbox | None = None) -> list[str]:
+    """The records `forget --customer` erases: those the lake's rows or the inbox name, and
+    those an unfinished pass named (killed after the last table that names customers, its
+    records are found nowhere else)."""
+    known = inbox.of_customer(customer) if inbox is not None else []
+    return sorted(set(records_of(lake, customer)) | unfinished(lake, customer) | set(known))
 
 
 def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
            customer: str | None = None, records: Sequence[str] | None = None,
            reason: str = "request", rebuild: Callable[[], object] | None = None,
-           progress: Callable[[str], None] = lambda _: None) -> Erasure:
-    """Erase a record's, or a customer's records', rows from `tables`, append what was erased
-    to the audit table, then rebuild the warehouse (`rebuild`). `records`: the customer's, as
-    `records_for` found them already (default: found here)."""
+           progress: Callable[[str], None] = lambda _: None,
+           inbox: Inbox | None = None) -> Erasure:
+    """Erase a record's, or a customer's records', rows from the inbox (first: no status left
+    to land them by) and `tables`, append what was erased to the audit table, then rebuild the
+    warehouse (`rebuild`). `records`: the customer's, as `records_for` found them already
+    (default: found here)."""
     if (record is None) == (customer is None):
         raise ValueError("forget takes a record or a customer, not both or neither")
     requested = dt.datetime.now(dt.UTC)
@@ -83,12 +89,16 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
         subject, subject_id, records = "record", check_record_id(record), [record]
     else:
         subject, subject_id = "customer", check_record_id(customer)
-        records = records_for(lake, customer) if records is None else list(records)
+        records = records_for(lake, customer, inbox) if records is None else list(records)
     done = Erasure(uuid.uuid4().hex, subject, subject_id, records)
     if records:  # what is about to go, first: a pass killed half-way still says so
         _write_audit(lake, done, requested, None, reason,
                      [{"record_id": r, "lake_table": None, "rows_deleted": None,
                        "files_purged": None} for r in records])
+    if inbox is not None:
+        done.tables["inbox"] = {"rows_deleted": inbox.forget(records), "files_purged": 0,
+                                "version": None}
+        progress(f"inbox: {done.tables['inbox']['rows_deleted']} rows deleted")
     # the tables naming customers last: a pass stopped half-way leaves the records findable
     # (records_of) until every other table is erased, so running it again finishes it
     for table in sorted(tables, key=lambda t: t in BY_CUSTOMER):
@@ -157,13 +167,13 @@ def forget_disconnected(context: OpExecutionContext, config: ForgetConfig, lake:
     the event (a newer login) keeps its data. The warehouse is rebuilt once, after them all."""
     with inbox.open() as db:
         gone = [r for r in config.records if db.status(r) == DISCONNECTED]
-    if kept := sorted(set(config.records) - set(gone)):
-        context.log.info(f"connected again since the disconnect, kept: {', '.join(kept)}")
-    for record in gone:
-        done = forget(lake, TABLES, record=record, reason="disconnect",
-                      progress=context.log.info)
-        context.log.info(f"forgot record {record}: {done.rows} rows deleted, {done.files} "
-                         f"files purged (erasure {done.erasure_id})")
+        if kept := sorted(set(config.records) - set(gone)):
+            context.log.info(f"connected again since the disconnect, kept: {', '.join(kept)}")
+        for record in gone:
+            done = forget(lake, TABLES, record=record, reason="disconnect",
+                          progress=context.log.info, inbox=db)
+            context.log.info(f"forgot record {record}: {done.rows} rows deleted, "
+                             f"{done.files} files purged (erasure {done.erasure_id})")
     if gone:
         build(lake.root, warehouse_db.path, warehouse_db.timezone)
         context.log.info("warehouse rebuilt")

@@ -300,8 +300,8 @@ TABLES: dict[str, Table] = {
         Col("subject_id", TEXT, "the service's id of that customer or record", PUBLIC),
         Col("record_id", TEXT, "a record erased (null when the customer had none left)",
             PUBLIC),
-        Col("lake_table", TEXT, "the lake table the counts are of (null on the first rows)",
-            PUBLIC),
+        Col("lake_table", TEXT, "the lake table the counts are of, or `inbox` (null on "
+            "the first rows)", PUBLIC),
         Col("rows_deleted", INT, "rows the pass deleted from the table (on the first "
             "record's row of the pass; 0 on the others)", PUBLIC),
         Col("files_purged", INT, "data files of older versions the pass removed because "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import logging
 import os
@@ -405,29 +406,27 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     lake = _lake(settings)
-    records = [args.record] if args.record else records_for(lake, args.customer)
     try:
         inbox = open_inbox(settings.inbox)
     except InboxMissing:
         inbox = None
     except InboxUnavailable as exc:
         return _fail(f"{exc}; cannot tell whether the records are still connected")
-    try:
+    with inbox or contextlib.nullcontext():
+        records = [args.record] if args.record else records_for(lake, args.customer, inbox)
         connected = [r for r in records if inbox is not None and inbox.status(r) == CONNECTED]
-    finally:
-        if inbox is not None:
-            inbox.close()
-    if connected and not args.even_connected:
-        return _fail(f"{', '.join(connected)} still connected: the service's next callback "
-                     "would land the data again. Remove the record at the service "
-                     "(/record/remove) first, or pass --even-connected")
-    who = f"record {args.record}" if args.record else f"customer {args.customer}"
-    if not records:
-        _fail(f"no record of {who} in the lake; nothing to erase (recorded)")
-    done = forget(lake, TABLES, record=args.record, customer=args.customer,
-                  records=None if args.record else records, reason=args.reason,
-                  rebuild=lambda: build(lake.root, settings.warehouse_path, settings.timezone),
-                  progress=lambda line: print(f"  {line}", file=sys.stderr))
+        if connected and not args.even_connected:
+            return _fail(f"{', '.join(connected)} still connected: the service's next "
+                         "callback would land the data again. Remove the record at the "
+                         "service (/record/remove) first, or pass --even-connected")
+        who = f"record {args.record}" if args.record else f"customer {args.customer}"
+        if not records:
+            _fail(f"no record of {who} in the lake or the inbox; nothing to erase (recorded)")
+        done = forget(lake, TABLES, record=args.record, customer=args.customer,
+                      records=None if args.record else records, reason=args.reason,
+                      rebuild=lambda: build(lake.root, settings.warehouse_path,
+                                            settings.timezone),
+                      progress=lambda line: print(f"  {line}", file=sys.stderr), inbox=inbox)
     print(f"forgot {who}: {len(done.records)} record(s), {done.rows} rows deleted, "
           f"{done.files} files purged; erasure {done.erasure_id} in the lake's erasures table")
     return 0
@@ -577,7 +576,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("forget", help="erase a customer's or a record's data from the lake",
                        description="Delete the rows of a record (or of every record of a "
-                                   "customer) from every lake table, purge every file of any "
+                                   "customer) from the inbox and every lake table, purge "
+                                   "every file of any "
                                    "version that held them, rebuild the warehouse, and record "
                                    "the ids and counts in the lake's erasures table. Run it "
                                    "again if it was stopped: it finishes.")

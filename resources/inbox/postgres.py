@@ -239,6 +239,9 @@ class PostgresInbox(Inbox):
         return self._db.execute("begin; select pg_advisory_xact_lock(?)" + then,
                                 (WRITE_LOCK, *params))
 
+    def _truncate_log(self) -> None:
+        """Postgres keeps deleted rows until VACUUM reuses their space (docs/privacy.md)."""
+
     @_retried
     def check(self) -> None:
         """Raise InboxUnavailable unless the database answers one indexed read."""
@@ -262,6 +265,8 @@ class PostgresInbox(Inbox):
     payloads = _retried(Inbox.payloads)
     record_ids = _retried(Inbox.record_ids)
     note_landings = _retried(Inbox.note_landings)
+    forget = _retried(Inbox.forget)
+    of_customer = _retried(Inbox.of_customer)
     stale = _retried(Inbox.stale)
     _landings = _retried(Inbox.landings)
     _mark_replayed = _retried(Inbox.mark_replayed)

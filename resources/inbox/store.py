@@ -466,6 +466,7 @@ class Inbox:
         try:
             self._db.execute("pragma journal_mode=wal")
             self._db.execute("pragma synchronous=full")  # committed means on disk
+            self._db.execute("pragma secure_delete=on")  # what forget deletes is overwritten
             if not self._db.execute("select 1 from sqlite_master where type = 'table'"
                                     " and name = 'landings'").fetchone():
                 self._begin_write()  # two openers of a new file make its tables once
@@ -629,6 +630,59 @@ class Inbox:
         with self._lock:
             self._db.execute("insert into dead_letters (received_at, reason, body) values (?,?,?)",
                              (time.time(), reason, body))
+
+    def forget(self, records: Sequence[str]) -> int:
+        """Delete every row of `records` (`ledgerlake forget`, pipeline/forget.py), in one
+        transaction: their events and bodies (a connection event naming others forgets only
+        these), their status, products and landings, and the dead letters that name them or
+        their customers. Deleted content is overwritten (`secure_delete`) and the log
+        truncated. Returns the rows deleted."""
+        ids = sorted(set(records))
+        if not ids:
+            return 0
+        with self._lock:
+            self._begin_write()
+            try:
+                deleted = self._forget(ids)
+                self._db.execute("commit")
+            except BaseException:
+                self._db.execute("rollback")
+                raise
+            self._truncate_log()
+        return deleted
+
+    def _forget(self, ids: list[str]) -> int:
+        named = [r[0] for r in self._db.execute(
+            f"select customer from records where {self.IDS_IN} and customer is not null",
+            [self._ids(ids)])] + ids
+        deleted, gone = 0, set(ids)
+        for event, affects in self._db.execute("select id, affects from events where record"
+                                               " is null and affects is not null").fetchall():
+            was = orjson.loads(affects)
+            if left := [r for r in was if r not in gone]:
+                if len(left) < len(was):
+                    self._db.execute("update events set affects = ? where id = ?",
+                                     (orjson.dumps(left).decode(), event))
+            else:
+                deleted += self._db.execute("delete from events where id = ?",
+                                            (event,)).rowcount
+        for table in ("events", "record_products", "landings", "records"):
+            deleted += self._db.execute(f"delete from {table} where {self.IDS_IN}",
+                                        [self._ids(ids)]).rowcount
+        letters = [(i,) for i, body in self._db.execute("select id, body from dead_letters")
+                   if any(n.encode() in bytes(body) for n in named)]
+        self._db.executemany("delete from dead_letters where id = ?", letters)
+        return deleted + len(letters)
+
+    def _truncate_log(self) -> None:
+        """What a forget deleted leaves the write-ahead log too."""
+        self._db.execute("pragma wal_checkpoint(truncate)")
+
+    def of_customer(self, customer: str) -> list[str]:
+        """The records the inbox knows of `customer`."""
+        with self._lock:
+            return [r[0] for r in self._db.execute(
+                "select record from records where customer = ? order by record", (customer,))]
 
     def mark_replayed(self, records: Iterable[str], at: float | None = None) -> None:
         at = time.time() if at is None else at

@@ -20,13 +20,13 @@ import pyarrow.compute as pc
 import pytest
 
 from assets import identity as identity_module
-from assets.warehouse import LAKE_TABLES, UNPARTITIONED, Warehouse, build
+from assets.warehouse import LAKE_TABLES, Warehouse, build
 from pipeline.forget import BY_CUSTOMER, audit, forget, records_of
 from pipeline.jobs import forget_job
 from pipeline.sensors import plan
 from resources import delta
 from resources.config import ConfigError, Settings
-from resources.inbox import open_inbox
+from resources.inbox import LandingState, open_inbox
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import CLASSES, PUBLIC, Keys, protect, protect_narrations
@@ -35,7 +35,7 @@ from tests.conftest import callback, disconnect
 from tests.resources.test_privacy import found
 
 REPO = Path(__file__).resolve().parents[2]
-ERASABLE = [t for t in LAKE_TABLES if t not in UNPARTITIONED]  # what `forget` erases
+ERASABLE = [t for t in LAKE_TABLES if t not in ("erasures", "reveals")]  # what forget erases
 MONEY = pa.decimal128(18, 2)
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
@@ -101,7 +101,11 @@ def record_rows(record: str, gen: int) -> dict[str, pa.Table]:
         "payments": rows("payments", [{
             "payment_id": f"pay_{record}", "status": "successful", "amount": Decimal("5000.00"),
             "currency": "NGN", "debit_account": NUBAN[record], "created_at": when}]),
-        # what the pipeline noted of each landing and check of the record
+        # what the inbox says of the record, and what the pipeline noted of each landing and
+        # check of it
+        "records": rows("records", [{
+            "record_id": record, "status": "connected", "status_at": T0,
+            "accounts_code": "ACCOUNTS_SUCCESS", "accounts_at": when}]),
         "landings": rows("landings", [{
             "product": "accounts", "run_id": f"run-{gen}", "landed_at": when,
             "outcome": "landed", "row_count": 1, "lake_table": "accounts"}]),
@@ -119,7 +123,9 @@ def write_lake(root: Path) -> Lake:
         parts = {r: record_rows(r, gen) for r in OWNER}
         for table in ERASABLE:
             by_record = {r: parts[r][table] for r in OWNER}
-            if table in ("balance_history", "landings", "checks"):
+            if table == "records":  # rebuilt whole from the inbox, not kept by record
+                lake.write(table, None, pa.concat_tables(by_record.values()))
+            elif table in ("balance_history", "landings", "checks"):
                 lake.append(table, by_record, LAKE_TABLES[table])
             else:
                 lake.replace(table, by_record, LAKE_TABLES[table])
@@ -163,7 +169,7 @@ def of(counted: dict, *records: str) -> dict:
 def in_views(warehouse: Path) -> dict[str, set[str]]:
     """The records each view over a record's rows shows."""
     views = ["accounts", "transactions", "balance_history", "identity", "income_summary",
-             "income_streams", "payments"]
+             "income_streams", "payments", "records", "landings", "checks"]
     with duckdb.connect(str(warehouse), read_only=True) as con:
         return {v: {r for (r,) in con.execute(f"select distinct record_id from {v}").fetchall()}
                 for v in views}
@@ -256,6 +262,44 @@ def test_time_travel_to_before_an_erasure_names_it(home):
     after = cli(env, "sql", "select count(*) as n from accounts", "--format", "csv",
                 "--as-of", f"accounts={before + 1}")
     assert after.returncode == 0 and after.stdout.split() == ["n", "1"], after.stderr
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_forget_empties_the_inbox_of_the_records_and_keeps_the_others(home, request, store):
+    """Events and their bodies, statuses, products, landing states, dead letters: none of A's
+    records left; B's all there; the audit counts them. The SQLite file keeps no byte of them."""
+    env = home["env"]
+    if store == "postgres":
+        env = {**env, "LEDGERLAKE_INBOX": request.getfixturevalue("postgres_url")}
+    with open_inbox(env["LEDGERLAKE_INBOX"], create=True) as inbox:
+        for record in (R1, R2, R3):
+            inbox.add(callback(record, "AUTH", "AUTH_SUCCESS", customer=OWNER[record]))
+            inbox.add(callback(record, "BALANCE", "BALANCE_SUCCESS", customer=OWNER[record],
+                               account=f"acct_{record}"))
+            inbox.note_landings([LandingState(record, "balances", "landed", "run-1", 1.0)])
+            inbox.dead_letter("bad", f'{{"recordId": "{record}"}}'.encode())
+        inbox.add(disconnect(A, "2026-01-02T00:00:00.000Z", [f"acct_{R1}", f"acct_{R2}"]))
+        inbox.add(disconnect(B, "2026-01-02T00:00:00.000Z", [f"acct_{R3}"]))
+        assert inbox.of_customer(A) == [R1, R2]
+        # open meanwhile, as a receiver's is: the forget's connection is not the last
+        out = cli(env, "forget", "--customer", A, "--even-connected")
+        assert out.returncode == 0, out.stderr
+        if store == "sqlite":  # deleted content overwritten, the write-ahead log emptied
+            hits = found(home["root"], [A, R1, R2])
+            assert [p for p in hits if p.startswith("inbox.sqlite3")] == []
+    # 5 events, 2 statuses, 4 products, 2 landing states, 2 dead letters
+    assert "  inbox: 15 rows deleted" in out.stderr
+    with open_inbox(env["LEDGERLAKE_INBOX"]) as inbox:
+        assert [(e.record, e.records) for e in inbox.after(0)] == [(R3, (R3,))] * 2 + [
+            (None, (R3,))]
+        assert list(inbox.records()) == [R3] and inbox.of_customer(A) == []
+        assert [x.record for x in inbox.landings()] == [R3]
+        assert inbox.dead_letters() == [("bad", f'{{"recordId": "{R3}"}}'.encode())]
+    inboxes = {(r["record_id"], r["rows_deleted"]) for r in erasures_of(home["lake"], A)
+               if r["lake_table"] == "inbox"}
+    assert inboxes == {(R1, 15), (R2, 0)}  # the counts on the first record's row
+    assert of(counts(home["lake"]), R1, R2) == {}  # the lake's `records` table too
+    assert in_views(home["warehouse"])["records"] == {R3}
 
 
 def test_a_connected_record_is_kept_unless_told(home):
