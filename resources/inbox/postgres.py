@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import psycopg2
 
+from .store import SCHEMA as SQLITE_SCHEMA
 from .store import (
     Inbox,
     InboxMissing,
@@ -30,67 +31,25 @@ from .store import (
 WRITE_LOCK = zlib.crc32(b"ledgerlake inbox writers")
 CONNECT_TIMEOUT_S = 10
 
-# the SQLite schema in Postgres types; text compares byte by byte ("C"), as SQLite's does,
-# so ISO times and record ids sort the same whatever the database's collation
-SCHEMA = """
-create table if not exists events (
-    id bigint generated always as identity primary key,
-    identity text collate "C" not null unique,
-    received_at double precision not null,
-    kind text collate "C" not null,
-    method text collate "C",
-    code text collate "C",
-    status text collate "C",
-    record text collate "C",
-    account text collate "C",
-    customer text collate "C",
-    occurred_at text collate "C",
-    affects text collate "C",
-    body bytea not null
-);
-create index if not exists events_record on events (record);
-create index if not exists events_account on events (account);
-create table if not exists dead_letters (
-    id bigint generated always as identity primary key,
-    received_at double precision not null,
-    reason text not null,
-    body bytea not null
-);
-create table if not exists records (
-    record text collate "C" primary key,
-    customer text collate "C",
-    status text collate "C" not null,
-    status_at text collate "C" not null,
-    status_event bigint not null,
-    first_seen double precision not null,
-    last_seen double precision not null,
-    replayed_at double precision
-);
-create index if not exists records_customer on records (customer);
-create table if not exists record_products (
-    record text collate "C" not null,
-    method text collate "C" not null,
-    code text collate "C" not null,
-    status text collate "C",
-    event bigint not null,
-    occurred_at text collate "C" not null,
-    received_at double precision not null,
-    primary key (record, method)
-);
-create table if not exists landings (
-    record text collate "C" not null,
-    product text collate "C" not null,
-    outcome text collate "C" not null,
-    run_id text collate "C" not null,
-    at double precision not null,
-    landed_at double precision,
-    row_count bigint,
-    detail text,
-    primary key (record, product)
-);
-create index if not exists landings_run on landings (run_id, product);
-create index if not exists landings_to_act on landings (outcome) where outcome != 'landed';
-"""
+
+def _schema(sqlite: str) -> str:
+    """The SQLite inbox's schema (resources/inbox/store.py) in Postgres types. Text compares
+    byte by byte ("C"), as SQLite's does, so ISO times and record ids sort the same whatever
+    the database's collation. An event's identity is unique on its own here: `_begin_batch`
+    looks stored events up by identity alone, in the round trip that takes the write lock."""
+    kept = [s.strip() for s in sqlite.split(";") if "index if not exists events_identity" not in s]
+    kept += ["create unique index if not exists events_identity on events (identity)",
+             "create index if not exists events_record on events (record)"]
+    text = ";\n".join(kept) + ";\n"
+    for old, new in (("integer primary key autoincrement",
+                      "bigint generated always as identity primary key"),
+                     (" integer", " bigint"), (" real", " double precision"),
+                     (" blob", " bytea"), (" text", ' text collate "C"')):
+        text = text.replace(old, new)
+    return text
+
+
+SCHEMA = _schema(SQLITE_SCHEMA)
 
 # what a dropped or unreachable server raises (psycopg2's errors for a statement it refused,
 # such as a NOT NULL violation, are not among them: those are the caller's)
