@@ -519,9 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-url", help="the service (default $LEDGERLAKE_API_URL)")
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser("sql", help="query the warehouse (read-only)",
-                       description="Query the warehouse read-only. Without QUERY, read "
-                                   "statements ending with `;` from stdin (`.quit` ends).")
+    p = sub.add_parser("sql", help="query the warehouse (read-only)")
     p.add_argument("query", nargs="?", help="SQL; omit for the interactive prompt")
     p.add_argument("--warehouse", help="DuckDB file (default $LEDGERLAKE_HOME/warehouse.duckdb)")
     p.add_argument("--max-rows", type=_positive, default=40, help="rows a table shows")
@@ -536,11 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the lake's retention (docs/lake.md)")
     p.set_defaults(func=cmd_sql)
 
-    p = sub.add_parser("report", help="one record on one self-contained HTML page",
-                       description="One record on one page: daily balance per account "
-                                   "(charts), monthly inflow, outflow and net, income "
-                                   "streams, the latest checks. A single HTML file with "
-                                   "everything inline (no network when viewed).")
+    p = sub.add_parser("report", help="one record on one self-contained HTML page")
     p.add_argument("record", help="the record id")
     p.add_argument("--output", metavar="FILE",
                    help="where to write (default report-RECORD.html; written aside and "
@@ -548,11 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warehouse", help="DuckDB file (default $LEDGERLAKE_HOME/warehouse.duckdb)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("status", help="each record's products: landed, held, failed, waiting",
-                       description="Each record's products as their last landing left them: "
-                                   "landed, held (a blocking check kept the previous rows), "
-                                   "failed (after the engine's retries), waiting (called "
-                                   "back, not landed).")
+    p = sub.add_parser("status", help="each record's products: landed, held, failed, waiting")
     p.add_argument("records", nargs="*", type=_record, help="only these records")
     p.add_argument("--failed", action="store_true", help="only records with a failed or "
                                                          "held product")
@@ -561,9 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every record, not only the first 1,000 (when none is named)")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("rerun", help="run records' products again now, without a callback",
-                       description="Run records' products again, in this process, recorded "
-                                   "in the Dagster instance like any run (the UI shows them).")
+    p = sub.add_parser("rerun", help="run records' products again now, without a callback")
     p.add_argument("records", nargs="*", type=_record, help="the records to run again")
     p.add_argument("--failed", action="store_true",
                    help="every record with a failed or held product (those products only)")
@@ -574,13 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pull transactions whole, not from the last date seen")
     p.set_defaults(func=cmd_rerun)
 
-    p = sub.add_parser("forget", help="erase a customer's or a record's data from the lake",
-                       description="Delete the rows of a record (or of every record of a "
-                                   "customer) from the inbox and every lake table, purge "
-                                   "every file of any "
-                                   "version that held them, rebuild the warehouse, and record "
-                                   "the ids and counts in the lake's erasures table. Run it "
-                                   "again if it was stopped: it finishes.")
+    p = sub.add_parser("forget", help="erase a customer's or a record's data from the lake")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--customer", type=_record, help="the service's customer id")
     who.add_argument("--record", type=_record, help="one record")
@@ -592,9 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_forget)
 
     p = sub.add_parser("reveal", help="the raw BVN, NIN, birth date and contacts of a "
-                                      "customer (needs the personal-data key)",
-                       description="Open the sealed identity values (JSON lines on stdout) "
-                                   "with LEDGERLAKE_PII_KEY (or the local key file).")
+                                      "customer (needs the personal-data key)")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--customer", type=_record, help="the service's customer id")
     who.add_argument("--record", type=_record, help="one record")
