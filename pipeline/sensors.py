@@ -47,6 +47,7 @@ from resources.lake import Lake
 
 from .forget import forget_disconnected
 from .jobs import forget_job, ingest_job, warehouse_job
+from .status import PRODUCTS
 
 BATCH = 2000  # events per tick; a backlog drains over consecutive ticks
 # A burst of new records' callbacks is spread over as many runs as the instance runs at once
@@ -72,11 +73,8 @@ READY: dict[tuple[str, str], tuple[str, ...]] = {
     ("PAYMENT", "PAYMENT_SUCCESS"): ("payments",),
     ("PAYMENT_RECURRING", "PAYMENT_SUCCESS"): ("payments",),
 }
-# the asset a failure of each method is reported on
-FAILED_ON = {"INCOME": "income", "PAYMENT": "payments", "PAYMENT_RECURRING": "payments",
-             "IDENTITY": "identity", "ACCOUNTS": "accounts", "BALANCE": "balances",
-             "PERIODIC_BALANCE": "balances", "TRANSACTIONS": "transactions",
-             "PERIODIC_TRANSACTIONS": "transactions"}
+# the asset a failure of each method is reported on: the product the method announces
+FAILED_ON = {method: asset for asset, methods in PRODUCTS.items() for method in methods}
 FAILED_CODES = {"INCOME_FAILED", "PAYMENT_FAILED"}
 PERIODIC = {"PERIODIC_BALANCE", "PERIODIC_TRANSACTIONS"}  # sent for every record once a day
 
