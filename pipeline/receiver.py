@@ -256,12 +256,9 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
                                 status_code=503)
         try:
             await anyio.to_thread.run_sync(inbox.check)  # a dropped database is reconnected
-        except InboxUnavailable as exc:  # which names the inbox
-            log.error("health: %s", exc)
-            return JSONResponse({"status": "error", "error": "inbox unavailable"},
-                                status_code=503)
-        except Exception as exc:
-            log.error("health: inbox %s does not answer: %s", inbox.shown, exc)
+        except Exception as exc:  # InboxUnavailable names the inbox, other errors do not
+            log.error("health: %s", exc if isinstance(exc, InboxUnavailable)
+                      else f"inbox {inbox.shown} does not answer: {exc}")
             return JSONResponse({"status": "error", "error": "inbox unavailable"},
                                 status_code=503)
         return JSONResponse({"status": "ok"})
