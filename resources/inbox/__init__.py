@@ -14,10 +14,7 @@ from .store import (
     HELD,
     LANDED_OK,
     NAME,
-    PAYLOADS,
     PERSONAL_MEMBERS,
-    PRODUCTS,
-    REAUTH_REQUIRED,
     RECORD_ID,
     Event,
     Inbox,
@@ -25,7 +22,6 @@ from .store import (
     InboxUnavailable,
     InvalidEvent,
     LandingState,
-    Product,
     RecordState,
     describe,
     is_database_url,
@@ -44,7 +40,7 @@ def open_inbox(location: str | Path, *, create: bool = False) -> Inbox:
     return Inbox(location, create=create)
 
 
-__all__ = ["CONNECTED", "DISCONNECTED", "FAILED", "HELD", "LANDED_OK", "NAME", "PAYLOADS", "PERSONAL_MEMBERS", "PRODUCTS",
-           "REAUTH_REQUIRED", "RECORD_ID", "Event", "Inbox", "InboxMissing", "InboxUnavailable",
-           "InvalidEvent", "LandingState", "Product", "RecordState", "describe", "is_database_url",
-           "kept_body", "open_inbox", "scrubbed"]
+__all__ = ["CONNECTED", "DISCONNECTED", "FAILED", "HELD", "LANDED_OK", "NAME",
+           "PERSONAL_MEMBERS", "RECORD_ID", "Event", "Inbox", "InboxMissing",
+           "InboxUnavailable", "InvalidEvent", "LandingState", "RecordState", "describe",
+           "is_database_url", "kept_body", "open_inbox", "scrubbed"]
