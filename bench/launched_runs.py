@@ -58,7 +58,7 @@ def launched(box: harness.Sandbox, records: list[str], work: Path, timeout_s: fl
     """The daemon launches the sensor's runs, each in its own process; seconds until landed."""
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
-    from pipeline.local import stop_process
+    from pipeline.local import one_box_pools, stop_process
     from resources.inbox import Inbox, describe
     from resources.lake import Lake
 
@@ -74,11 +74,7 @@ def launched(box: harness.Sandbox, records: list[str], work: Path, timeout_s: fl
         "max_concurrent_runs: 4", f"max_concurrent_runs: {concurrent_runs}") + queue)
     # as `ledgerlake dev` and the demo do: the service's pool gets a slot per concurrent run
     # (left at dagster.yaml's default_limit of 1, one fetching step would run at a time)
-    from dagster import DagsterInstance as Instance
-
-    from pipeline.local import one_box_pools
-
-    with Instance.from_config(str(dagster_home)) as instance:
+    with DagsterInstance.from_config(str(dagster_home)) as instance:
         one_box_pools(instance)
     inbox_path = home / "inbox.sqlite3"
     Inbox(inbox_path, create=True).close()

@@ -51,13 +51,10 @@ DAYS_PER_MONTH = 30.44
 # -- children: one contender each, JSON on the last stdout line ----------------------------------
 
 def peak_rss_mb() -> float:
-    """This process's peak resident set (VmHWM), in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    import resource  # not Linux: ru_maxrss is KiB there too on BSDs, bytes on macOS
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident set (VmHWM), in MiB (Linux: the bench reads /proc)."""
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines()
+                if x.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
 
 
 def child_floor(job: dict) -> dict:
@@ -225,9 +222,15 @@ class TreeMemory:
                 return
 
 
-def uv_binary() -> str | None:
+UV_ENV = {"UV_PROJECT_ENVIRONMENT": str(ROOT / ".venv")}  # uv adds dlt to the project's
+
+
+def with_dlt(*args: str) -> list[str] | None:
+    """`python ARGS` under uv, dlt added to the project's environment (None without uv)."""
     local = ROOT / ".venv" / "bin" / "uv"
-    return shutil.which("uv") or (str(local) if local.exists() else None)
+    uv = shutil.which("uv") or (str(local) if local.exists() else None)
+    return uv and [uv, "run", "--frozen", "--no-sync", "--quiet", "--with",
+                   f"dlt[parquet]=={DLT_VERSION}", "python", *args]
 
 
 def run_child(name: str, job: dict, work: Path, timeout_s: float) -> dict:
@@ -238,13 +241,8 @@ def run_child(name: str, job: dict, work: Path, timeout_s: float) -> dict:
     job_path = work / f"job-{name}.json"
     job_path.write_text(json.dumps({**job, "out": str(out)}))
     me = [str(Path(__file__).resolve()), "--child", name, str(job_path)]
-    if name == "dlt":
-        uv = uv_binary()
-        cmd = [uv, "run", "--frozen", "--no-sync", "--quiet",
-               "--with", f"dlt[parquet]=={DLT_VERSION}", "python", *me]
-        env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(ROOT / ".venv")}
-    else:
-        cmd, env = [sys.executable, *me], None
+    cmd, env = ((with_dlt(*me), {**os.environ, **UV_ENV}) if name == "dlt"
+                else ([sys.executable, *me], None))
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -266,14 +264,10 @@ def run_child(name: str, job: dict, work: Path, timeout_s: float) -> dict:
 
 
 def dlt_available() -> bool:
-    uv = uv_binary()
-    if uv is None:
-        return False
-    probe = subprocess.run([uv, "run", "--frozen", "--no-sync", "--quiet", "--with",
-                            f"dlt[parquet]=={DLT_VERSION}", "python", "-c", "import dlt"],
-                           cwd=ROOT, capture_output=True, timeout=300,
-                           env={**os.environ, "UV_PROJECT_ENVIRONMENT": str(ROOT / ".venv")})
-    return probe.returncode == 0
+    probe = with_dlt("-c", "import dlt")
+    return probe is not None and subprocess.run(
+        probe, cwd=ROOT, capture_output=True, timeout=300,
+        env={**os.environ, **UV_ENV}).returncode == 0
 
 
 def make_records(box: harness.Sandbox, count: int, rows_per_record: int,
