@@ -14,35 +14,18 @@ from pathlib import Path
 
 import orjson
 
-SCHEMA = """
-create table if not exists meta (key text primary key, value blob not null);
-create table if not exists customers (
-    id text primary key, env text not null, doc blob not null);
-create table if not exists records (
-    id text primary key, env text not null, customer text not null, doc blob not null);
-create index if not exists records_customer on records (customer);
-create table if not exists accounts (
-    id text primary key, env text not null, record text not null, doc blob not null);
-create index if not exists accounts_record on accounts (record);
-create table if not exists payments (
-    id text primary key, env text not null, record text not null, doc blob not null);
-create index if not exists payments_record on payments (record);
-create table if not exists tokens (
-    id text primary key, env text not null, record text not null, doc blob not null);
-"""
-
 
 class SqliteFile:
     """One SQLite file in WAL mode, shared by the event loop and worker threads."""
 
-    def __init__(self, path: Path, schema: str) -> None:
+    def __init__(self, path: Path, schema: Path) -> None:  # schema: a .sql file of tables
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.RLock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("pragma journal_mode=wal")
         self._db.execute("pragma synchronous=normal")
-        self._db.executescript(schema)
+        self._db.executescript(schema.read_text())
 
     def close(self) -> None:
         with self._lock:
@@ -63,7 +46,7 @@ class SqliteFile:
 
 class Store(SqliteFile):
     def __init__(self, data_dir: Path) -> None:
-        super().__init__(data_dir / "sandbox.sqlite3", SCHEMA)
+        super().__init__(data_dir / "sandbox.sqlite3", Path(__file__).with_name("store.sql"))
 
     def _docs(self, sql: str, args: tuple = ()) -> list[dict]:
         with self._lock:

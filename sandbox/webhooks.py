@@ -54,29 +54,6 @@ METHODS = {
 PRODUCT_MEMBERS = ("accountId", "nuban", "identity", "account", "balance", "newTransactions",
                    "income", "paymentId", "link", "garnishment", "schedule", "payment")
 
-SCHEMA = """
-create table if not exists deliveries (
-    id integer primary key autoincrement,
-    env text not null,
-    record text,
-    method text,
-    event_key text not null,      -- what /callback/trigger re-sends the latest of
-    code text,
-    url text,                     -- null: no webhook was set when it was raised
-    target text,                  -- scheme://host:port, the unit of concurrency
-    payload blob not null,
-    raised_at real not null,
-    first_attempt real,
-    next_attempt real,
-    last_attempt real,
-    attempts blob not null default '[]',
-    state text not null,          -- pending, acknowledged, dropped, unsent
-    urls blob                     -- the URLs it goes round (null: url alone)
-);
-create index if not exists deliveries_due on deliveries (state, next_attempt);
-create index if not exists deliveries_record on deliveries (env, record, method);
-"""
-
 COLUMNS = ("id", "env", "record", "method", "event_key", "code", "url", "target", "payload",
            "raised_at", "first_attempt", "next_attempt", "last_attempt", "attempts", "state",
            "urls")
@@ -101,7 +78,7 @@ class Deliveries(SqliteFile):
     """The delivery queue on disk: one row per event sent (or to send) to one URL."""
 
     def __init__(self, path: Path) -> None:
-        super().__init__(path, SCHEMA)
+        super().__init__(path, Path(__file__).with_name("webhooks.sql"))
 
     def _rows(self, where: str, args: Iterable = ()) -> list[dict]:
         with self._lock:
