@@ -126,17 +126,7 @@ def add_landings(report: Report, inbox) -> None:
 
 # -- the page ---------------------------------------------------------------------------------
 
-STYLE = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2rem auto;
-max-width:960px;padding:0 1rem;color:#1d2330}
-h1{font-size:1.5rem;margin-bottom:.2rem}h2{margin-top:2rem;border-bottom:1px solid #dde;
-padding-bottom:.2rem;font-size:1.15rem}.muted{color:#667}table{border-collapse:collapse;
-width:100%;margin:.5rem 0}th,td{padding:.3rem .5rem;border-bottom:1px solid #eef;
-text-align:left}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
-.pass{color:#176b2c;font-weight:600}.fail{color:#a3121f;font-weight:600}
-.none{color:#667}figure{margin:1rem 0}figcaption{font-weight:600;margin-bottom:.2rem}
-figure svg{max-width:100%;height:auto}
-"""
+STYLE = Path(__file__).with_name("report.css").read_text()  # inlined in each page
 
 
 NUMERIC = ' class="n"'
