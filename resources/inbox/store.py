@@ -35,71 +35,7 @@ STATUS_EVENTS = {"USER_DISCONNECT": (DISCONNECTED, "disconnected_at"),
                  "USER_REAUTH": (REAUTH_REQUIRED, "deauthorized_at")}
 RECONNECT = ("AUTH", "AUTH_SUCCESS")  # a newer successful login makes the record usable again
 
-SCHEMA = """
-create table if not exists events (
-    id integer primary key autoincrement,
-    identity text not null,
-    received_at real not null,
-    kind text not null,
-    method text,
-    code text,
-    status text,
-    record text,
-    account text,
-    customer text,
-    occurred_at text,
-    affects text,
-    body blob not null
-);
-create unique index if not exists events_identity on events (record, identity)
-    where record is not null;
-create unique index if not exists events_identity_recordless on events (identity)
-    where record is null;
-create index if not exists events_account on events (account) where account is not null;
-create table if not exists dead_letters (
-    id integer primary key autoincrement,
-    received_at real not null,
-    reason text not null,
-    body blob not null
-);
-create table if not exists records (
-    record text primary key,
-    customer text,
-    status text not null,
-    status_at text not null,
-    status_event integer not null,
-    first_seen real not null,
-    last_seen real not null,
-    replayed_at real
-);
-create index if not exists records_customer on records (customer);
-create table if not exists record_products (
-    record text not null,
-    method text not null,
-    code text not null,
-    status text,
-    event integer not null,
-    occurred_at text not null,
-    received_at real not null,
-    primary key (record, method)
-);
-create table if not exists landings (
-    record text not null,
-    product text not null,
-    outcome text not null,
-    run_id text not null,
-    at real not null,
-    landed_at real,
-    row_count integer,
-    detail text,
-    primary key (record, product)
-);
-create index if not exists landings_run on landings (run_id, product);
-create index if not exists landings_to_act on landings (outcome) where outcome != 'landed'"""
-# `landings`: each record's product as the pipeline last left it (LandingState), so that what
-# a record needs, and what is stale, is one indexed read whatever the number of records.
-# The events' identity is unique within its record (the identity names the record), which
-# also serves reads by record; the few recordless events have an index of their own.
+SCHEMA = Path(__file__).with_name("schema.sql").read_text()  # its tables, in SQLite
 
 PAYLOADS = ("select body from events where record = ? and method in ({marks})"
             " order by id")
