@@ -43,10 +43,8 @@ class CommitConflict(RuntimeError):
 
 
 def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
-            partition_by: Sequence[str] = (),
             window: Mapping[str, date | datetime] | None = None,
-            stats: Sequence[str] | None = None,
-            storage_options: Mapping[str, str] | None = None) -> int:
+            stats: Sequence[str] | None = None) -> int:
     """Replace the rows of each record in `parts` with its table, in one commit; returns the
     committed version. With `window[record]` only that record's rows with
     `trans_date >= window[record]` are replaced (a windowed pull: older rows stay), and its new
@@ -61,35 +59,32 @@ def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
     schema = with_record_id(schema)
     # sorted by record: each file's record ids span a narrow range, so a lookup skips it
     data = pa.concat_tables([_conform(parts[r], schema, r, window.get(r)) for r in sorted(ids)])
-    return _write(uri, schema, data, "overwrite", _predicate(ids, window), partition_by, stats,
-                  storage_options)
+    return _write(uri, schema, data, "overwrite", _predicate(ids, window), stats)
 
 
-def append(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] | None = None,
-           storage_options: Mapping[str, str] | None = None) -> int:
+def append(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] | None = None
+           ) -> int:
     """Add rows (balance snapshots): concurrent appends all land. Returns the committed version."""
     data = _conform(data, schema)
     if "record_id" in schema.names:
         data = data.sort_by("record_id")  # a file's record ids in a narrow range: lookups skip it
-    return _write(uri, schema, data, "append", None, (), stats, storage_options)
+    return _write(uri, schema, data, "append", None, stats)
 
 
-def overwrite(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] | None = None,
-              storage_options: Mapping[str, str] | None = None) -> int:
+def overwrite(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] | None = None
+              ) -> int:
     """Replace the whole table (one not kept by record, e.g. `records`) in one commit."""
-    return _write(uri, schema, _conform(data, schema), "overwrite", None, (), stats,
-                  storage_options)
+    return _write(uri, schema, _conform(data, schema), "overwrite", None, stats)
 
 
 def _write(uri: str, schema: pa.Schema, data: pa.Table, mode: str, predicate: str | None,
-           partition_by: Sequence[str], stats: Sequence[str] | None,
-           storage_options: Mapping[str, str] | None) -> int:
+           stats: Sequence[str] | None) -> int:
     """One commit of `data` (`predicate`: the rows it replaces), retried on a lost race;
     returns the committed version."""
-    location, options = _where(uri, storage_options)
+    location, options = _where(uri)
 
     def write() -> int:
-        table = _open_or_create(location, schema, partition_by, options, stats)
+        table = _open_or_create(location, schema, options, stats)
         _rows_fit_table(table, data)
         write_deltalake(table, data, mode=mode, predicate=predicate, schema_mode="merge",
                         writer_properties=ZSTD)
@@ -99,39 +94,36 @@ def _write(uri: str, schema: pa.Schema, data: pa.Table, mode: str, predicate: st
 
 
 def read(uri: str, record_id: str | None = None, columns: Sequence[str] | None = None,
-         version: int | datetime | None = None,
-         storage_options: Mapping[str, str] | None = None) -> pa.Table | None:
+         version: int | datetime | None = None) -> pa.Table | None:
     """The table (or one record's rows) at `version` (default: the latest), None if the table
     does not exist. Delta stores timestamps in microseconds: ms columns come back as us."""
-    table = _open(uri, version, storage_options)
+    table = _open(uri, version)
     if table is None:
         return None
     if record_id is None:
-        return _dataset(uri, table, storage_options=storage_options).to_table(columns=columns)
-    return _rows_of(uri, table, [check_record_id(record_id)], columns, storage_options)
+        return _dataset(uri, table).to_table(columns=columns)
+    return _rows_of(uri, table, [check_record_id(record_id)], columns)
 
 
-def read_any(uri: str, record_ids: Sequence[str], columns: Sequence[str] | None = None,
-             storage_options: Mapping[str, str] | None = None) -> pa.Table | None:
+def read_any(uri: str, record_ids: Sequence[str], columns: Sequence[str] | None = None
+             ) -> pa.Table | None:
     """The rows of any of `record_ids`, in one pass (files whose record range misses them
     all are skipped by their stats); None if the table does not exist."""
-    table = _open(uri, None, storage_options)
+    table = _open(uri, None)
     if table is None:
         return None
-    return _rows_of(uri, table, sorted({check_record_id(r) for r in record_ids}), columns,
-                    storage_options)
+    return _rows_of(uri, table, sorted({check_record_id(r) for r in record_ids}), columns)
 
 
-def _rows_of(uri: str, table: DeltaTable, ids: list[str], columns: Sequence[str] | None,
-             storage_options: Mapping[str, str] | None) -> pa.Table:
+def _rows_of(uri: str, table: DeltaTable, ids: list[str], columns: Sequence[str] | None
+             ) -> pa.Table:
     """Rows of the (sorted) `ids`, reading only the files whose record_id range holds one."""
-    dataset = _dataset(uri, table, ids, storage_options)
+    dataset = _dataset(uri, table, ids)
     return dataset.to_table(columns=columns,
                             filter=pc.field("record_id").isin(pa.array(ids, pa.string())))
 
 
-def _dataset(uri: str, table: DeltaTable, ids: list[str] | None = None,
-             storage_options: Mapping[str, str] | None = None) -> ds.Dataset:
+def _dataset(uri: str, table: DeltaTable, ids: list[str] | None = None) -> ds.Dataset:
     """The snapshot's Parquet files as a pyarrow dataset over pyarrow's own filesystem, not
     delta-rs's `to_pyarrow_dataset`: its Python filesystem leaves threads that abort the
     interpreter at exit now and then ("terminate called without an active exception")."""
@@ -143,17 +135,16 @@ def _dataset(uri: str, table: DeltaTable, ids: list[str] | None = None,
         keep = [lo is None or hi is None or bisect_left(ids, lo) < bisect_right(ids, hi)
                 for lo, hi in zip(lows, highs, strict=True)]
         paths = [p for p, k in zip(paths, keep, strict=True) if k]
-    filesystem, base = _filesystem(uri, storage_options)
+    filesystem, base = _filesystem(uri)
     schema = pa.schema(table.schema().to_arrow())
     return ds.dataset([f"{base}/{unquote(p)}" for p in paths], schema=schema,
                       format="parquet", filesystem=filesystem)
 
 
-def files(uri: str, version: int | datetime | None = None,
-          storage_options: Mapping[str, str] | None = None) -> list[str]:
+def files(uri: str, version: int | datetime | None = None) -> list[str]:
     """Absolute URIs of the data files of a snapshot, for readers of plain Parquet (DuckDB's
     read_parquet). Refused when the snapshot has deletion vectors, which such readers ignore."""
-    table = _open(uri, version, storage_options)
+    table = _open(uri, version)
     if table is None:
         raise FileNotFoundError(f"no Delta table at {_shown(uri)}")
     _refuse_deletion_vectors(uri, table)
@@ -170,20 +161,19 @@ def _refuse_deletion_vectors(uri: str, table: DeltaTable) -> None:
                              "would return")
 
 
-def version(uri: str, storage_options: Mapping[str, str] | None = None) -> int | None:
+def version(uri: str) -> int | None:
     """The latest committed version, None if the table does not exist."""
-    table = _open(uri, None, storage_options)
+    table = _open(uri, None)
     return None if table is None else table.version()
 
 
-def compact(uri: str, *, target_size: int | None = None, order_by: str | None = None,
-            storage_options: Mapping[str, str] | None = None) -> dict:
+def compact(uri: str, *, target_size: int | None = None, order_by: str | None = None) -> dict:
     """Rewrite small files into large ones (one commit; the rows are unchanged). With
     `order_by`, once writes have left two or more small files, the whole table is rewritten
     sorted by that column (a Z-order on one column), so a lookup or a predicate replace by it
     opens few files. Returns versions, live files and bytes before and after, files added and
     removed."""
-    location, options = _where(uri, storage_options)
+    location, options = _where(uri)
 
     def run() -> dict:
         table = DeltaTable(location, storage_options=options)
@@ -205,22 +195,21 @@ def compact(uri: str, *, target_size: int | None = None, order_by: str | None = 
     return _retrying(uri, run)
 
 
-def vacuum(uri: str, retention_hours: int, *,
-           storage_options: Mapping[str, str] | None = None) -> dict:
+def vacuum(uri: str, retention_hours: int) -> dict:
     """Delete the data files no version younger than `retention_hours` refers to, and files no
     version ever did (left by commits that lost a race or were killed, under their own or
     their staging names) once older than that; then log entries past the table's log
     retention. Time travel further back than the retention stops working, and a write taking
     longer than it could lose its files: keep it hours, not minutes. Returns the versions, the
     live files and bytes (unchanged), and the files and bytes removed."""
-    location, options = _where(uri, storage_options)
+    location, options = _where(uri)
     table = DeltaTable(location, storage_options=options)
     live, version_before = _live(table), table.version()
     settings = {"retention_hours": retention_hours, "enforce_retention_duration": False,
                 "full": True}
     # delta-rs lists (and logs) files its tombstones name even when already deleted: count
     # only what is there
-    store, base = _filesystem(uri, storage_options)
+    store, base = _filesystem(uri)
     root = location.rstrip("/") + "/"
     candidates = [f"{base}/{p.removeprefix(root)}"
                   for p in table.vacuum(dry_run=True, **settings)]
@@ -238,18 +227,17 @@ def vacuum(uri: str, retention_hours: int, *,
             "files_removed": len(present), "bytes_removed": sum(i.size for i in present)}
 
 
-def erase(uri: str, record_ids: Sequence[str],
-          storage_options: Mapping[str, str] | None = None) -> dict:
+def erase(uri: str, record_ids: Sequence[str]) -> dict:
     """Delete every row of `record_ids` in one commit, then purge every data file of any
     version that held one: no version the table keeps can show them again (time travel to a
     version before the erasure stops working, as it must). Idempotent: run again, it finds
     nothing more, or finishes a pass that was killed. Returns the rows deleted, the files
     purged and the version after."""
     ids = sorted({check_record_id(r) for r in record_ids})
-    table = _open(uri, None, storage_options)
+    table = _open(uri, None)
     if table is None or not ids:
         return {"rows_deleted": 0, "files_purged": 0, "version": None}
-    location, options = _where(uri, storage_options)
+    location, options = _where(uri)
     predicate = _predicate(ids, {})
 
     def delete() -> tuple[int, int]:
@@ -260,7 +248,7 @@ def erase(uri: str, record_ids: Sequence[str],
     deleted, version = _retrying(uri, delete)
     table = DeltaTable(location, storage_options=options)
     live = {unquote(p) for p in table.get_add_actions(flatten=True).column("path").to_pylist()}
-    store, base = _filesystem(uri, storage_options)
+    store, base = _filesystem(uri)
     purged = 0
     for info in store.get_file_info(pafs.FileSelector(base, recursive=True,
                                                       allow_not_found=True)):
@@ -332,8 +320,8 @@ def _retrying(uri: str, attempt: Callable):
 STATS = "delta.dataSkippingStatsColumns"
 
 
-def _open_or_create(location: str, schema: pa.Schema, partition_by: Sequence[str],
-                    options: dict | None, stats: Sequence[str] | None = None) -> DeltaTable:
+def _open_or_create(location: str, schema: pa.Schema, options: dict | None,
+                    stats: Sequence[str] | None = None) -> DeltaTable:
     """The table, created on first write; with `stats`, its log keeps statistics of those
     columns only (a table made before is told so, once, in a commit of its own)."""
     wanted = None if stats is None else ",".join(c for c in stats if c in schema.names)
@@ -344,7 +332,6 @@ def _open_or_create(location: str, schema: pa.Schema, partition_by: Sequence[str
         # version 1 (a second CREATE TABLE, with a new table id): no retries, so it fails with
         # CommitFailedError and _retrying opens the winner's table
         return DeltaTable.create(location, schema, mode="ignore",
-                                 partition_by=list(partition_by) or None,
                                  configuration={STATS: wanted} if wanted else None,
                                  storage_options=options,
                                  commit_properties=CommitProperties(max_commit_retries=0))
@@ -353,9 +340,8 @@ def _open_or_create(location: str, schema: pa.Schema, partition_by: Sequence[str
     return table
 
 
-def _open(uri: str, version: int | datetime | None,
-          storage_options: Mapping[str, str] | None) -> DeltaTable | None:
-    location, options = _where(uri, storage_options)
+def _open(uri: str, version: int | datetime | None) -> DeltaTable | None:
+    location, options = _where(uri)
     try:
         table = DeltaTable(location, storage_options=options)
     except TableNotFoundError:

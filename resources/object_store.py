@@ -38,13 +38,10 @@ def shown(uri: str) -> str:
     return uri.split("?", 1)[0]
 
 
-def where(uri: str, storage_options: Mapping[str, str] | None = None
-          ) -> tuple[str, dict | None]:
-    """delta-rs's location and storage options: S3 settings from the URI's query, the options
-    given and the AWS environment (credentials only from there)."""
+def where(uri: str) -> tuple[str, dict | None]:
+    """delta-rs's location and storage options: S3 settings from the URI's query and the AWS
+    environment (credentials only from there)."""
     if "://" not in uri:
-        if storage_options:
-            raise ValueError("storage options are for s3:// tables only")
         return os.path.abspath(uri), None
     parts = urlsplit(uri)
     if parts.scheme != "s3":
@@ -57,26 +54,22 @@ def where(uri: str, storage_options: Mapping[str, str] | None = None
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region:
         options["AWS_REGION"] = region
-    given = dict(storage_options or {})
-    endpoint = given.pop("endpoint_override", None) or query.get("endpoint_override")
-    if endpoint:
+    if endpoint := query.get("endpoint_override"):
         if "://" not in endpoint:
             endpoint = f"{query.get('scheme', 'https')}://{endpoint}"
         options["AWS_ENDPOINT_URL"] = endpoint
     if "region" in query:
         options["AWS_REGION"] = query["region"]
-    options.update(given)
     if options.get("AWS_ENDPOINT_URL", "").startswith("http://"):
         options["AWS_ALLOW_HTTP"] = "true"
     return f"s3://{parts.netloc}{parts.path}", options
 
 
-def filesystem(uri: str, storage_options: Mapping[str, str] | None = None,
-               timeout_s: float | None = None) -> tuple[pafs.FileSystem, str]:
+def filesystem(uri: str, timeout_s: float | None = None) -> tuple[pafs.FileSystem, str]:
     """pyarrow's filesystem for `uri` and its path in it (s3: built from the options delta-rs
     is given). With `timeout_s`, each connection and request gives up after that long and
     is not retried (the access check: a cause now, not after the SDK's retries)."""
-    location, options = where(uri, storage_options)
+    location, options = where(uri)
     if "://" not in location:
         return pafs.LocalFileSystem(), location.rstrip("/")
     options = options or {}

@@ -256,9 +256,6 @@ def test_an_s3_table_on_moto(s3_endpoint):  # noqa: F811
     assert len(listed) == 2 and delta.compact(uri)["files_after"] == 1
     assert delta.vacuum(uri, retention_hours=0)["files_removed"] == 3
     assert sum(delta.read(uri)["amount"].to_pylist()) == Decimal("40.04")
-    same = delta.read("s3://lake-bucket/lake/transactions",
-                      storage_options={"endpoint_override": f"http://{s3_endpoint}"})
-    assert same.num_rows == 4
 
     assert delta.read(f"s3://lake-bucket/none?endpoint_override={s3_endpoint}&scheme=http") \
         is None
