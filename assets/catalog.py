@@ -1,15 +1,17 @@
 """Every column described once, shown where people look.
 
 A lake column is described where it is declared (resources/tables.py); what a view adds or
-derives is described here (VIEW_COLUMNS); a view's own description is the first paragraph of
-the comment heading its SQL file. From there they reach the Dagster UI's column tables
-(`column_schema`), DuckDB's comments on every view and column (assets/warehouse.py) and
-docs/columns.md.
+derives, beside the views' SQL (assets/sql/columns.toml); a view's own description is the
+first paragraph of the comment heading its SQL file. From there they reach the Dagster UI's
+column tables (`column_schema`), DuckDB's comments on every view and column
+(assets/warehouse.py) and docs/columns.md.
 """
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
 
 import pyarrow as pa
 from dagster import TableColumn, TableSchema
@@ -22,34 +24,10 @@ OWNERS = ["team:data-engineering"]
 PRODUCT_TAGS = {"product": ""}  # a product of the service, landed per record
 PII = {"pii": ""}  # personal data: names, BVN, NIN, birth date, contacts
 
-# view -> the columns it adds or derives (assets/sql/*.sql); the rest are the lake's
-VIEW_COLUMNS: dict[str, dict[str, str]] = {
-    "transactions": {
-        "pending": "true for a line authorised but not posted yet (no cleared_date, no "
-                   "balance): it may post under a new id or be reversed"},
-    "payments": {"amount_kobo": "the amount as the service sent it, integer kobo"},
-    "records": {
-        "is_connected": "status is connected: the daily refresh keeps it fresh",
-        "needs_reauth": "status is reauth_required: the user must log in again before "
-                        "anything is fetched"},
-    "daily_balances": {
-        "date": "the customer's day (LEDGERLAKE_TIMEZONE, Africa/Lagos by default)",
-        "balance": "the ledger balance at the end of the day, naira: the running balance of "
-                   "the day's last posted line, else the service's periodic figure, else "
-                   "carried forward",
-        "available_balance": "the available balance at the end of the day, naira, from the "
-                             "service's periodic history (null on days it has none)",
-        "source": "where the balance comes from: transactions or periodic",
-        "carried_forward": "true on a day with neither a posted line nor a periodic figure: "
-                           "the last known balance before it"},
-    "monthly_cashflow": {
-        "account_id": "the account (accounts.account_id)",
-        "month": "the month's first day, in the customer's time zone, by value date",
-        "transactions": "posted lines in the month",
-        "inflow": "sum of the month's credits, naira (exact)",
-        "outflow": "sum of the month's debits, positive naira (exact)",
-        "net": "inflow - outflow, naira"},
-}
+# view -> the columns it adds or derives, described (assets/sql/columns.toml, beside the
+# views' SQL); the rest are the lake's
+VIEW_COLUMNS: dict[str, dict[str, str]] = tomllib.loads(
+    (Path(__file__).parent / "sql" / "columns.toml").read_text())
 Reads = Mapping[str, tuple[set[str], tuple[str, ...]]]  # view -> (lake tables, views needed)
 
 

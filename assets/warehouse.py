@@ -376,7 +376,7 @@ def markdown() -> str:
         "# The warehouse's columns",
         "",
         "Written by `python -m assets.warehouse` from the lake's column declarations",
-        "(`resources/tables.py`), what each view adds (`assets/catalog.py`) and the comment",
+        "(`resources/tables.py`), what each view adds (`assets/sql/columns.toml`) and the comment",
         "heading each view's SQL file (`assets/sql/`); a test fails when this file differs.",
         "The same text is on every view and column in DuckDB (`select * from duckdb_columns()`)",
         "and in the Dagster UI's column tables.",
