@@ -16,56 +16,25 @@ from __future__ import annotations
 import calendar
 import hashlib
 import random
+import tomllib
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import orjson
 
 from .clock import iso
 
-FIRST_NAMES = ["Adaeze", "Babatunde", "Chiamaka", "Damilola", "Emeka", "Folake", "Gbenga",
-               "Halima", "Ifeanyi", "Jumoke", "Kelechi", "Lola", "Musa", "Ngozi", "Olumide",
-               "Funmilayo", "Tunde", "Uche", "Yetunde", "Zainab", "Aisha", "Chinedu", "Segun",
-               "Amaka", "Ibrahim", "Bisola", "Obinna", "Temitope", "Yusuf", "Nneka"]
-LAST_NAMES = ["Adeyemi", "Okafor", "Balogun", "Eze", "Ibrahim", "Nwosu", "Okonkwo", "Adebayo",
-              "Obi", "Bello", "Chukwu", "Afolabi", "Ogunleye", "Danjuma", "Nnamdi", "Abubakar",
-              "Olawale", "Uzor", "Lawal", "Ekwueme"]
-EMPLOYERS = ["DANGOTE CEMENT PLC", "MTN NIGERIA COMMUNICATIONS", "ANDELA NIGERIA LTD",
-             "NIGERIAN BREWERIES PLC", "FLUTTERWAVE TECHNOLOGY", "SEPLAT ENERGY PLC",
-             "LAGOS STATE GOVERNMENT", "FEDERAL MINISTRY OF HEALTH", "PAYSTACK PAYMENTS LTD",
-             "NESTLE NIGERIA PLC", "UNILEVER NIGERIA PLC", "JUMIA NIGERIA"]
-CLIENTS = ["CHOPLIFE FOODS LTD", "KONGA ONLINE SHOPPING", "ALAT LOGISTICS", "BUYPOWER NG",
-           "OBIOMA VENTURES", "HOPE HOSPITALS LTD", "GREENFIELD SCHOOLS", "ZAZOO STORES"]
-PLACES = ["IKEJA LA", "LEKKI LA", "VICTORIA ISLAND LA", "WUSE ABUJA", "GARKI ABUJA",
-          "GRA PORT HARCOURT", "BODIJA IBADAN", "NEW HAVEN ENUGU", "SURULERE LA", "YABA LA"]
-SHOPS = ["SHOPRITE", "SPAR", "JUSTRITE", "CHICKEN REPUBLIC", "THE PLACE", "DOMINOS PIZZA",
-         "TOTAL ENERGIES", "MRS FILLING STN", "MEDPLUS PHARMACY", "PRINCE EBEANO", "COLDSTONE"]
-NETWORKS = ["MTN", "AIRTEL", "GLO", "9MOBILE"]
-STATES = ["Lagos", "Oyo", "Ogun", "Anambra", "Enugu", "Rivers", "Kano", "Kaduna", "FCT", "Edo",
-          "Delta", "Imo", "Abia", "Kwara", "Osun"]
-LGAS = ["Ikeja", "Eti-Osa", "Surulere", "Ibadan North", "Abeokuta South", "Onitsha North",
-        "Enugu East", "Port Harcourt", "Nassarawa", "Kaduna North", "Oredo", "Owerri Municipal"]
-STREETS = ["Adeola Odeku Street", "Allen Avenue", "Awolowo Road", "Herbert Macaulay Way",
-           "Ogui Road", "Aba Road", "Ahmadu Bello Way", "Ring Road", "Opebi Road"]
-ACCOUNT_TYPES = {"personal": ["Savings", "Current"], "business": ["Current", "Domiciliary"]}
-
-BANKS = [
-    {"name": "Guaranty Trust Bank", "slug": "gtbank", "code": "058", "primary": "#dd4f05",
-     "mfa": "security_question"},
-    {"name": "Access Bank", "slug": "access-bank", "code": "044", "primary": "#f47920"},
-    {"name": "First Bank of Nigeria", "slug": "firstbank", "code": "011", "primary": "#003b65",
-     "login_types": ["bank", "bvn", "account_number"]},
-    {"name": "Zenith Bank", "slug": "zenith-bank", "code": "057", "primary": "#e30613",
-     "mfa": "token"},
-    {"name": "United Bank for Africa", "slug": "uba", "code": "033", "primary": "#d42e12"},
-    {"name": "Kuda Microfinance Bank", "slug": "kuda", "code": "50211", "primary": "#40196d",
-     "login_types": ["mobile", "bvn", "account_number"], "account_types": ["personal"]},
-    {"name": "Stanbic IBTC Bank", "slug": "stanbic-ibtc", "code": "221", "primary": "#0033a1"},
-    {"name": "Wema Bank", "slug": "wema-bank", "code": "035", "primary": "#7a0a5e"},
-]
+# names, places, employers, shops and banks: the vocabulary the data is drawn from
+WORDS = tomllib.loads(Path(__file__).with_name("vocabulary.toml").read_text())
+FIRST_NAMES, LAST_NAMES = WORDS["first_names"], WORDS["last_names"]
+EMPLOYERS, CLIENTS, PLACES, SHOPS = (WORDS[k] for k in ("employers", "clients", "places",
+                                                        "shops"))
+NETWORKS, STATES, LGAS, STREETS = (WORDS[k] for k in ("networks", "states", "lgas", "streets"))
+ACCOUNT_TYPES, BANKS = WORDS["account_types"], WORDS["banks"]
 LOGIN_TYPES = ["bank", "mobile", "bvn", "account_number"]
 PRODUCTS = ["auth", "identity", "accounts", "balance", "transactions", "income", "payment"]
 
