@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,12 +31,9 @@ from pathlib import Path
 import httpx
 import orjson
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from pipeline.local import Server  # noqa: E402
-from resources.inbox import Inbox  # noqa: E402
-from sandbox import callbacks as shapes  # noqa: E402
+from pipeline.local import Server
+from resources.inbox import Inbox
+from sandbox import callbacks as shapes
 
 RESULTS = Path(__file__).parent / "results" / "receiver.json"
 TARGET_FACTOR, TARGET_P99_MS = 10, 50.0
