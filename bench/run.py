@@ -38,6 +38,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import harness
@@ -184,42 +186,36 @@ def child_main(name: str, job_path: str) -> None:
 
 # -- the parent: sandbox, records, rounds, latency, report ---------------------------------------
 
-class TreeMemory:
-    """The peak of a process tree's memory, sampled: the sum of PSS (shared pages split
-    between the processes sharing them) over a process and all its descendants, every
-    `every_s`: a contender's own VmHWM would leave out any process it starts (dlt's, uv's)."""
+@contextmanager
+def tree_memory(pid: int, every_s: float = 0.25) -> Iterator[list[int]]:
+    """The peak of a process tree's memory, sampled into the list yielded (KiB): the sum of PSS
+    (shared pages split between the processes sharing them) over a process and all its
+    descendants, every `every_s`: a contender's own VmHWM would leave out any process it
+    starts (dlt's, uv's)."""
+    peak, stop = [0], threading.Event()
 
-    def __init__(self, pid: int, every_s: float = 0.25) -> None:
-        self.pid, self.every_s, self.peak_kib = pid, every_s, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> TreeMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    @property
-    def peak_mb(self) -> float:
-        return self.peak_kib / 1024
-
-    def _run(self) -> None:
+    def sample() -> None:
         while True:  # a sample first: a child that ends within one interval still has one
             total = 0
-            for pid in harness.family(self.pid):
+            for member in harness.family(pid):
                 try:
-                    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                    for line in Path(f"/proc/{member}/smaps_rollup").read_text().splitlines():
                         if line.startswith("Pss:"):
                             total += int(line.split()[1])
                             break
                 except OSError:
                     continue
-            self.peak_kib = max(self.peak_kib, total)
-            if self._stop.wait(self.every_s):
+            peak[0] = max(peak[0], total)
+            if stop.wait(every_s):
                 return
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        thread.join()
 
 
 UV_ENV = {"UV_PROJECT_ENVIRONMENT": str(ROOT / ".venv")}  # uv adds dlt to the project's
@@ -246,7 +242,7 @@ def run_child(name: str, job: dict, work: Path, timeout_s: float) -> dict:
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    with TreeMemory(proc.pid) as memory:
+    with tree_memory(proc.pid) as peak_kib:
         try:
             stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -259,7 +255,7 @@ def run_child(name: str, job: dict, work: Path, timeout_s: float) -> dict:
         raise RuntimeError(f"{name} failed ({proc.returncode}):\n{stderr[-3000:]}")
     result = json.loads(stdout.strip().splitlines()[-1])
     result["process_wall_s"] = round(wall, 2)
-    result["peak_tree_mb"] = round(memory.peak_mb, 1)
+    result["peak_tree_mb"] = round(peak_kib[0] / 1024, 1)
     return result
 
 
