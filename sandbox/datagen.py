@@ -141,47 +141,7 @@ def month_days(m: int) -> int:
 
 # -- transactions -----------------------------------------------------------------------------
 
-# category: (credit?, weight, median naira, sigma, code, topics, narration templates)
-PERSONAL = [
-    ("pos", False, 30, 4500, 0.8, "POS", ["shopping"],
-     ["POS PURCHASE {shop} {place} NG", "POS/WEB PURCHASE {shop} {place}"]),
-    ("transfer_out", False, 18, 9000, 1.0, "NIP", ["transfer"],
-     ["NIP/TRF TO {name}/{bank}", "USSD TRF TO {name}", "MOBILE TRF TO {name} {ref}"]),
-    ("airtime", False, 14, 1000, 0.6, "VTU", ["airtime", "telecoms"],
-     ["AIRTIME/{net}/{phone}", "MOBILE DATA/{net}/{phone}", "{net} VTU TOPUP {phone}"]),
-    ("bills", False, 6, 9000, 0.5, "BIL", ["bills", "utilities"],
-     ["IKEDC PREPAID TOKEN {num}", "DSTV SUBSCRIPTION {num}", "GOTV MAX RENEWAL {num}",
-      "EKEDC POSTPAID BILL {num}", "LAWMA WASTE BILL {num}"]),
-    ("transport", False, 8, 3500, 0.6, "WEB", ["transport"],
-     ["BOLT.EU/O/{num} LAGOS NG", "UBER *TRIP HELP.UBER.COM", "INDRIVE RIDE {num}"]),
-    ("online", False, 5, 12000, 0.9, "WEB", ["shopping", "online"],
-     ["PAYSTACK/NETFLIX.COM", "FLUTTERWAVE/SPOTIFY {num}", "JUMIA NIGERIA ORDER {num}",
-      "KONGA ONLINE PURCHASE {num}"]),
-    ("atm", False, 5, 20000, 0.5, "ATM", ["cash"], ["ATM WDL @ {bankshort} ATM {place}"]),
-    ("charge", False, 4, 50, 0.2, "CHG", ["charges"],
-     ["ELECTRONIC MONEY TRANSFER LEVY", "SMS ALERT CHARGES", "STAMP DUTY CHARGE",
-      "NIP TRANSFER FEE"]),
-    ("transfer_in", True, 10, 15000, 1.0, "NIP", ["transfer"],
-     ["NIP FRM {name}-TRANSFER", "TRF FROM {name} {ref}", "INWARD TRF FROM {name}/{bank}"]),
-]
-BUSINESS = [
-    ("pos_settlement", True, 30, 25000, 0.9, "POS", ["sales"],
-     ["POS SETTLEMENT TID {num}", "POS CR SETTLEMENT {place} TID {num}"]),
-    ("customer_in", True, 10, 60000, 1.0, "NIP", ["sales", "transfer"],
-     ["TRF FROM {name} INV-{num}", "NIP FRM {company}-PAYMENT {ref}"]),
-    ("supplier", False, 20, 80000, 1.0, "NIP", ["suppliers"],
-     ["SUPPLIER PAYMENT TO {company}", "NIP/TRF TO {company}/{bank}"]),
-    ("payroll", False, 6, 120000, 0.5, "NIP", ["payroll"],
-     ["PAYROLL BATCH {num}", "STAFF SALARY {name}"]),
-    ("tax", False, 3, 90000, 0.6, "BIL", ["tax"],
-     ["FIRS VAT REMITTANCE {num}", "LIRS PAYE {num}", "REMITA/FIRS WHT {num}"]),
-    ("ops", False, 20, 15000, 0.9, "POS", ["operations"],
-     ["POS PURCHASE {shop} {place} NG", "DIESEL PURCHASE {shop} {place}",
-      "IKEDC PREPAID TOKEN {num}"]),
-    ("charge", False, 11, 250, 0.5, "CHG", ["charges"],
-     ["COT CHARGES", "ACCOUNT MAINTENANCE FEE", "STAMP DUTY CHARGE",
-      "ELECTRONIC MONEY TRANSFER LEVY"]),
-]
+PERSONAL, BUSINESS = WORDS["personal"], WORDS["business"]  # categories of lines
 POOL = 64  # narrations per category, seed and bank
 # a narration's placeholder -> how its value is drawn ({bankshort} is the account's bank)
 FILL = {"shop": lambda r: r.choice(SHOPS), "place": lambda r: r.choice(PLACES),
@@ -226,7 +186,7 @@ def _pools(seed: int, bank_short: str, business: bool) -> list[list[str]]:
     """Narrations per category, shared by the accounts of a seed and bank (each account
     draws its own lines from them)."""
     rng = random.Random(object_id(seed, "pools", bank_short, business))
-    return [[rng.choice(c[7]).format_map(_Fill(rng, bank_short)) for _ in range(POOL)]
+    return [[rng.choice(c["narrations"]).format_map(_Fill(rng, bank_short)) for _ in range(POOL)]
             for c in (BUSINESS if business else PERSONAL)]
 
 
@@ -272,12 +232,12 @@ def _month(spec: AccountSpec, m: int) -> dict:
     day = np.repeat(np.arange(days, dtype=np.int64), per_day)
     ts = start + day * DAY + rng.integers(6 * 3600, 22 * 3600, n)
     cats = prof["cats"]
-    weights = np.array([c[2] for c in cats], dtype=float)
+    weights = np.array([c["weight"] for c in cats], dtype=float)
     cat = rng.choice(len(cats), n, p=weights / weights.sum())
-    median = np.array([c[3] for c in cats], dtype=float)[cat]
-    sigma = np.array([c[4] for c in cats], dtype=float)[cat]
+    median = np.array([c["median"] for c in cats], dtype=float)[cat]
+    sigma = np.array([c["sigma"] for c in cats], dtype=float)[cat]
     amount = np.maximum(100, np.round(median * np.exp(rng.standard_normal(n) * sigma)) * 100)
-    credit = np.array([c[1] for c in cats])[cat]
+    credit = np.array([c["credit"] for c in cats])[cat]
     # scale the free-form flows so that a month spends about what comes in: balances drift
     # gently instead of running away or below zero
     # months differ as real ones do: side income comes and goes, December spends more
@@ -344,7 +304,7 @@ def _mix(x: np.ndarray) -> np.ndarray:
 def _pos_category(spec: AccountSpec) -> int:
     """The card-purchase category: what a reversed authorisation looks like."""
     cats = BUSINESS if spec.business else PERSONAL
-    return next(i for i, c in enumerate(cats) if c[5] == "POS" and not c[1])
+    return next(i for i, c in enumerate(cats) if c["code"] == "POS" and not c["credit"])
 
 
 @lru_cache(maxsize=1024)
@@ -379,7 +339,7 @@ def _settle(spec: AccountSpec, m: int) -> dict:
     rts = np.sort(month_start(m) + rng.integers(0, month_days(m), k) * DAY
                   + rng.integers(6 * 3600, 22 * 3600, k))
     cat = (BUSINESS if spec.business else PERSONAL)[_pos_category(spec)]
-    amount = np.maximum(100, np.round(cat[3] * np.exp(rng.standard_normal(k) * cat[4])) * 100)
+    amount = np.maximum(100, np.round(cat["median"] * np.exp(rng.standard_normal(k) * cat["sigma"])) * 100)
     return {"trans": trans, "pending": pending, "reversed_ts": rts,
             "reversed_signed": -amount.astype(np.int64),
             "reversed_pool": rng.integers(0, POOL, k)}
@@ -551,10 +511,10 @@ def rows(h: History, ctx: dict) -> list[bytes]:
         return h._rows
     prof = _profile(h.spec)
     # a line's category c indexes these; an income line's c = -1 - stream reaches the streams
-    topics = [orjson.dumps(list(c[6])).decode() for c in prof["cats"]] + [
+    topics = [orjson.dumps(c["topics"]).decode() for c in prof["cats"]] + [
         orjson.dumps(["income", "salary" if s["type"] == "Salary" else "recurrent"]).decode()
         for s in reversed(prof["streams"])]
-    codes = [c[5] for c in prof["cats"]] + ["SAL"] * len(prof["streams"])
+    codes = [c["code"] for c in prof["cats"]] + ["SAL"] * len(prof["streams"])
     branch = f"{h.spec.bank_short} {PLACES[_int(h.spec.account_id) % len(PLACES)]}"
     # one template per account: every value put in below is either ours and JSON-safe
     # (ids, digits, ISO stamps) or passed through orjson (narrations, topics)
