@@ -124,14 +124,13 @@ def drain(defs: Definitions, instance: DagsterInstance, **kw) -> list[str]:
             return run_ids
 
 
-def tick(defs: Definitions, instance: DagsterInstance, sensor_name: str = "inbox_sensor",
-         run_config: dict | None = None) -> list[str]:
-    """Evaluate the sensor once and run what it asks for, here and now. Returns run ids.
+def tick(defs: Definitions, instance: DagsterInstance, run_config: dict | None = None) -> list[str]:
+    """Evaluate the inbox sensor once and run what it asks for, here and now. Returns run ids.
 
     The cursor is kept in the instance, and a run key already used is not run again, as the
     daemon would do it.
     """
-    sensor_def = defs.resolve_sensor_def(sensor_name)
+    sensor_def = defs.resolve_sensor_def("inbox_sensor")
     inbox = {"inbox": defs.resources["inbox"]} if "inbox" in (defs.resources or {}) else {}
     with build_sensor_context(instance=instance, cursor=cursor(instance),
                               definitions=defs, resources=inbox) as ctx:
