@@ -213,10 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     child = "ledgerlake" if name == "in_process" else name
                     result[name] = run.run_child(child, job, work, timeout_s=3600)
+                result[name]["rows_per_s"] = round(total / result[name]["seconds"])
                 print(f"[launched] {name}: {result[name]['seconds']:.1f}s", flush=True)
-    for name in ("floor", "in_process", "launched", "dlt"):
-        if name in result:
-            result[name]["rows_per_s"] = round(total / result[name]["seconds"])
     result["launched_over_in_process"] = round(
         result["in_process"]["seconds"] / result["launched"]["seconds"], 3)
     for name in ("in_process", "launched"):
