@@ -135,13 +135,9 @@ def cpu_seconds(pids: Iterable[int]) -> float:
 # -- where and how it ran ----------------------------------------------------------------------
 
 def machine() -> dict:
-    cpu = None
-    try:
-        cpu = next((line.split(":", 1)[1].strip() for line in
-                    Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), None)
-    except OSError:
-        pass
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), None)  # Linux, as family() and the rest
     versions = {}
     for dist in STACK:
         try:
