@@ -22,15 +22,8 @@ from dagster import ConfigurableResource
 from . import delta
 from .privacy import stats_columns
 
-RECORD_ID = delta.RECORD_ID
 TABLE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 check_record_id = delta.check_record_id
-
-
-def _check_table(table: str) -> str:
-    if not isinstance(table, str) or not TABLE.fullmatch(table):
-        raise ValueError(f"table name {table!r} is not of the form ^[a-z][a-z0-9_]*$")
-    return table
 
 
 class Lake(ConfigurableResource):
@@ -44,7 +37,8 @@ class Lake(ConfigurableResource):
 
     def table_uri(self, table: str) -> str:
         """Where `table` lives (an s3 root's query kept, for resources.delta)."""
-        _check_table(table)
+        if not isinstance(table, str) or not TABLE.fullmatch(table):
+            raise ValueError(f"table name {table!r} is not of the form ^[a-z][a-z0-9_]*$")
         if self.is_local:
             return str(Path(self.root).resolve() / table)
         base, _, query = self.root.partition("?")
