@@ -79,10 +79,6 @@ FAILED_CODES = {"INCOME_FAILED", "PAYMENT_FAILED"}
 PERIODIC = {"PERIODIC_BALANCE", "PERIODIC_TRANSACTIONS"}  # sent for every record once a day
 
 
-def is_failure(ev: Event) -> bool:
-    return ev.status == "is_failed" or ev.code in FAILED_CODES
-
-
 def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
          fetchable: set[str] | None = None, forget: bool = False, parallel: int = PARALLEL
          ) -> tuple[list[RunRequest], list[AssetObservation], list[str]]:
@@ -119,7 +115,7 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
         if ev.record is None:
             notes.append(f"event {ev.id}: {ev.method} {ev.code} names no record; ignored")
             continue
-        if is_failure(ev):
+        if ev.status == "is_failed" or ev.code in FAILED_CODES:
             asset = FAILED_ON.get(ev.method)
             failures.setdefault(asset if asset in existing else STATUS_ASSET, []).append(ev)
             continue
