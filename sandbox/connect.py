@@ -210,7 +210,9 @@ class Connect:
             data["returning"] = {"customer": self._customer_view(env, customer),
                                  "bank": self._bank_view(self.s.bank_by_id[rec["bank"]]),
                                  "accounts": self._offer_view(sess["offers"])}
-        self._sweep()
+        # sessions idle for a day of the sandbox clock are forgotten: memory stays bounded
+        for old in [k for k, v in self.sessions.items() if sess["touched"] - v["touched"] > 86400]:
+            del self.sessions[old]
         self.sessions[sid] = sess
         return data
 
@@ -342,12 +344,6 @@ class Connect:
                                                 f"not {step}")
         sess["touched"] = now
         return sess
-
-    def _sweep(self) -> None:
-        """Forget sessions idle for a day of the sandbox clock, so memory stays bounded."""
-        now = self.s.clock.now()
-        for sid in [k for k, v in self.sessions.items() if now - v["touched"] > 86400]:
-            del self.sessions[sid]
 
     @staticmethod
     def _products(value) -> list[str]:
