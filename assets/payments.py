@@ -40,13 +40,6 @@ def _kobo(value, what: str) -> int | None:
     return int(value)
 
 
-def _interbank_code(bank_response: dict) -> str | None:
-    for key, value in bank_response.items():
-        if key.endswith("RESPONSECODE") and key != "RESPONSECODE":
-            return _text(value)
-    return None
-
-
 def payment_row(callback: dict) -> dict | None:
     payment = callback.get("payment")
     if not isinstance(payment, dict):
@@ -65,7 +58,9 @@ def payment_row(callback: dict) -> dict | None:
         "debit_account": _text(payment.get("debit_account")),
         "credit_account": _text(payment.get("credit_account")),
         "source": _text(payment.get("source")),
-        "interbank_response_code": _interbank_code(bank),
+        "interbank_response_code": next((_text(v) for k, v in bank.items()  # NIBSS...
+                                         if k.endswith("RESPONSECODE") and k != "RESPONSECODE"),
+                                        None),
         "bank_response_code": _text(bank.get("CODE")),
         "bank_response_message": _text(bank.get("MESSAGE")),
         "schedule_interval": _text(schedule.get("interval")),
