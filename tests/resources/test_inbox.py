@@ -439,6 +439,40 @@ def test_a_refused_body_nested_deeper_than_json_is_written_is_masked_as_it_came(
     assert scrubbed(raw) == raw.replace(bvn.encode(), b"***")
 
 
+def test_a_payment_body_is_kept_without_its_nested_personal_members(make):
+    """Members deeper in the body are nulled too; a payment's accounts are kept masked to
+    their last 4 characters (all starred when 6 or fewer); the payload given is not
+    changed."""
+    body = {**make.callback("rec-1", "PAYMENT", "PAYMENT_SUCCESS", paymentId="p1"),
+            "nuban": "0123456789",
+            "account": {"nuban": "0123456789", "name": "Ada Obi", "type": "savings",
+                        "customer": {"name": "Ada Obi", "id": "c1"}},
+            "payment": {"_id": "pay1", "email": "ada@example.com", "amount": 5000,
+                        "debit_account": "0123456789", "credit_account": "1234567",
+                        "bank_response": {"DestAccName": "Ada Obi", "code": "00"}}}
+    given = orjson.loads(orjson.dumps(body))
+    kept = orjson.loads(kept_body(body))
+    assert body == given
+    assert (kept["nuban"], kept["customerEmail"]) == (None, None)
+    assert kept["account"] == {"nuban": None, "name": None, "type": "savings",
+                               "customer": {"name": None, "id": "c1"}}
+    assert kept["payment"] == {"_id": "pay1", "email": None, "amount": 5000,
+                               "debit_account": "******6789", "credit_account": "***4567",
+                               "bank_response": {"DestAccName": None, "code": "00"}}
+    short = {**body, "payment": {"debit_account": "123456", "credit_account": 12345678}}
+    assert orjson.loads(kept_body(short))["payment"] == {"debit_account": "******",
+                                                         "credit_account": None}
+    # a member that is not an object where one is named holds nothing to null within
+    assert orjson.loads(kept_body({**body, "account": "acc-1"}))["account"] == "acc-1"
+
+
+def test_a_refused_body_has_members_named_like_personal_ones_nulled():
+    raw = (b'{"account": {"name": "Ada Obi", "nuban" : "0123", "holder_name":"Ada"},'
+           b' "debit_account": "1234", "note": "x", ')  # cut short: it does not parse
+    assert scrubbed(raw) == (b'{"account": {"name": null, "nuban" : null, "holder_name":null},'
+                             b' "debit_account": null, "note": "x", ')
+
+
 def test_payloads_are_a_records_bodies_of_the_methods_asked_oldest_first(inbox, make):
     rec, other = make.record_id(), make.record_id()
     bodies = [make.callback(rec, "PAYMENT", "PAYMENT_SUCCESS", ended_at=f"2026-01-01T0{i}:00:00Z",
@@ -506,6 +540,25 @@ def test_a_write_waits_for_another_writer_longer_than_sqlites_default_wait(tmp_p
             release.join()
             other.close()
         assert ib.count() == 1 and len(ib.dead_letters()) == 1
+
+
+def test_a_reader_opens_the_inbox_without_waiting_for_a_writer(tmp_path, make):
+    """A reader (a sensor, `ledgerlake status`) opens the inbox while the receiver holds the
+    write lock, and reads what was committed before, at once: only a new file's first
+    opener writes (its tables)."""
+    path = tmp_path / "inbox.sqlite3"
+    with open_inbox(path, create=True) as ib:
+        ib.add(make.callback(make.record_id()))
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("begin immediate")
+    other.execute("insert into dead_letters (received_at, reason, body) values (0, 'x', x'')")
+    try:  # waiting would be for the inbox's 30 s, then "database is locked"
+        for create in (False, True):
+            with Inbox(path, create=create) as reader:
+                assert (reader.count(), reader.dead_letters()) == (1, [])
+    finally:
+        other.execute("commit")
+        other.close()
 
 
 def test_a_batchs_ids_are_those_stored_and_above_every_id_given(tmp_path, make):
@@ -694,3 +747,42 @@ def test_stale_names_the_first_20_unless_asked_otherwise(inbox, make):
                          for b in (make.callback(r, "AUTH", "AUTH_SUCCESS") for r in ids)])
     inbox.note_landings([landing(r, "balances", "landed", "run1", 100.0) for r in ids])
     assert inbox.stale("balances", 200.0) == (21, 21, ids[:20])
+
+
+# -- forgetting records (`ledgerlake forget` runs it in a process of its own) -----------------
+
+def test_forget_deletes_every_row_of_the_records_and_keeps_the_others(inbox, make, where):
+    """Their events, statuses, products, landing states and the dead letters naming them or
+    their customers go, counted; a connection event that named others too keeps those."""
+    owner = {"rec-x2": "cust-a", "rec-x1": "cust-a", "rec-y3": "cust-b"}
+    for record, customer in owner.items():
+        inbox.add(make.callback(record, "AUTH", "AUTH_SUCCESS", customer=customer))
+        inbox.add(make.callback(record, "BALANCE", "BALANCE_SUCCESS", customer=customer,
+                                account=f"acct-{record[-1]}"))
+        inbox.note_landings([landing(record, "balances", "landed", "run1", 1.0)])
+        inbox.dead_letter("bad", f'{{"recordId": "{record}"}}'.encode())
+    inbox.dead_letter("bad", b'{"customerId": "cust-a"}')
+    inbox.dead_letter("bad", b'{"customerId": "cust-b"}')
+    at = "2026-01-02T00:00:00.000Z"
+    inbox.add(make.disconnect("cust-a", at, ["acct-1", "acct-2"]))
+    inbox.add(make.disconnect("cust-b", at, ["acct-2", "acct-3"]))
+    inbox.add(make.disconnect("cust-b", "2026-01-03T00:00:00.000Z", ["acct-3"]))
+    inbox.add(make.reauth("cust-a", "2026-01-04T00:00:00.000Z"))
+    assert inbox.of_customer("cust-a") == ["rec-x1", "rec-x2"]
+
+    # 6 events (4 callbacks, 2 connection events), 4 products, 2 landing states, 2 statuses,
+    # 3 dead letters
+    assert inbox.forget(["rec-x2", "rec-x1", "rec-x2"]) == 17
+    assert [(e.record, e.records) for e in inbox.after(0)] == [
+        ("rec-y3", ("rec-y3",))] * 2 + [(None, ("rec-y3",))] * 2
+    assert list(inbox.records()) == ["rec-y3"]
+    assert inbox.of_customer("cust-a") == [] and inbox.of_customer("cust-b") == ["rec-y3"]
+    assert [s.record for s in inbox.landings()] == ["rec-y3"]
+    assert inbox.dead_letters() == [("bad", b'{"recordId": "rec-y3"}'),
+                                    ("bad", b'{"customerId": "cust-b"}')]
+    assert inbox.forget([]) == 0 and inbox.forget(["rec-x1", "rec-never"]) == 0
+    assert inbox.count() == 4
+    if not isinstance(where, str):  # SQLite: deleted content overwritten, the log emptied
+        wal = where.with_name(where.name + "-wal")
+        assert wal.stat().st_size == 0
+        assert [n for n in (b"rec-x1", b"rec-x2", b"cust-a") if n in where.read_bytes()] == []

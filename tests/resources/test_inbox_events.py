@@ -110,6 +110,7 @@ def test_what_a_callback_is_described_as():
     ("2026-01-01T00:00:00.000Z", None, "2026-01-01T00:00:00.000Z"),  # no end: its start
     (None, "2026-01-01T02:00:00+01:00", "2026-01-01T01:00:00.000Z"),  # an offset, to UTC
     (None, "2026-01-01T00:00:00.123456z", "2026-01-01T00:00:00.123Z"),  # lower-case z
+    (None, "2026-01-01Z", "2026-01-01T00:00:00.000Z"),  # a date alone: its midnight, UTC
     (None, "2026-01-01T00:00:00." + "0" * 38 + "+00:00", "2026-01-01T00:00:00.000Z"),  # 64
     (None, None, None),
 ])
