@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import random
+import secrets
 import tempfile
 import time
 from pathlib import Path
@@ -52,6 +53,7 @@ def pipeline_rate(work: Path, customers: int) -> dict:
     sandbox, receiver, api, env = demo.start_upstream(home)
     try:
         os.environ.update(env)
+        os.environ.setdefault("LEDGERLAKE_PII_KEY", secrets.token_hex(32))  # a throwaway key
         os.environ["DAGSTER_HOME"] = str(demo.dagster_home(home))
         records = demo.create_customers(api, customers)
         events = demo.wait_for_events(home / "inbox.sqlite3", len(records), timeout_s=300,
