@@ -1,29 +1,13 @@
 """Ingest with every run in its own process (the daemon's run launcher), against in-process.
 
-Issue 14: parallelism from the engine (many runs, each a process the run launcher starts: on
-Kubernetes a pod), not from processes forked inside a run. This measures, on one sandbox and
-the same records, in one run of this script:
+On one sandbox and the same records: bench/run.py's floor and in-process contender, and
+`launched`: a TRANSACTIONS callback a record written to the inbox, `dagster-daemon` (queued
+run coordinator, `--concurrent-runs`, one process a run) ticking the inbox sensor and
+launching its runs, timed until the last record's transactions are in the lake; with `--dlt`,
+run.py's dlt. Also each launched run's start cost (launch to RUN_START to the first STEP_START)
+and a new process's (`start_cost`: interpreter, Dagster, the code location). bench/README.md.
 
-- `floor`: bench/run.py's raw-fetch floor (a bare httpx loop throwing the pages away);
-- `in_process`: bench/run.py's ledgerlake contender (the transactions asset materialized in
-  one process, RECORDS_PER_RUN records a run, threads fetching ahead);
-- `launched`: the production path. A `TRANSACTIONS PRODUCT_IS_READY` callback per record is
-  written to the inbox; `dagster-daemon` (the queued run coordinator, `--concurrent-runs` at
-  once, `DefaultRunLauncher`: one process a run) evaluates the inbox sensor, which asks for
-  runs of up to `NEW_PER_RUN` records, and launches them. Timed from the inbox write (the
-  daemon already up and idle) to the last record's transactions in the lake;
-- `dlt` (with `--dlt`), bench/run.py's dlt contender.
-
-And the per-run start cost: from each launched run's event log, launch to RUN_START (a new
-process, Python and Dagster imported, the code location loaded) and RUN_START to the first
-STEP_START (the plan, resources), against the run's own time; and what a new process pays
-before it can run anything, split: the interpreter, Dagster's import, the code location's
-imports and Definitions (`start_cost`, CPU and wall, median of 5).
-
-    .venv/bin/python bench/launched_runs.py [--records 1000] [--rows-per-record 1000] [--dlt]
-        [--concurrent-runs 2]
-
-Writes bench/results/launched_runs.json and its table in bench/README.md.
+    .venv/bin/python bench/launched_runs.py [--records 1000] [--dlt] [--concurrent-runs 2]
 """
 
 from __future__ import annotations

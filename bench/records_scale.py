@@ -1,32 +1,17 @@
 """A million linked records: what the orchestrator pays at 1k, 10k, 100k and 1M records.
 
-On a Postgres instance (deploy/dagster.yaml; the inbox a database of the same private cluster)
-and on the default SQLite one (dagster.yaml; a SQLite inbox). One sandbox makes every record in
-one call (`records/bulk_create`, callbacks "none"); each record's AUTH_SUCCESS callback goes
-into the inbox with `Inbox.add_described`, as the receiver stores it. Each size grows the same
-inbox and instance, and at each:
+On a Postgres instance (deploy/dagster.yaml, the inbox in the same private cluster) and the
+default SQLite one. One sandbox makes every record (`records/bulk_create`), their AUTH_SUCCESS
+callbacks go into the inbox as the receiver stores them, and each size grows the same inbox
+and instance. At each: `daily_refresh` evaluated (seconds, requests, serialized size); a
+refresh day executed in process (at the refresh sizes `--real-runs` runs fetch over HTTP, the
+rest are stand-ins yielding what `publish.report()` yields) with Dagster's rows and bytes
+before and after; an `inbox_sensor` tick over 500 new callbacks; with `dagster-webserver`, run
+launch and the GraphQL the UI sends for the transactions asset's Overview, Events and Checks
+tabs, cold and warm. Then the daily refresh of 1M extrapolated from the real runs' per-record
+and the stand-ins' per-run costs: the fleet that fits 2 hours, the orchestrator's share.
 
-- schedule: `daily_refresh` over every connected record (`build_schedule_context`): seconds,
-  run requests, their serialized size (what the code server sends the daemon);
-- a refresh day: the requests executed in process (`refresh_job`, their run config and tags).
-  At the refresh sizes the first `--real-runs` fetch over HTTP from the sandbox (records the
-  lake lacks land first, in runs not counted); every other request runs as a stand-in: the
-  same job name, assets, checks and run config, whose steps fetch nothing and yield what
-  `assets/publish.py` `report()` yields for a batch whose every record was published.
-  Dagster's databases are measured before and after (rows and bytes of every table, or SQLite
-  file, and compute logs);
-- sensor tick: 500 new TRANSACTIONS callbacks over the records, `inbox_sensor` evaluated;
-- with `dagster-webserver` over the instance: run launch, the daemon's work per request (look
-  for its run by key; the run made from the code server's plan and submitted through the
-  queued run coordinator: here by the webserver's launchRun; then deleted); and the
-  `transactions` asset's pages: the GraphQL the installed UI's bundle holds for its Overview,
-  Events and Checks tabs (UI), sent with the UI's variables, cold and warm.
-
-Then the daily refresh of 1M: the real runs' time less the stand-ins' per-run time, per record,
-times 1M; plus per run (schedule, launch, a launched process's start: launched_runs.start_cost,
-the run's own Dagster work) times 1,000; the fleet that fits 2 hours, the orchestrator's share.
-
-    .venv/bin/python bench/records_scale.py                  # everything: ~2 hours here
+    .venv/bin/python bench/records_scale.py                  # everything: 1-2 hours here
     .venv/bin/python bench/records_scale.py --quick --instances sqlite   # smoke, to /tmp
 """
 

@@ -1,27 +1,14 @@
 """ledgerlake against dlt and the raw-fetch floor, side by side on one sandbox, in one run.
 
-Contenders, each in its own child process (so each one's peak RSS is its own), fetching the
-same records' `/transactions/get` pages (limit 100, following nextPage):
-
-- floor: a bare keep-alive httpx loop that parses each page only to find the next one and
-  throws the rows away; the fastest this sandbox can be read one page at a time;
-- ledgerlake: the `transactions` Dagster asset materialized in process, batched as the daily
-  refresh batches (`RECORDS_PER_RUN` records a run, in its run config), validated Parquet in the
-  lake plus its blocking balance check;
-- dlt: `rest_api` source (POST, JSON-body page numbers) into Parquet on the filesystem
-  destination, dlt's defaults otherwise. dlt lives outside the project's dependencies: its
-  child runs under `uv run --with dlt[parquet]==DLT_VERSION`.
-
-Then the callback-to-Parquet latency: sandbox and receiver as real processes, the inbox
-sensor ticked in process every `--sensor-interval` seconds, the time from asking the sandbox
-to create a customer (its TRANSACTIONS callback follows at once) to the record's
-transactions Parquet file appearing.
+Contenders, each in its own child process, fetch the same records' `/transactions/get` pages:
+floor, a bare keep-alive httpx loop that throws the rows away; ledgerlake, the `transactions`
+asset materialized in process, batched as the daily refresh batches, validated and audited
+into the lake; dlt's `rest_api` source into Parquet, under `uv run --with dlt[parquet]`. Then
+the callback-to-Parquet latency with sandbox and receiver as real processes.
 
     .venv/bin/python bench/run.py                      # what `make bench` runs
     .venv/bin/python bench/run.py --records 3 --rows-per-record 1000 --big 0 --runs 1 \\
         --skip-dlt --latency-samples 2 --out /tmp/x.json   # a smoke run
-
-Writes bench/results/latest.json and its table in bench/README.md.
 """
 
 from __future__ import annotations
