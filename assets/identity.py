@@ -12,12 +12,13 @@ from resources.client import Client
 from resources.columns import ref
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
-from resources.privacy import Keys, protect
+from resources.privacy import protect
 from resources.tables import schema
 
 from .batch import Batch
 from .catalog import PII
 from .publish import Landing, land_each, product, report, to_land
+from .publish import keys as publish_keys
 from .schemas import Identity, validate
 
 TEXT = ["bvn", "nin", "firstname", "middlename", "lastname", "fullname", "gender",
@@ -48,7 +49,7 @@ def to_table(items: list[dict]) -> pa.Table:
          description="Who the record's customer is, as their bank knows them")
 def identity(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client], lake: Lake,
              inbox: InboxResource):
-    keys = Keys.from_env(local_lake=lake.is_local)
+    keys = publish_keys(local_lake=lake.is_local)
 
     def land(record_id: str) -> Landing:
         raw = to_table(client.identity(record_id))

@@ -35,6 +35,7 @@ from resources.client.errors import (
 )
 from resources.inbox import FAILED, HELD, LANDED_OK, Inbox, LandingState
 from resources.lake import Lake
+from resources.privacy import Keys, KeyUnusable
 from resources.tables import schema
 
 from .batch import Batch
@@ -132,6 +133,14 @@ def product(name: str, *, description: str, checks: Sequence[Check] = (),
         name=name, specs=[spec], can_subset=True, retry_policy=FETCH_RETRY, pool=SERVICE_POOL,
         check_specs=[dg.AssetCheckSpec(c.name, asset=name, description=c.description,
                                        blocking=False) for c in checks])
+
+
+def keys(local_lake: bool = True) -> Keys:
+    """The personal-data key; without one the step fails at once: a retry would not find it."""
+    try:
+        return Keys.from_env(local_lake=local_lake)
+    except KeyUnusable as exc:
+        raise dg.Failure(str(exc), allow_retries=False) from None
 
 
 def to_land(context: dg.AssetExecutionContext, batch: Batch, inbox: Inbox,

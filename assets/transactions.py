@@ -33,7 +33,7 @@ from .batch import Batch
 from .charts import chart_metadata
 from .checks import chain_breaks, ledger_mismatches, posted_in_order
 from .income import recheck_income
-from .publish import Check, Landing, commit, note, product, report, to_land
+from .publish import Check, Landing, commit, keys, note, product, report, to_land
 from .schemas import Transactions, ValidationFailed, checked_columns, validate
 
 SCHEMA = schema("transactions")  # the lake adds record_id to each row (resources/lake.py)
@@ -324,6 +324,7 @@ def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batc
     with inbox.open() as db:
         ids = to_land(context, batch, db, "transactions")
         full = full_pulls(context, config, ids)
+        keys(local_lake=lake.is_local)  # none: the step fails now, not record by record
         warm()
         # a Dagster log line is a stored event (~10 ms): said for few records only
         landings = []

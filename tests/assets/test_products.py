@@ -465,3 +465,18 @@ def test_balances_and_transactions_show_the_daily_balance_chart(landed):
         width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
         assert (width, height) == (640, 208)
         assert len(png) < 40_000  # stored in every such event: kept small
+
+
+@pytest.mark.parametrize("product", [identity, transactions], ids=["identity", "transactions"])
+def test_without_a_key_the_step_fails_at_once_saying_so(shared_sandbox, tmp_path, monkeypatch,
+                                                        product):
+    """No personal-data key is a setting to fix, not a fault to retry: the step fails on its
+    first try, saying "no key", and lands nothing."""
+    made = create(shared_sandbox, accounts=1, months=1)
+    monkeypatch.delenv("LEDGERLAKE_PII_KEY", raising=False)
+    monkeypatch.setenv("LEDGERLAKE_HOME", str(tmp_path / "home"))  # no key file there
+    out = run([product], [made["record"]], resources(shared_sandbox, tmp_path / "lake",
+                                                     [made["record"]]))
+    assert not out.success and "no key: LEDGERLAKE_PII_KEY is not set" in failure_text(out)
+    assert not [e for e in out.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+    assert not (tmp_path / "lake" / product.key.path[-1]).exists()
