@@ -5,14 +5,16 @@ paid per run: the sensor and the schedules start runs over batches of records, e
 its records through its `batch` resource (`resources.batch.config.records` in the run's
 config), so a million records cost a thousand runs, not a million partitions and their events
 (docs/decisions/0010-unit-of-orchestration.md).
+
+A run names its records by their inbox numbers, never their ids: nothing that names a
+person's record enters Dagster's storage, so forgetting the record leaves nothing there, and
+a forgotten record's number names nothing (docs/privacy.md).
 """
 
 from __future__ import annotations
 
 from dagster import AssetExecutionContext, ConfigurableResource
 from pydantic import Field
-
-from resources.lake import check_record_id
 
 # records per run of the daily refresh and the periodic callbacks: a run's start (a process,
 # the code location loaded) and its few events are then shared by this many records
@@ -23,17 +25,14 @@ class Batch(ConfigurableResource):
     """The records this run lands (set per run by the sensor, the schedules and `ledgerlake
     rerun`; a run launched by hand names them in the launchpad)."""
 
-    records: list[str] = Field(default=[], description=(
-        "the record ids this run fetches, each on its own; empty: the run lands nothing"))
-
-    def ids(self) -> list[str]:
-        """The batch's records, each checked before it names a file, each once."""
-        return list(dict.fromkeys(check_record_id(r) for r in self.records))
+    records: list[int] = Field(default=[], description=(
+        "the numbers of the records this run fetches (`ledgerlake status RECORD` shows a "
+        "record's), each on its own; empty: the run lands nothing"))
 
 
-def batch_config(records: list[str]) -> dict:
+def batch_config(numbers: list[int]) -> dict:
     """The run config that gives a run its batch."""
-    return {"resources": {"batch": {"config": {"records": list(records)}}}}
+    return {"resources": {"batch": {"config": {"records": list(numbers)}}}}
 
 
 def source_of(context: AssetExecutionContext) -> str:

@@ -171,10 +171,12 @@ def series_of(daily: pa.Table, labels: Mapping[str, str] | None = None
     return [((labels or {}).get(a, a), d, v) for a, (d, v) in by_account.items()]
 
 
-def record_charts(lake, record_ids: Sequence[str]) -> dict[str, str]:
+def record_charts(lake, record_ids: Sequence[str], titles: Mapping[str, str]
+                  ) -> dict[str, str]:
     """Per record with any balance history, its daily balance chart as Markdown, from the
-    lake's rows. Empty for more than CHART_RECORDS records: there the charts would cost more
-    than the landing."""
+    lake's rows, titled by `titles` (Dagster's metadata names a record by its number). Empty
+    for more than CHART_RECORDS records: there the charts would cost more than the
+    landing."""
     if not record_ids or len(record_ids) > CHART_RECORDS:
         return {}
     # only the columns the chart reads: a record's topics or narrations are not worth a read
@@ -187,9 +189,10 @@ def record_charts(lake, record_ids: Sequence[str]) -> dict[str, str]:
     for record, daily in daily_balances(tables).items():
         labels = {a["account_id"]: account_label(a)
                   for a in (accounts[record].to_pylist() if record in accounts else [])}
-        png = base64.b64encode(draw(series_of(daily, labels), f"Daily balance of record {record}"))
+        title = titles[record]
+        png = base64.b64encode(draw(series_of(daily, labels), f"Daily balance of {title}"))
         # an image the UI's Markdown shows inline: a data URI, nothing to fetch
-        out[record] = f"![daily balance of record {record}](data:image/png;base64,{png.decode()})"
+        out[record] = f"![daily balance of {title}](data:image/png;base64,{png.decode()})"
     return out
 
 
@@ -201,7 +204,7 @@ def chart_metadata(context, lake, landings: Sequence[Landing]) -> dict:
     if not published or len(landings) > CHART_RECORDS:
         return {}
     try:
-        charts = record_charts(lake, published)
+        charts = record_charts(lake, published, {x.record_id: x.shown for x in landings})
     except Exception as exc:  # a chart is a view of landed rows, not part of landing them
         context.log.warning("no balance chart this run: %s: %s", type(exc).__name__, exc)
         return {}

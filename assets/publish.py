@@ -41,7 +41,7 @@ from resources.tables import schema
 from .batch import Batch
 from .catalog import OWNERS, PRODUCT_TAGS, column_schema
 
-SHOWN = 20  # record ids a batch's metadata names, of those that failed
+SHOWN = 20  # records a batch's metadata names (by number), of those that failed
 PROBLEMS_KEPT = 20  # problems a check keeps per record in the lake (the count is whole)
 STATE_PROBLEMS = 3  # and in the record's state in the inbox
 LANDINGS, CHECKS = schema("landings"), schema("checks")
@@ -93,6 +93,16 @@ class Landing:
     pull: str | None = None
     lake_table: str | None = None
     lake_version: int | None = None
+    number: int | None = None  # what Dagster is told of it (assets/batch.py)
+
+    @property
+    def shown(self) -> str:
+        return named(self.number)
+
+    @property
+    def told(self) -> str | None:
+        """The error as Dagster is told it: the record by its number."""
+        return self.error and self.error.replace(self.record_id, self.shown)
 
     @classmethod
     def failed(cls, record_id: str, exc: BaseException) -> Landing:
@@ -143,21 +153,33 @@ def keys(local_lake: bool = True) -> Keys:
         raise dg.Failure(str(exc), allow_retries=False) from None
 
 
+def named(number: int | None) -> str:
+    """A record as Dagster's storage may name it: by its number."""
+    return f"record #{number}" if number is not None else "a record"
+
+
 def to_land(context: dg.AssetExecutionContext, batch: Batch, inbox: Inbox,
-            asset: str) -> list[str]:
-    """The batch's records, less those an earlier try of this step already landed."""
-    ids = batch.ids()
+            asset: str) -> dict[str, int]:
+    """The batch's records (id -> number), less those an earlier try of this step already
+    landed and those forgotten. Holds the erasure lock until `inbox` closes (a forget waits
+    for this step, or comes first and its records are not found here)."""
+    inbox.hold_landing()
+    by_number = inbox.ids_of(batch.records)
+    if gone := len(set(batch.records)) - len(by_number):
+        context.log.warning("%d of the batch's record numbers name no record (forgotten, or "
+                            "never known): not fetched", gone)
+    ids = {r: n for n, r in sorted(by_number.items())}
     if context.retry_number == 0 or not ids:
         return ids
-    done = {s.record for s in inbox.landings(run_id=context.run.run_id, product=asset,
+    done = {s.record for s in inbox.landings(ids, run_id=context.run.run_id, product=asset,
                                              outcomes=[LANDED_OK, HELD])}
     if done:
         context.log.info("try %d: %d of %d records were landed by an earlier try",
                          context.retry_number + 1, len(done & set(ids)), len(ids))
-    return [r for r in ids if r not in done]
+    return {r: n for r, n in ids.items() if r not in done}
 
 
-def land_each(context: dg.AssetExecutionContext, asset: str, ids: list[str],
+def land_each(context: dg.AssetExecutionContext, asset: str, ids: Mapping[str, int],
               land: Callable[[str], Landing], lake: Lake, inbox: Inbox,
               tables: Mapping[str, pa.Schema], checks: Sequence[Check] = (),
               appended: Collection[str] = ()) -> list[Landing]:
@@ -170,6 +192,7 @@ def land_each(context: dg.AssetExecutionContext, asset: str, ids: list[str],
             landings.append(land(record_id))
         except Exception as exc:  # noted with the record; the step fails after the rest
             landings.append(Landing.failed(record_id, exc))
+        landings[-1].number = ids[record_id]
     commit(lake, landings, tables, appended)
     note(context, lake, inbox, asset, landings, checks)
     return landings
@@ -207,11 +230,12 @@ class Verdict:
     product: str
     check: Check
     problems: list[dict]
+    number: int | None = None
 
 
 def verdicts(asset: str, landings: Iterable[Landing], checks: Sequence[Check]) -> list[Verdict]:
     """The verdicts the landings carry, of the checks they evaluated."""
-    return [Verdict(x.record_id, asset, c, x.problems[c.name]) for x in landings
+    return [Verdict(x.record_id, asset, c, x.problems[c.name], x.number) for x in landings
             for c in checks if x.problems.get(c.name) is not None]
 
 
@@ -293,7 +317,7 @@ def report(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Lan
         context.log.warning("this run's batch names no record to land (it names them in "
                             "resources.batch.config.records): nothing was fetched")
     published = [x for x in landings if x.published]
-    held = [x.record_id for x in landings if x.outcome == HELD]
+    held = [x.number for x in landings if x.outcome == HELD]
     failed = [x for x in landings if x.error]
     run_id = context.run.run_id
     if published:
@@ -308,14 +332,14 @@ def report(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Lan
         if held:
             meta["held_records"] = dg.MetadataValue.json(held[:SHOWN])
         if failed:
-            meta["failed_records"] = dg.MetadataValue.json([x.record_id for x in failed[:SHOWN]])
+            meta["failed_records"] = dg.MetadataValue.json([x.number for x in failed[:SHOWN]])
         yield dg.MaterializeResult(asset_key=asset, metadata=meta)
     selected = {k.name for k in context.selected_asset_check_keys
                 if k.asset_key == dg.AssetKey(asset)}
     yield from check_results(asset, verdicts(asset, landings, checks),
                              [c for c in checks if c.name in selected], run_id)
     for x in failed:
-        context.log.error("record %s: %s", x.record_id, x.error)
+        context.log.error("%s: %s", x.shown, x.told)
     raise_failed(asset, failed)
 
 
@@ -327,7 +351,7 @@ def check_results(asset: str, judged: Sequence[Verdict], checks: Sequence[Check]
         mine = [v for v in judged if v.check == check]
         if not mine:
             continue
-        bad = [v.record_id for v in mine if v.problems]
+        bad = [v.number for v in mine if v.problems]
         yield dg.AssetCheckResult(
             asset_key=asset, check_name=check.name, passed=not bad,
             severity=dg.AssetCheckSeverity.ERROR,
@@ -350,8 +374,8 @@ def raise_failed(asset: str, failed: list[Landing]) -> None:
     raise dg.Failure(
         description=f"{len(failed)} record(s) of {asset} failed and were not written "
                     f"(the records already landed are kept): "
-                    + "; ".join(f"{f.record_id}: {f.error}" for f in failed[:3])
+                    + "; ".join(f"{f.shown}: {f.told}" for f in failed[:3])
                     + ("" if retry else " -- bad data or a refusal: not retried"),
         metadata={"failed_records": dg.MetadataValue.json(
-            {f.record_id: f.error for f in failed[:SHOWN]})},
+            {str(f.number): f.told for f in failed[:SHOWN]})},
         allow_retries=retry)

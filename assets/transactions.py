@@ -33,7 +33,7 @@ from .batch import Batch
 from .charts import chart_metadata
 from .checks import chain_breaks, ledger_mismatches, posted_in_order
 from .income import recheck_income
-from .publish import Check, Landing, commit, keys, note, product, report, to_land
+from .publish import Check, Landing, commit, keys, named, note, product, report, to_land
 from .schemas import Transactions, ValidationFailed, checked_columns, validate
 
 SCHEMA = schema("transactions")  # the lake adds record_id to each row (resources/lake.py)
@@ -234,7 +234,7 @@ def land_chunks(client: Client, lake: Lake, ids: list[str],
                 del fetched
                 table = apply_window(existing, fresh, start)
                 if say is not None:
-                    say("record %s: %d fetched (%s), %d in the record", record_id,
+                    say("%s: %d fetched (%s), %d in the record", record_id,
                         fresh.num_rows, f"from {start}" if start else "full history",
                         table.num_rows)
                 if sum(t.num_rows for t, _, _ in group.values()) + table.num_rows > VALIDATE_ROWS:
@@ -328,8 +328,12 @@ def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batc
         warm()
         # a Dagster log line is a stored event (~10 ms): said for few records only
         landings = []
-        for chunk in land_chunks(client, lake, ids, full, split=True,
-                                 say=context.log.info if len(ids) <= LOG_EACH else None):
+        for chunk in land_chunks(client, lake, list(ids), full, split=True,
+                                 say=(lambda text, rid, *rest: context.log.info(
+                                     text, named(ids[rid]), *rest))
+                                 if len(ids) <= LOG_EACH else None):
+            for x in chunk:
+                x.number = ids[x.record_id]
             # noted while the next chunk is fetched; income that landed before these
             # transactions is checked now that both are here
             note(context, lake, db, "transactions", chunk, [RUNNING_BALANCE],
@@ -338,7 +342,7 @@ def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batc
     pulls = [x.pull or "" for x in landings]
     for x, pull in zip(landings, pulls, strict=True):
         if pull.startswith(f"{FULL} ("):
-            context.log.warning("record %s: %s", x.record_id, pull)
+            context.log.warning("%s: %s", x.shown, pull)
     yield from report(context, "transactions", landings, [RUNNING_BALANCE], extra={
         "fetched_rows": sum(x.fetched_rows or 0 for x in landings),
         "pulled_whole": sum(p.startswith(FULL) for p in pulls),

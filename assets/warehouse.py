@@ -143,6 +143,10 @@ def snapshot_files(lake: Lake, table: str, as_of: AsOf = None) -> list[str]:
     """The data files of the table's snapshot: the latest, the one standing at a time, or a
     version of it; none when the table does not exist (yet, or then) or holds no rows."""
     pinned = as_of.get(table) if isinstance(as_of, Mapping) else as_of
+    if pinned is not None and (erased := erasures_since(lake, table, pinned)):
+        raise ValueError(f"lake table {table} as of {pinned}: its history before {erased} is "
+                         "gone (`ledgerlake forget`: no version may show the rows it erased, "
+                         "no log entry name them; the lake's erasures table says more)")
     try:
         files = lake.files(table, pinned)  # before its first commit: version 0, no files
     except FileNotFoundError:
@@ -156,22 +160,18 @@ def snapshot_files(lake: Lake, table: str, as_of: AsOf = None) -> list[str]:
         raise ValueError(f"lake table {table} has no version {pinned} (latest: "
                          f"{lake.version(table)}, or vacuumed)") from exc
     if pinned is not None and (gone := object_store.absent(lake.table_uri(table), files)):
-        said = f"lake table {table} as of {pinned}: {len(gone)} of its {len(files)} files were"
-        if erased := erasures_since(lake, table, pinned):
-            raise ValueError(f"{said} removed by {erased} (`ledgerlake forget`: no version "
-                             "may show the rows it erased; the lake's erasures table says "
-                             "more)")
-        raise ValueError(f"{said} removed by the lake's vacuum (time travel reaches back "
+        raise ValueError(f"lake table {table} as of {pinned}: {len(gone)} of its {len(files)} "
+                         "files were removed by the lake's vacuum (time travel reaches back "
                          "LEDGERLAKE_LAKE_RETENTION_HOURS)")
     return files
 
 
 def erasures_since(lake: Lake, table: str, pinned: datetime | int) -> str:
-    """The erasures that purged files of `table` after `pinned` (a time, or a version their
-    delete followed), as a message names them; "" for none."""
+    """The erasures that cut the history of `table` after `pinned` (a time, or a version
+    before the one its history starts at since), as a message names them; "" for none."""
     rows = lake.read("erasures")
     rows = [] if rows is None else [
-        r for r in rows.to_pylist() if r["lake_table"] == table and r["files_purged"]
+        r for r in rows.to_pylist() if r["lake_table"] == table and r["lake_version"] is not None
         and (r["lake_version"] > pinned if isinstance(pinned, int) else
              r["finished_at"] > pinned)]
     return ", ".join(f"erasure {r['erasure_id']} (of {r['subject']} {r['subject_id']}, "

@@ -215,7 +215,7 @@ def stand_in_defs() -> dg.Definitions:
         def body(context: dg.AssetExecutionContext, batch: Batch):
             landings = [Landing(r, published=True, row_count=930, lake_table=f"lake/{name}",
                                 lake_version=1, problems={c.name: [] for c in checks})
-                        for r in batch.ids()]
+                        for r in map(str, batch.records)]
             yield from report(context, name, landings, checks, extra=extra(len(landings)))
         return body
 
@@ -258,7 +258,8 @@ def refresh_day(defs, stand_ins, instance, env, box, requests, when, real_runs) 
     real, rest = requests[:real_runs], requests[real_runs:]
 
     def lacking(rr) -> bool:
-        ids = rr.run_config["resources"]["batch"]["config"]["records"]
+        with open_inbox(env["LEDGERLAKE_INBOX"]) as db:
+            ids = list(db.ids_of(rr.run_config["resources"]["batch"]["config"]["records"]).values())
         return len(Lake(root=str(lake)).holding("transactions", ids)) < len(ids)
 
     first = [execute(job, instance, rr, **{"ledgerlake/bench": "first landing"})

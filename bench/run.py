@@ -87,6 +87,8 @@ def child_ledgerlake(job: dict) -> dict:
     with open_inbox(inbox, create=True) as db:  # the records are connected, as in production
         db.add_described([(describe(b), kept_body(b)) for b in (
             {"method": "AUTH", "callback_code": "AUTH_SUCCESS", "record": r} for r in records)])
+        numbered = db.numbers(records)  # what runs name records by
+    numbers = [numbered[r] for r in records]
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     defs = dg.Definitions(
         assets=[transactions],
@@ -106,7 +108,7 @@ def child_ledgerlake(job: dict) -> dict:
         warm()  # pandera builds its validators on first use: import time, not ingest time
         t0, c0 = time.perf_counter(), time.process_time()
         for i in range(0, len(records), RECORDS_PER_RUN):  # as the daily refresh batches
-            chunk = records[i:i + RECORDS_PER_RUN]
+            chunk = numbers[i:i + RECORDS_PER_RUN]
             out = ingest.execute_in_process(instance=instance, raise_on_error=False,
                                             run_config={**quiet, **batch_config(chunk)})
             if not out.success:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import Config, OpExecutionContext, op
 
+from assets.publish import named
 from assets.warehouse import LAKE_TABLES, Warehouse, build
 from resources import delta
 from resources.inbox import DISCONNECTED, Inbox
@@ -157,7 +158,7 @@ def audit(lake: Lake) -> pa.Table | None:
 
 
 class ForgetConfig(Config):
-    records: list[str]
+    records: list[int]  # numbers (assets/batch.py): a run's config never names a record
 
 
 @op(description="Forget records the service disconnected (LEDGERLAKE_FORGET_ON_DISCONNECT)")
@@ -166,13 +167,15 @@ def forget_disconnected(context: OpExecutionContext, config: ForgetConfig, lake:
     """Erase each record still disconnected when the run starts: one connected again since
     the event (a newer login) keeps its data. The warehouse is rebuilt once, after them all."""
     with inbox.open() as db:
-        gone = [r for r in config.records if db.status(r) == DISCONNECTED]
-        if kept := sorted(set(config.records) - set(gone)):
-            context.log.info(f"connected again since the disconnect, kept: {', '.join(kept)}")
-        for record in gone:
+        ids = db.ids_of(config.records)
+        gone = {n: r for n, r in ids.items() if db.status(r) == DISCONNECTED}
+        if kept := sorted(set(ids) - set(gone)):
+            context.log.info("connected again since the disconnect, kept: "
+                             + ", ".join(named(n) for n in kept))
+        for number, record in sorted(gone.items()):
             done = forget(lake, TABLES, record=record, reason="disconnect",
                           progress=context.log.info, inbox=db)
-            context.log.info(f"forgot record {record}: {done.rows} rows deleted, "
+            context.log.info(f"forgot {named(number)}: {done.rows} rows deleted, "
                              f"{done.files} files purged (erasure {done.erasure_id})")
     if gone:
         build(lake.root, warehouse_db.path, warehouse_db.timezone)

@@ -85,7 +85,10 @@ def replay_named(inbox: Inbox, client: Client | None, records: Sequence[str], *,
     """Trigger the callbacks of the records named, whatever the inbox knows of them: a record
     linked while every receiver was down for longer than the service redelivers left no trace
     here, but its application has its id (the connect page's onSuccess)."""
-    result = Replay([Overdue(r, (), 0.0) for r in dict.fromkeys(records)])
+    gone = inbox.forgotten(records)
+    for record in sorted(gone):
+        say(f"record {record}: forgotten; not replayed")
+    result = Replay([Overdue(r, (), 0.0) for r in dict.fromkeys(records) if r not in gone])
     known = inbox.records([o.record for o in result.overdue])
     for o in result.overdue:
         say(f"record {o.record}: " + (f"{known[o.record].status} in the inbox"

@@ -32,13 +32,13 @@ from .jobs import refresh_job, replay_job
 def daily_refresh(context: ScheduleEvaluationContext, inbox: InboxResource):
     """Refresh balances and transactions of connected records, once a day."""
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    requests, after = [], None
+    requests, after = [], 0
     with inbox.open() as db:
-        while page := db.record_ids(after, RECORDS_PER_RUN, status=CONNECTED):
+        while page := db.numbered(after, RECORDS_PER_RUN, status=CONNECTED):
             requests.append(RunRequest(
                 run_key=f"refresh-{day}-{page[0]}", run_config=batch_config(page),
                 tags={"ledgerlake/schedule": "daily_refresh", "ledgerlake/records": str(len(page)),
-                      "ledgerlake/first_record": page[0], "ledgerlake/refresh_day": day}))
+                      "ledgerlake/refresh_day": day}))
             after = page[-1]
     return requests or SkipReason("no record is connected")
 

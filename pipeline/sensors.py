@@ -21,7 +21,7 @@ and a record that lands while a build runs is in the next one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from dagster import (
     AssetKey,
@@ -39,6 +39,7 @@ from dagster import (
 )
 
 from assets.batch import RECORDS_PER_RUN, batch_config
+from assets.publish import named
 from assets.warehouse import LAKE_TABLES
 from resources.config import Settings
 from resources.inbox import CONNECTED, Event
@@ -80,12 +81,14 @@ PERIODIC = {"PERIODIC_BALANCE", "PERIODIC_TRANSACTIONS"}  # sent for every recor
 
 
 def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
-         fetchable: set[str] | None = None, forget: bool = False, parallel: int = PARALLEL
+         numbers: Mapping[str, int], fetchable: set[str] | None = None, forget: bool = False,
+         parallel: int = PARALLEL
          ) -> tuple[list[RunRequest], list[AssetObservation], list[str]]:
     """Runs to request, observations to report and lines to log.
 
     `existing` holds the asset names in the Definitions, `fetchable` those `ingest_job` can run
-    (default: all of them); `status` each record's current status. `forget`: a
+    (default: all of them); `status` each record's current status, `numbers` its number (what
+    runs, observations and logs name it by; a record without one was forgotten). `forget`: a
     USER_DISCONNECT also asks for a run of `forget_job` for its records. `parallel`: the runs
     the instance runs at once, over which a burst of new records is spread. Every event of one
     record (a connection's AUTH, ACCOUNTS, one BALANCE per account, TRANSACTIONS, INCOME...)
@@ -100,18 +103,23 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
     notes: list[str] = []
     moved: list[Event] = []  # connection events: record_status must be rebuilt
     requests_forget: list[RunRequest] = []
+    def shown(records: Iterable[str]) -> str:
+        return ", ".join(named(numbers.get(r)) for r in records) or "no record"
+
     for ev in events:
         if ev.kind == "connection":
-            notes.append(f"event {ev.id}: {ev.method} for {', '.join(ev.records) or 'no record'}")
+            notes.append(f"event {ev.id}: {ev.method} for {shown(ev.records)}")
             moved.append(ev)
             if forget and ev.method == "USER_DISCONNECT" and ev.records:
                 requests_forget.append(RunRequest(
                     run_key=f"forget-{ev.id}", job_name=forget_job.name,
-                    run_config={"ops": {forget_disconnected.name: {
-                        "config": {"records": list(ev.records)}}}},
+                    run_config={"ops": {forget_disconnected.name: {"config": {"records": [
+                        numbers[r] for r in ev.records if r in numbers]}}}},
                     tags={"ledgerlake/inbox_event": str(ev.id),
                           "ledgerlake/method": ev.method}))
             continue
+        if ev.record is not None and ev.record not in numbers:
+            continue  # forgotten since the receiver stored it
         if ev.record is None:
             notes.append(f"event {ev.id}: {ev.method} {ev.code} names no record; ignored")
             continue
@@ -127,7 +135,7 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
         if not present:
             continue
         if status.get(ev.record, CONNECTED) != CONNECTED:
-            notes.append(f"event {ev.id}: record {ev.record} is {status[ev.record]}; "
+            notes.append(f"event {ev.id}: {shown([ev.record])} is {status[ev.record]}; "
                          f"{ev.method} not fetched")
             continue
         into = periodic if ev.method in PERIODIC else wanted
@@ -139,12 +147,12 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
         wanted[record][0].update(assets)
         wanted[record][1].extend(evs)
         wanted[record][1].sort(key=lambda e: e.id)
-    observations = [_observe(asset, evs, status) for asset, evs in failures.items()
+    observations = [_observe(asset, evs, status, numbers) for asset, evs in failures.items()
                     if asset in existing]
     notes += [f"{len(evs)} failure callbacks reported on {asset}"
               for asset, evs in failures.items()]
-    requests = _batched_runs(wanted, NEW_PER_RUN, "inbox", parallel)
-    requests += _batched_runs(periodic, RECORDS_PER_RUN, "periodic")
+    requests = _batched_runs(wanted, numbers, NEW_PER_RUN, "inbox", parallel)
+    requests += _batched_runs(periodic, numbers, RECORDS_PER_RUN, "periodic")
     if moved and STATUS_ASSET in existing:
         requests.append(RunRequest(
             run_key=f"status-{moved[-1].id}", job_name=warehouse_job.name,
@@ -154,8 +162,9 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
     return requests + requests_forget, observations, notes
 
 
-def _batched_runs(wanted: dict[str, tuple[dict[str, None], list[Event]]], least: int,
-                  prefix: str, parallel: int = 1) -> list[RunRequest]:
+def _batched_runs(wanted: dict[str, tuple[dict[str, None], list[Event]]],
+                  numbers: Mapping[str, int], least: int, prefix: str, parallel: int = 1
+                  ) -> list[RunRequest]:
     """The records that want a product set, in the order they called, spread over `parallel`
     runs of at least `least` and at most RECORDS_PER_RUN records; each keyed by the set and
     the newest event it serves."""
@@ -171,16 +180,17 @@ def _batched_runs(wanted: dict[str, tuple[dict[str, None], list[Event]]], least:
             last = evs[-1]
             requests.append(RunRequest(
                 run_key=f"{prefix}-{last.id}-{'-'.join(products)}", job_name=ingest_job.name,
-                asset_selection=[AssetKey(a) for a in products], run_config=batch_config(batch),
+                asset_selection=[AssetKey(a) for a in products],
+                run_config=batch_config([numbers[r] for r in batch]),
                 tags={"ledgerlake/inbox_event": str(last.id), "ledgerlake/method": last.method
                       or "", "ledgerlake/methods": ",".join(dict.fromkeys(
                           e.method or "" for e in evs))[:1000],
-                      "ledgerlake/records": str(len(batch)),
-                      "ledgerlake/first_record": batch[0]}))
+                      "ledgerlake/records": str(len(batch))}))
     return requests
 
 
-def _observe(asset: str, evs: list[Event], status: dict[str, str]) -> AssetObservation:
+def _observe(asset: str, evs: list[Event], status: dict[str, str],
+             numbers: Mapping[str, int]) -> AssetObservation:
     """A tick's failure callbacks of one asset: how many, and the first few."""
     def message(ev: Event) -> str:
         text = ev.body.get("message")
@@ -189,7 +199,8 @@ def _observe(asset: str, evs: list[Event], status: dict[str, str]) -> AssetObser
     return AssetObservation(asset_key=asset, metadata={
         "failure_callbacks": len(evs), "records": len({e.record for e in evs}),
         "first_events": MetadataValue.json([
-            {"inbox_event": e.id, "record": e.record, "method": e.method, "code": e.code,
+            {"inbox_event": e.id, "record": numbers.get(e.record or ""), "method": e.method,
+             "code": e.code,
              "callback_status": e.status, "message": message(e),
              "record_status": status.get(e.record or "", "unknown")}
             for e in evs[:SHOWN]])})
@@ -214,13 +225,14 @@ def inbox_sensor(context: SensorEvaluationContext, inbox: InboxResource):
         events = db.after(cursor, BATCH)
         named = {r for ev in events for r in ev.records}
         status = {r: s.status for r, s in db.records(named).items()}
+        numbers = db.numbers(named)
     if not events:
         return SkipReason(f"no inbox events after {cursor}")
     known, fetchable = asset_names(context)
     # no run queue (an ephemeral instance, the default run coordinator): no limit to read
     queue = context.instance.get_concurrency_config().run_queue_config
     runs = queue.max_concurrent_runs if queue is not None else 0
-    requests, observations, notes = plan(events, known, status, fetchable,
+    requests, observations, notes = plan(events, known, status, numbers, fetchable,
                                          forget=Settings.from_env().forget_on_disconnect,
                                          parallel=runs if runs > 0 else PARALLEL)
     for line in notes:

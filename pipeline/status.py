@@ -32,6 +32,7 @@ LISTED = 1000  # records `status` lists without --all
 class RecordStatus:
     record: str
     connection: str  # connected, disconnected, reauth_required, or unknown to the inbox
+    number: int | None = None  # how Dagster's runs, metadata and logs name it (#N)
     products: dict[str, str] = field(default_factory=dict)  # asset -> state (module docstring)
     landings: dict[str, LandingState] = field(default_factory=dict)  # asset -> latest landing
     callbacks: dict[str, tuple[str, str]] = field(default_factory=dict)  # method -> code, at
@@ -41,7 +42,7 @@ class RecordStatus:
         return [p for p, s in self.products.items() if s in NEEDS_ACTION]
 
     def as_json(self) -> dict:
-        return {"record": self.record, "connection": self.connection,
+        return {"record": self.record, "number": self.number, "connection": self.connection,
                 "products": self.products,
                 "landings": {p: {"outcome": s.outcome, "at": _iso(s.at), "run_id": s.run_id,
                                  "last_landed_at": _iso(s.landed_at), "rows": s.row_count,
@@ -51,11 +52,15 @@ class RecordStatus:
 
 def statuses(inbox: Inbox, only: Sequence[str] | None = None, *, failed: bool = False,
              limit: int | None = LISTED) -> list[RecordStatus]:
-    """The named records (`only`; ValueError naming those the inbox never heard of), or
-    those with a failed or held product (`failed`), or the first `limit` records, in order."""
+    """The named records (`only`, by id or by number `#N`; ValueError naming those the inbox
+    does not know), or those with a failed or held product (`failed`), or the first `limit`
+    records, in order."""
     if only is not None:
+        only = by_id(inbox, only)
         states = inbox.records(only)
         unknown = sorted(set(only) - set(states))
+        if gone := inbox.forgotten(unknown):
+            raise ValueError(f"forgotten: {', '.join(sorted(gone)[:5])} (ledgerlake forget)")
         if unknown:
             raise ValueError(f"the inbox has no record {', '.join(unknown[:5])}")
     elif failed:
@@ -66,12 +71,24 @@ def statuses(inbox: Inbox, only: Sequence[str] | None = None, *, failed: bool = 
     landings: dict[str, dict[str, LandingState]] = {}
     for s in inbox.landings(states):
         landings.setdefault(s.record, {})[s.product] = s
-    out = [_status(states[r], landings.get(r, {})) for r in sorted(states)]
+    numbers = inbox.numbers(states)
+    out = [_status(states[r], landings.get(r, {}), numbers.get(r)) for r in sorted(states)]
     return [r for r in out if r.needs_action] if failed else out
 
 
-def _status(state: RecordState, landed: dict[str, LandingState]) -> RecordStatus:
-    row = RecordStatus(state.record, state.status, landings=landed,
+def by_id(inbox: Inbox, names: Sequence[str]) -> list[str]:
+    """Records named by id or by number (`#N`, as the Dagster UI names them), as ids."""
+    numbers = {int(n[1:]) for n in names if n.startswith("#")}
+    ids = inbox.ids_of(numbers)
+    if missing := sorted(numbers - set(ids)):
+        raise ValueError("no record has number " + ", ".join(f"#{n}" for n in missing[:5])
+                         + " (forgotten, or never known)")
+    return list(dict.fromkeys(ids[int(n[1:])] if n.startswith("#") else n for n in names))
+
+
+def _status(state: RecordState, landed: dict[str, LandingState], number: int | None
+            ) -> RecordStatus:
+    row = RecordStatus(state.record, state.status, number, landings=landed,
                        callbacks={m: (p.code, p.occurred_at) for m, p in state.products.items()})
     for asset, methods in PRODUCTS.items():
         if asset in landed:
@@ -89,7 +106,7 @@ def _iso(ts: float | None) -> str | None:
 
 def explain(row: RecordStatus) -> list[str]:
     """One record told in full: each product's last landing and why, then its callbacks."""
-    lines = [f"record {row.record}: {row.connection}"]
+    lines = [f"record {row.record}: {row.connection} (number #{row.number})"]
     for asset, state in row.products.items():
         landing = row.landings.get(asset)
         if landing is None:
@@ -113,19 +130,19 @@ def explain(row: RecordStatus) -> list[str]:
     return lines
 
 
-def rerun(defs, instance, records: Sequence[str], assets: Sequence[str], *,
+def rerun(defs, instance, numbers: Sequence[int], assets: Sequence[str], *,
           full_history: bool = False, run_config: dict | None = None):
-    """Run `assets` for `records` now, in one run in process, recorded in `instance` like
-    any run."""
+    """Run `assets` for the records numbered `numbers` now, in one run in process, recorded
+    in `instance` like any run."""
     import dagster as dg
 
     from assets.batch import batch_config
 
-    config = {**(run_config or {}), **batch_config(list(records))}
+    config = {**(run_config or {}), **batch_config(list(numbers))}
     if full_history and "transactions" in assets:
         config["ops"] = {"transactions": {"config": {"full_history": True}}}
     return defs.resolve_job_def("ingest_job").execute_in_process(
         instance=instance, run_config=config, raise_on_error=False,
         asset_selection=[dg.AssetKey(a) for a in assets],
-        tags={"ledgerlake/rerun": "cli", "ledgerlake/records": str(len(records)),
+        tags={"ledgerlake/rerun": "cli", "ledgerlake/records": str(len(numbers)),
               "ledgerlake/full_history": str(full_history).lower()})

@@ -228,11 +228,12 @@ def vacuum(uri: str, retention_hours: int) -> dict:
 
 
 def erase(uri: str, record_ids: Sequence[str]) -> dict:
-    """Delete every row of `record_ids` in one commit, then purge every data file of any
-    version that held one: no version the table keeps can show them again (time travel to a
-    version before the erasure stops working, as it must). Idempotent: run again, it finds
-    nothing more, or finishes a pass that was killed. Returns the rows deleted, the files
-    purged and the version after."""
+    """Delete every row of `record_ids` in one commit, purge every data file of any version
+    that held one, then cut the table's history there (`_cut_history`): no version the table
+    keeps can show them, and no log entry names them (time travel to before the erasure stops
+    working, as it must). Idempotent: run again, it finds nothing more, or finishes a pass
+    that was killed. Returns the rows deleted, the files purged and the version the history
+    now starts at."""
     ids = sorted({check_record_id(r) for r in record_ids})
     table = _open(uri, None)
     if table is None or not ids:
@@ -245,7 +246,7 @@ def erase(uri: str, record_ids: Sequence[str]) -> dict:
         metrics = table.delete(predicate, writer_properties=ZSTD)
         return metrics.get("num_deleted_rows", 0), table.version()
 
-    deleted, version = _retrying(uri, delete)
+    deleted, _ = _retrying(uri, delete)
     table = DeltaTable(location, storage_options=options)
     live = {unquote(p) for p in table.get_add_actions(flatten=True).column("path").to_pylist()}
     store, base = _filesystem(uri)
@@ -259,7 +260,44 @@ def erase(uri: str, record_ids: Sequence[str]) -> dict:
         if _holds(store, info.path, ids):
             store.delete_file(info.path)
             purged += 1
-    return {"rows_deleted": int(deleted), "files_purged": purged, "version": version}
+    named = deleted or purged or _log_names(store, base, ids)
+    return {"rows_deleted": int(deleted), "files_purged": purged,
+            "version": _cut_history(uri, store, base) if named else table.version()}
+
+
+def _log_names(store: pafs.FileSystem, base: str, ids: list[str]) -> bool:
+    """Whether a commit of the log names one of `ids` (a replace's predicate)."""
+    needles = [i.encode() for i in ids]
+    for info in store.get_file_info(pafs.FileSelector(f"{base}/_delta_log",
+                                                      allow_not_found=True)):
+        if info.base_name.endswith(".json"):
+            with store.open_input_stream(info.path) as f:
+                text = f.read()
+            if any(n in text for n in needles):
+                return True
+    return False
+
+
+def _cut_history(uri: str, store: pafs.FileSystem, base: str) -> int:
+    """Start the table's log afresh: a commit that names no row (its description), a
+    checkpoint of it, and every log file before it deleted. Earlier commits name records (a
+    replace's predicate, the statistics of `record_id` at each file's edges); the checkpoint
+    holds only the live files, which hold none of the erased rows. Returns its version."""
+    location, options = _where(uri)
+
+    def commit() -> int:
+        table = DeltaTable(location, storage_options=options)
+        table.alter.set_table_description("its history starts at an erasure")
+        return DeltaTable(location, storage_options=options).version()
+
+    cut = _retrying(uri, commit)
+    DeltaTable(location, storage_options=options, version=cut).create_checkpoint()
+    for info in store.get_file_info(pafs.FileSelector(f"{base}/_delta_log",
+                                                      allow_not_found=True)):
+        head = info.base_name.split(".")[0]
+        if info.type == pafs.FileType.File and head.isdigit() and int(head) < cut:
+            store.delete_file(info.path)
+    return cut
 
 
 def _holds(store: pafs.FileSystem, path: str, ids: list[str]) -> bool:

@@ -215,6 +215,14 @@ def connected(inbox_path: Path, records: list[str]) -> str:
     return str(inbox_path)
 
 
+def numbers(inbox, records: list[str]) -> list[int]:
+    """The records' numbers in `inbox` (an InboxResource), given them if they have none: what
+    a run's batch names them by."""
+    with inbox.open() as db:
+        got = db.numbers(records, create=True)
+    return [got[r] for r in records if r in got]
+
+
 def land(assets: list, records: list[str], resources: dict, **kw):
     """Materialize `assets` in process over one batch of `records` (`dg.materialize`'s other
     arguments in `kw`); `resources` must hold the inbox."""
@@ -222,7 +230,8 @@ def land(assets: list, records: list[str], resources: dict, **kw):
 
     from assets.batch import Batch
 
-    return dg.materialize(assets, resources={**resources, "batch": Batch(records=records)}, **kw)
+    batch = Batch(records=numbers(resources["inbox"], records))
+    return dg.materialize(assets, resources={**resources, "batch": batch}, **kw)
 
 
 def noted(lake_root, table: str, run_id: str | None = None) -> list[dict]:

@@ -24,7 +24,7 @@ from assets.publish import SERVICE_POOL
 from resources.client.resource import ConnectionClient
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
-from tests.conftest import connected, land, noted
+from tests.conftest import connected, land, noted, numbers
 from tests.postgres import free_port, pg_env
 from tests.resources.sandboxes import client_for, make_customers, sandbox_with
 
@@ -65,7 +65,7 @@ def test_it_differs_from_the_embedded_default_only_in_storage_and_how_runs_start
 
 @dg.asset(pool=SERVICE_POOL)
 def tiny(batch: Batch) -> int:
-    return len(batch.ids())
+    return len(batch.records)
 
 
 READ_BACK = """
@@ -96,7 +96,7 @@ def test_runs_event_logs_and_schedules_live_in_postgres(production, postgres_url
         assert instance.run_monitoring_enabled and instance.run_retries_max_retries == 2
         # a run's batch is its config, kept with the run (no partitions)
         result = dg.materialize([tiny], instance=instance, resources={"batch": Batch()},
-                                run_config=batch_config(["rec_a", "rec_b"]),
+                                run_config=batch_config([1, 2]),
                                 tags={"ledgerlake/records": "2"})
         instance.create_tick(TickData(
             instigator_origin_id="ledgerlake-test", instigator_name="daily_refresh",
@@ -111,7 +111,7 @@ def test_runs_event_logs_and_schedules_live_in_postgres(production, postgres_url
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen == {"status": "SUCCESS", "materializations": [result.run_id],
-                    "records": ["rec_a", "rec_b"], "tags": {"ledgerlake/records": "2"},
+                    "records": [1, 2], "tags": {"ledgerlake/records": "2"},
                     "ticks": 1, "launcher": "DefaultRunLauncher",
                     "storage": "PostgresRunStorage"}
     assert result.output_for_node("tiny") == 2  # the run got its batch
@@ -185,7 +185,8 @@ client = ConnectionClient(base_url=os.environ["T_URL"], secret_key=os.environ["T
 with dg.DagsterInstance.get() as instance:
     out = dg.materialize([accounts], instance=instance, raise_on_error=False, resources={
         "client": client, "lake": Lake(root=os.environ["T_LAKE"]),
-        "inbox": InboxResource(path=os.environ["T_INBOX"]), "batch": Batch(records=sys.argv[1:])})
+        "inbox": InboxResource(path=os.environ["T_INBOX"]),
+        "batch": Batch(records=[int(n) for n in sys.argv[1:]])})
 print(json.dumps({"run_id": out.run_id, "success": out.success}))
 """
 
@@ -205,9 +206,9 @@ def test_a_429_storm_across_runs_slows_them_down_and_fails_none(production, tmp_
         env = {**os.environ, "T_URL": box.url, "T_KEY": box.sandbox_key,
                "T_LAKE": str(tmp_path / "lake"),
                "T_INBOX": connected(tmp_path / "inbox.sqlite3", made)}
-        runs = [subprocess.Popen([sys.executable, "-c", ONE_RUN, record], cwd=REPO, env=env,
+        runs = [subprocess.Popen([sys.executable, "-c", ONE_RUN, str(number)], cwd=REPO, env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for record in made]
+                for number in numbers(InboxResource(path=env["T_INBOX"]), made)]
         outs = [p.communicate(timeout=280) for p in runs]
     results = []
     for p, (out, err) in zip(runs, outs, strict=True):

@@ -303,6 +303,13 @@ def _record(value: str) -> str:
     return value
 
 
+def _record_or_number(value: str) -> str:
+    """A record id, or `#N`: a record's number, as the Dagster UI names it."""
+    if value.startswith("#") and value[1:].isdigit() and len(value) < 20:
+        return value
+    return _record(value)
+
+
 def _statuses(settings, args: argparse.Namespace) -> list | None:
     """The rows `status` and `rerun` act on (only those needing action with --failed), or
     None when a named record is unknown (said on stderr)."""
@@ -329,9 +336,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([r.as_json() for r in rows]))
         return 0
-    head = ["record", "connection", *PRODUCTS]
-    table = [head] + [[r.record, r.connection, *(r.products.get(p, "-") for p in PRODUCTS)]
-                      for r in rows]
+    head = ["record", "number", "connection", *PRODUCTS]
+    table = [head] + [[r.record, f"#{r.number}", r.connection,
+                       *(r.products.get(p, "-") for p in PRODUCTS)] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
@@ -359,7 +366,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     if not rows:
         print("nothing to run again", file=sys.stderr)
         return 0
-    by_assets: dict[tuple[str, ...], list[str]] = {}
+    by_assets: dict[tuple[str, ...], list[int]] = {}
     for row in rows:
         assets = args.products or (row.needs_action if args.failed else
                                    [p for p, s in row.products.items() if s != "-"])
@@ -367,7 +374,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
             print(f"record {row.record}: no product heard of yet; name --products",
                   file=sys.stderr)
             return 2
-        by_assets.setdefault(tuple(assets), []).append(row.record)
+        by_assets.setdefault(tuple(assets), []).append(row.number)
     # DAGSTER_HOME, else the one `ledgerlake demo` and `dev` use ($LEDGERLAKE_HOME/dagster)
     home = os.environ.get("DAGSTER_HOME") or str(settings.home / "dagster")
     if not Path(home).is_dir():
@@ -543,7 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("status", help="each record's products: landed, held, failed, waiting")
-    p.add_argument("records", nargs="*", type=_record, help="only these records")
+    p.add_argument("records", nargs="*", type=_record_or_number,
+                   help="only these records, by id or by number (#N, as the UI names them)")
     p.add_argument("--failed", action="store_true", help="only records with a failed or "
                                                          "held product")
     p.add_argument("--json", action="store_true", help="one JSON array on stdout")
@@ -552,7 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("rerun", help="run records' products again now, without a callback")
-    p.add_argument("records", nargs="*", type=_record, help="the records to run again")
+    p.add_argument("records", nargs="*", type=_record_or_number,
+                   help="the records to run again, by id or by number (#N)")
     p.add_argument("--failed", action="store_true",
                    help="every record with a failed or held product (those products only)")
     p.add_argument("--products", type=_products,

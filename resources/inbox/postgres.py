@@ -29,6 +29,8 @@ from .store import (
 
 # one lock for every writer of the database, whatever its process or machine
 WRITE_LOCK = zlib.crc32(b"ledgerlake inbox writers")
+# the erasure lock (Inbox.hold_landing, Inbox.forget), across machines
+ERASURE_LOCK = zlib.crc32(b"ledgerlake erasures")
 CONNECT_TIMEOUT_S = 10
 
 
@@ -121,6 +123,7 @@ class PostgresInbox(Inbox):
     a lock), made again when the server dropped it."""
 
     IDS_IN = "record = any(?)"
+    NUMBERS_IN = "number = any(?)"
 
     @staticmethod
     def _ids(ids: list[str]):
@@ -129,6 +132,7 @@ class PostgresInbox(Inbox):
     def __init__(self, url: str, *, create: bool = False) -> None:
         self.url = url
         self.shown = redact(url)
+        self._held = None
         self._lock = threading.Lock()
         self._conn: _Connection | None = None
         try:
@@ -185,6 +189,23 @@ class PostgresInbox(Inbox):
     def close(self) -> None:
         with self._lock:
             self._close()
+        if self._held is not None:
+            self._held.close()
+
+    @contextlib.contextmanager
+    def _erasure_lock(self, exclusive: bool):
+        """An advisory lock on a connection of its own, shared or alone (the server grants
+        waiters in turn: a waiting forget goes before the landings that come after it)."""
+        try:
+            held = _Connection(self.url)
+        except LOST as exc:
+            raise InboxUnavailable(self._unavailable(exc)) from None
+        try:
+            held.execute(f"select pg_advisory_lock{'' if exclusive else '_shared'}(?)",
+                         (ERASURE_LOCK,))
+            yield
+        finally:
+            held.close()
 
     @contextlib.contextmanager
     def _snapshot(self):
@@ -223,6 +244,10 @@ class PostgresInbox(Inbox):
     status = _retried(Inbox.status)
     payloads = _retried(Inbox.payloads)
     record_ids = _retried(Inbox.record_ids)
+    numbered = _retried(Inbox.numbered)
+    _numbers = _retried(Inbox.numbers)
+    _ids_of = _retried(Inbox.ids_of)
+    _forgotten_of = _retried(Inbox.forgotten)
     note_landings = _retried(Inbox.note_landings)
     forget = _retried(Inbox.forget)
     of_customer = _retried(Inbox.of_customer)
@@ -234,6 +259,15 @@ class PostgresInbox(Inbox):
     # an iterator given is read once, before a first try that may have to be repeated
     def mark_replayed(self, records: Iterable[str], at: float | None = None) -> None:
         self._mark_replayed(list(records), at)
+
+    def numbers(self, ids: Iterable[str], *, create: bool = False) -> dict[str, int]:
+        return self._numbers(list(ids), create=create)
+
+    def ids_of(self, numbers: Iterable[int]) -> dict[int, str]:
+        return self._ids_of(list(numbers))
+
+    def forgotten(self, ids: Iterable[str]) -> set[str]:
+        return self._forgotten_of(list(ids))
 
     def landings(self, records: Iterable[str] | None = None, **kw) -> list:
         return self._landings(None if records is None else list(records), **kw)

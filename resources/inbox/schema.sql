@@ -65,4 +65,18 @@ create table if not exists landings (
     primary key (record, product)
 );
 create index if not exists landings_run on landings (run_id, product);
-create index if not exists landings_to_act on landings (outcome) where outcome != 'landed'
+create index if not exists landings_to_act on landings (outcome) where outcome != 'landed';
+-- Each record's number: what the orchestrator names a record by (run config, tags, metadata,
+-- logs), never its id, so a forgotten record leaves no trace in Dagster's storage
+-- (docs/privacy.md). Given when the inbox first hears of a record, deleted by forget, never
+-- given twice.
+create table if not exists record_numbers (
+    number integer primary key autoincrement,
+    record text not null unique
+);
+-- The tombstones (a record id's SHA-256, never the id, and when): a forgotten record's
+-- callbacks are dropped, it gets no number again, and no landing writes it.
+create table if not exists forgotten (
+    record text primary key,
+    forgotten_at real not null
+)

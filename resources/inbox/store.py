@@ -13,6 +13,7 @@ status of each connection record, so nothing reads a status that disagrees with 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import re
 import sqlite3
@@ -61,6 +62,15 @@ LANDED = ("insert into landings (record, product, outcome, run_id, at, landed_at
           " landed_at = coalesce(excluded.landed_at, landings.landed_at),"
           " row_count = excluded.row_count, detail = excluded.detail")
 LANDING_COLUMNS = "record, product, outcome, run_id, at, landed_at, row_count, detail"
+# a record's number, given once (a forgotten record's tombstone keeps it from another)
+NUMBER = ("insert into record_numbers (record) select ? where not exists"
+          " (select 1 from forgotten where record = ?) on conflict (record) do nothing")
+
+
+def tombstone(record: str) -> str:
+    """What the inbox keeps of a forgotten record: its id's SHA-256 (ids are random: the
+    hash names it only to whoever holds the id already)."""
+    return hashlib.sha256(record.encode()).hexdigest()
 PRODUCT = ("insert into record_products (record, method, code, status, event, occurred_at,"
            " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict (record, method) do update"
            " set code = excluded.code, status = excluded.status, event = excluded.event,"
@@ -380,6 +390,7 @@ class Inbox:
     # ids given as one JSON array: one statement whatever their number (no bound variables
     # beyond the build's limit)
     IDS_IN = "record in (select value from json_each(?))"
+    NUMBERS_IN = "number in (select value from json_each(?))"
 
     @staticmethod
     def _ids(ids: list[str]):
@@ -390,6 +401,7 @@ class Inbox:
         other reader of a missing inbox gets InboxMissing naming the path, not a new empty
         file that hides a wrong setting."""
         self.path = Path(path)
+        self._held: contextlib.ExitStack | None = None
         self.shown = str(self.path.resolve())  # where it is, as logs and errors name it
         if not create and not self.path.is_file():
             raise InboxMissing(f"no inbox at {self.path}: start the receiver with --inbox "
@@ -404,7 +416,7 @@ class Inbox:
             self._db.execute("pragma synchronous=full")  # committed means on disk
             self._db.execute("pragma secure_delete=on")  # what forget deletes is overwritten
             if not self._db.execute("select 1 from sqlite_master where type = 'table'"
-                                    " and name = 'landings'").fetchone():
+                                    " and name = 'forgotten'").fetchone():
                 self._begin_write()  # two openers of a new file make its tables once
                 for statement in SCHEMA.split(";"):
                     self._db.execute(statement)
@@ -417,6 +429,8 @@ class Inbox:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        if self._held is not None:
+            self._held.close()
 
     def check(self) -> None:
         """Raise unless the path still names the file this inbox opened and it answers one
@@ -453,8 +467,10 @@ class Inbox:
         identities = [_identity(info) for info, _ in items]
         with self._lock:
             try:
-                stored = self._begin_batch(identities, [info["record"] for info, _ in items])
-                out = self._insert_all(items, identities, stored, now)
+                records = [info["record"] for info, _ in items]
+                stored = self._begin_batch(identities, records)
+                gone = self._forgotten({r for r in records if r})
+                out = self._insert_all(items, identities, stored, now, gone)
                 self._db.execute("commit")
             except BaseException:
                 self._db.execute("rollback")
@@ -485,17 +501,19 @@ class Inbox:
         return out
 
     def _insert_all(self, items: Sequence[tuple[dict, bytes]], identities: list[str],
-                    ids: dict[str, int], now: float) -> list[tuple[int, bool]]:
+                    ids: dict[str, int], now: float, gone: set[str]
+                    ) -> list[tuple[int, bool]]:
         """The batch's new events, in order; each item's (id, whether it was new): the first
-        of an identity new to the inbox is new."""
+        of an identity new to the inbox is new. An event of a forgotten record (`gone`) is
+        dropped: (0, False)."""
         new: set[str] = set()
         for (info, raw), identity in zip(items, identities, strict=True):
-            if identity not in ids:
+            if identity not in ids and info["record"] not in gone:
                 new.add(identity)
                 ids[identity] = self._insert(info, raw, now, identity)
         out, told = [], set()
         for identity in identities:
-            out.append((ids[identity], identity in new and identity not in told))
+            out.append((ids.get(identity, 0), identity in new and identity not in told))
             told.add(identity)
         return out
 
@@ -550,6 +568,8 @@ class Inbox:
     def _touch(self, record: str, customer: str | None, event_id: int, occurred: str,
                now: float) -> None:
         self._db.execute(TOUCH, (record, customer, CONNECTED, occurred, event_id, now, now))
+        self._db.execute("insert into record_numbers (record) values (?)"
+                         " on conflict (record) do nothing", (record,))
 
     def _set_status(self, record: str, status: str, occurred: str, event_id: int) -> None:
         self._db.execute(SET_STATUS, (status, occurred, event_id, record, occurred))
@@ -570,13 +590,14 @@ class Inbox:
     def forget(self, records: Sequence[str]) -> int:
         """Delete every row of `records` (`ledgerlake forget`, pipeline/forget.py), in one
         transaction: their events and bodies (a connection event naming others forgets only
-        these), their status, products and landings, and the dead letters that name them or
-        their customers. Deleted content is overwritten (`secure_delete`) and the log
-        truncated. Returns the rows deleted."""
+        these), their number, status, products and landings, and the dead letters that name
+        them or their customers; leave their tombstones. Deleted content is overwritten
+        (`secure_delete`) and the log truncated. Waits for the landings in flight
+        (`hold_landing`). Returns the rows deleted."""
         ids = sorted(set(records))
         if not ids:
             return 0
-        with self._lock:
+        with self._erasure_lock(exclusive=True), self._lock:
             self._begin_write()
             try:
                 deleted = self._forget(ids)
@@ -602,13 +623,37 @@ class Inbox:
             else:
                 deleted += self._db.execute("delete from events where id = ?",
                                             (event,)).rowcount
-        for table in ("events", "record_products", "landings", "records"):
+        self._db.executemany("insert into forgotten (record, forgotten_at) values (?, ?)"
+                             " on conflict (record) do nothing",
+                             [(tombstone(r), time.time()) for r in ids])
+        for table in ("events", "record_products", "landings", "records", "record_numbers"):
             deleted += self._db.execute(f"delete from {table} where {self.IDS_IN}",
                                         [self._ids(ids)]).rowcount
         letters = [(i,) for i, body in self._db.execute("select id, body from dead_letters")
                    if any(n.encode() in bytes(body) for n in named)]
         self._db.executemany("delete from dead_letters where id = ?", letters)
         return deleted + len(letters)
+
+    # -- the erasure lock: a landing step holds it shared, forget alone ----------------------
+    @contextlib.contextmanager
+    def _erasure_lock(self, exclusive: bool):
+        """A readers-writer lock between processes (files beside the inbox). A forget waiting
+        for it holds the turnstile, so landings that come after it wait behind it."""
+        with open(f"{self.path}.turnstile", "ab") as turn, \
+                open(f"{self.path}.erasing", "ab") as lock:
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            if not exclusive:
+                fcntl.flock(turn, fcntl.LOCK_UN)
+            yield
+
+    def hold_landing(self) -> None:
+        """Hold the erasure lock shared until this inbox is closed: a landing step takes it
+        before it reads its records, so a forget either finds it done (and erases what it
+        wrote) or comes first (and the step finds no such record)."""
+        if self._held is None:
+            self._held = contextlib.ExitStack()
+            self._held.enter_context(self._erasure_lock(exclusive=False))
 
     def _truncate_log(self) -> None:
         """What a forget deleted leaves the write-ahead log too."""
@@ -708,6 +753,58 @@ class Inbox:
             return [r[0] for r in self._db.execute(
                 f"select record from records{clause} order by record limit ?",
                 (*params, limit))]
+
+    def numbered(self, after: int = 0, limit: int = 1000, status: str | None = None
+                 ) -> list[int]:
+        """A page of record numbers in order, those after `after`, of records in `status`
+        (keyset paging, as `record_ids`)."""
+        where = " and r.status = ?" if status is not None else ""
+        with self._lock:
+            return [r[0] for r in self._db.execute(
+                "select n.number from record_numbers n join records r on r.record = n.record"
+                f" where n.number > ?{where} order by n.number limit ?",
+                (after, *([status] if status is not None else []), limit))]
+
+    def numbers(self, ids: Iterable[str], *, create: bool = False) -> dict[str, int]:
+        """Each record's number, what the orchestrator names it by (a forgotten record has
+        none). `create`: number the records that have none yet (a run over records no
+        callback named: `ledgerlake rerun`, tests, benchmarks)."""
+        ids = sorted(set(ids))
+        if not ids:
+            return {}
+        with self._lock:
+            if create:
+                self._begin_write()
+                try:
+                    self._db.executemany(NUMBER, [(r, tombstone(r)) for r in ids])
+                    self._db.execute("commit")
+                except BaseException:
+                    self._db.execute("rollback")
+                    raise
+            return dict(self._db.execute(
+                f"select record, number from record_numbers where {self.IDS_IN}",
+                [self._ids(ids)]).fetchall())
+
+    def forgotten(self, ids: Iterable[str]) -> set[str]:
+        """Those of `ids` that were forgotten (their tombstones)."""
+        with self._lock:
+            return self._forgotten(set(ids))
+
+    def _forgotten(self, ids: set[str]) -> set[str]:
+        hashed = {tombstone(r): r for r in ids}
+        return {hashed[r[0]] for r in self._db.execute(
+            f"select record from forgotten where {self.IDS_IN}",
+            [self._ids(sorted(hashed))])} if ids else set()
+
+    def ids_of(self, numbers: Iterable[int]) -> dict[int, str]:
+        """The records these numbers name (a forgotten record's number names none)."""
+        numbers = sorted({int(n) for n in numbers})
+        if not numbers:
+            return {}
+        with self._lock:
+            return dict(self._db.execute(
+                f"select number, record from record_numbers where {self.NUMBERS_IN}",
+                [self._ids(numbers)]).fetchall())
 
     # -- what the pipeline made of each record ---------------------------------------------
     def note_landings(self, states: Sequence[LandingState]) -> None:

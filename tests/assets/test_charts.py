@@ -60,16 +60,16 @@ class Context:
 
 
 def published(*records: str) -> list[Landing]:
-    return [Landing(r, published=True) for r in records]
+    return [Landing(r, published=True, number=i) for i, r in enumerate(records, 1)]
 
 
 def test_a_small_run_gets_a_chart_per_record_a_large_one_none(lake):
     """A batch of at most CHART_RECORDS records is drawn, a chart per published record with
     rows, in one Markdown value of the batch's materialization; a larger one is not."""
-    few = [*published("r1", "r2"), Landing("r3", error="ApiError: down")]
+    few = [*published("r1", "r2"), Landing("r3", error="ApiError: down", number=3)]
     text = charts.chart_metadata(Context(), lake, few)["daily_balance"].value
-    drawn = re.findall(r"!\[daily balance of record (\w+)\]\(data:image/png;base64,", text)
-    assert drawn == ["r1", "r2"]  # not the record that failed
+    drawn = re.findall(r"!\[daily balance of record #(\d+)\]\(data:image/png;base64,", text)
+    assert drawn == ["1", "2"]  # by their numbers; not the record that failed
     assert text.count("data:image/png;") == 2
     many = published("r1", "r2", *[f"n{i}" for i in range(charts.CHART_RECORDS)])
     assert charts.chart_metadata(Context(), lake, many) == {}

@@ -27,7 +27,7 @@ from tests.bad_service import BadPages
 from tests.conftest import Sandbox, start_sandbox
 
 CHECK = tx.RUNNING_BALANCE.name
-SAID = "record %s: %d fetched (%s), %d in the record"
+SAID = "%s: %d fetched (%s), %d in the record"
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import pytest
 
 from assets import identity as identity_module
 from assets.warehouse import LAKE_TABLES, Warehouse, build
-from pipeline.forget import BY_CUSTOMER, audit, forget, records_of
+from pipeline.forget import BY_CUSTOMER, TABLES, audit, forget, records_of
 from pipeline.jobs import forget_job
 from pipeline.sensors import plan
 from resources import delta
@@ -246,7 +246,8 @@ def test_forget_a_customer_erases_every_version_and_keeps_the_others(home):
 
 
 def test_time_travel_to_before_an_erasure_names_it(home):
-    """Not the vacuum: the erasure, by its id, whatever the version or the time asked."""
+    """Not the vacuum: the erasure, by its id, whatever the version or the time asked. The
+    table's history starts again after it: its log names none of the erased records."""
     lake, env = home["lake"], home["env"]
     before, between = lake.version("accounts"), datetime.now(UTC)
     out = cli(env, "forget", "--customer", A)
@@ -255,12 +256,16 @@ def test_time_travel_to_before_an_erasure_names_it(home):
     for as_of in (f"accounts={before}", between.isoformat()):
         told = cli(env, "sql", "select count(*) from accounts", "--as-of", as_of)
         assert told.returncode == 2, told.stderr
-        assert f"removed by erasure {erasure} (of customer {A}, " in told.stderr
+        assert f"history before erasure {erasure} (of customer {A}, " in told.stderr
         assert "ledgerlake forget" in told.stderr and "vacuum" not in told.stderr
+    # the delete, then the commit the history starts at
     assert {r["lake_version"] for r in erasures_of(lake, A) if r["files_purged"]} == {
-        before + 1}
+        before + 2}
+    logs = b"".join(p.read_bytes() for p in (home["root"] / "lake" / "accounts" /
+                                             "_delta_log").glob("*.json"))
+    assert logs and not [r for r in (R1, R2) if r.encode() in logs]
     after = cli(env, "sql", "select count(*) as n from accounts", "--format", "csv",
-                "--as-of", f"accounts={before + 1}")
+                "--as-of", f"accounts={before + 2}")
     assert after.returncode == 0 and after.stdout.split() == ["n", "1"], after.stderr
 
 
@@ -287,8 +292,8 @@ def test_forget_empties_the_inbox_of_the_records_and_keeps_the_others(home, requ
         if store == "sqlite":  # deleted content overwritten, the write-ahead log emptied
             hits = found(home["root"], [A, R1, R2])
             assert [p for p in hits if p.startswith("inbox.sqlite3")] == []
-    # 5 events, 2 statuses, 4 products, 2 landing states, 2 dead letters
-    assert "  inbox: 15 rows deleted" in out.stderr
+    # 5 events, 2 statuses, 2 numbers, 4 products, 2 landing states, 2 dead letters
+    assert "  inbox: 17 rows deleted" in out.stderr
     with open_inbox(env["LEDGERLAKE_INBOX"]) as inbox:
         assert [(e.record, e.records) for e in inbox.after(0)] == [(R3, (R3,))] * 2 + [
             (None, (R3,))]
@@ -297,7 +302,7 @@ def test_forget_empties_the_inbox_of_the_records_and_keeps_the_others(home, requ
         assert inbox.dead_letters() == [("bad", f'{{"recordId": "{R3}"}}'.encode())]
     inboxes = {(r["record_id"], r["rows_deleted"]) for r in erasures_of(home["lake"], A)
                if r["lake_table"] == "inbox"}
-    assert inboxes == {(R1, 15), (R2, 0)}  # the counts on the first record's row
+    assert inboxes == {(R1, 17), (R2, 0)}  # the counts on the first record's row
     assert of(counts(home["lake"]), R1, R2) == {}  # the lake's `records` table too
     assert in_views(home["warehouse"])["records"] == {R3}
 
@@ -435,15 +440,16 @@ def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected
         events = [e for e in inbox.after(0) if e.id == gone]
         assert events[0].records == (R1, R2)
         assert (inbox.status(R1), inbox.status(R2)) == ("disconnected", "connected")
+        numbers = inbox.numbers([R1, R2])
 
     status = {R1: "disconnected", R2: "disconnected"}
-    told, _, _ = plan(events, {"record_status"}, status, forget=True)
-    untold, _, _ = plan(events, {"record_status"}, status, forget=False)
+    told, _, _ = plan(events, {"record_status"}, status, numbers, forget=True)
+    untold, _, _ = plan(events, {"record_status"}, status, numbers, forget=False)
     assert [r.job_name for r in untold] == ["warehouse_job"]  # statuses rebuilt, data kept
     (request,) = [r for r in told if r.job_name == forget_job.name]
     assert request.run_key == f"forget-{gone}"
     assert request.run_config == {"ops": {"forget_disconnected": {
-        "config": {"records": [R1, R2]}}}}
+        "config": {"records": [numbers[R1], numbers[R2]]}}}}
     assert [r.job_name for r in told if r is not request] == ["warehouse_job"]
 
     before = counts(lake)
@@ -463,3 +469,117 @@ def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected
     assert erasures_of(lake, R2) == []
     assert sorted(BY_CUSTOMER) == sorted(t for t in ERASABLE
                                          if "customer_id" in LAKE_TABLES[t].names)
+
+
+# -- a forgotten record stays forgotten ---------------------------------------------------
+
+def landed_anywhere(lake: Lake, inbox, record: str) -> dict:
+    """Where `record` still is: the lake tables holding rows of it, and the inbox's rows."""
+    where = {t: 1 for t in ERASABLE if lake.version(t) is not None and lake.holding(t, [record])}
+    if inbox.numbers([record]) or inbox.records([record]) or inbox.landings([record]):
+        where["inbox"] = 1
+    return where
+
+
+def test_forget_racing_a_landing_of_the_same_record_leaves_nothing(sandbox, tmp_path):
+    """20 times: a run lands a record's accounts while the record is forgotten, the forget
+    started at a different moment of the landing each time. Whichever comes first, nothing
+    of the record is left anywhere afterwards: a landing that began first is waited for and
+    erased, one that began after finds no such record."""
+    import random
+    import threading
+
+    from assets.accounts import accounts
+    from resources.client.resource import ConnectionClient
+    from tests.conftest import connected, land
+
+    with sandbox.api() as api:
+        made = api.post("sandbox/customers/create", json={"customers": [{"accounts": 1}] * 20})
+        assert made.status_code == 200, made.text
+    records = [c["record"] for c in made.json()["data"]["customers"]]
+    lake = Lake(root=str(tmp_path / "lake"))
+    res = {"client": ConnectionClient(base_url=sandbox.url, secret_key=sandbox.sandbox_key,
+                                      environment="sandbox"),
+           "lake": lake, "inbox": InboxResource(path=connected(tmp_path / "inbox.sqlite3",
+                                                               records))}
+    shuffle, outcomes = random.Random(20261127), []
+    with dg_instance() as instance, open_inbox(tmp_path / "inbox.sqlite3") as inbox:
+        land([accounts], records[:1], res, instance=instance)  # the code paths warmed up
+        for record in records[1:] + records[:1]:
+            results: list = []
+            run = threading.Thread(target=lambda r=record, out=results: out.append(land(
+                [accounts], [r], res, instance=instance, raise_on_error=False)))
+            run.start()
+            threading.Event().wait(shuffle.uniform(0.0, 1.5))  # anywhere in the landing
+            forget(lake, TABLES, record=record, inbox=inbox)
+            run.join(120)
+            assert results and results[0].success
+            outcomes.append(bool(noted_rows(lake, record)))
+            assert landed_anywhere(lake, inbox, record) == {}, record
+            assert inbox.forgotten([record]) == {record}
+    assert len(outcomes) == 20
+
+
+def dg_instance():
+    import dagster as dg
+
+    return dg.DagsterInstance.ephemeral()
+
+
+def noted_rows(lake: Lake, record: str) -> int:
+    rows = lake.read("landings")
+    return 0 if rows is None else sum(r == record for r in rows["record_id"].to_pylist())
+
+
+def test_a_forgotten_record_is_never_fetched_again(sandbox, tmp_path, monkeypatch):
+    """The tombstone: the record's callbacks, redelivered, are dropped; the daily refresh
+    and replay leave it out; a rerun by id or by its old number is refused; a run whose
+    batch still names its number (an old run re-executed) fetches nothing."""
+    import dagster as dg
+
+    from assets.accounts import accounts
+    from assets.batch import Batch
+    from pipeline.replay import overdue, replay_named
+    from pipeline.schedules import daily_refresh
+    from resources.client.resource import ConnectionClient
+    from tests.conftest import connected, land
+
+    with sandbox.api() as api:
+        made = api.post("sandbox/customers/create", json={"customers": [{"accounts": 1}] * 2})
+    kept, gone = [c["record"] for c in made.json()["data"]["customers"]]
+    path = tmp_path / "inbox.sqlite3"
+    monkeypatch.setenv("LEDGERLAKE_INBOX", str(path))
+    lake = Lake(root=str(tmp_path / "lake"))
+    res = {"client": ConnectionClient(base_url=sandbox.url, secret_key=sandbox.sandbox_key,
+                                      environment="sandbox"),
+           "lake": lake, "inbox": InboxResource(path=connected(path, [kept, gone]))}
+    assert land([accounts], [kept, gone], res).success
+    with open_inbox(path) as inbox:
+        number = inbox.numbers([gone])[gone]
+        forget(lake, TABLES, record=gone, inbox=inbox)
+        # redelivered: acknowledged, not stored
+        assert inbox.add(callback(gone, "ACCOUNTS", "ACCOUNTS_SUCCESS")) == (0, False)
+        assert inbox.add(callback(gone, "AUTH", "AUTH_SUCCESS"))[1] is False
+        assert inbox.records([gone]) == {} and inbox.numbers([gone], create=True) == {}
+        assert gone not in [o.record for o in overdue(inbox, after_s=0, now=4e9)]
+        said: list[str] = []
+        assert replay_named(inbox, None, [gone], say=said.append).overdue == []
+        assert said == [f"record {gone}: forgotten; not replayed"]
+    with dg.instance_for_test() as instance, dg.build_schedule_context(
+            instance=instance, resources={"inbox": InboxResource()},
+            scheduled_execution_time=datetime(2026, 11, 22, 2, tzinfo=UTC)) as ctx:
+        (request,) = daily_refresh(ctx)
+    with open_inbox(path) as inbox:
+        assert list(inbox.ids_of(request.run_config["resources"]["batch"]["config"]
+                                 ["records"]).values()) == [kept]
+    env = {**os.environ, "LEDGERLAKE_INBOX": str(path), "LEDGERLAKE_SECRET_KEY": "sk_test_x",
+           "LEDGERLAKE_LAKE": str(tmp_path / "lake")}
+    for name in (gone, f"#{number}"):
+        out = cli(env, "rerun", name)
+        assert out.returncode == 2 and ("forgotten" in out.stderr or
+                                        "no record has number" in out.stderr), out.stderr
+    # an old run's batch, executed again: nothing fetched, nothing written
+    out = dg.materialize([accounts], resources={**res, "batch": Batch(records=[number])})
+    assert out.success and not out.get_asset_materialization_events()
+    with open_inbox(path) as inbox:
+        assert landed_anywhere(lake, inbox, gone) == {}

@@ -19,7 +19,7 @@ def inbox_with_states(tmp_path, monkeypatch, make):
     path = tmp_path / "inbox.sqlite3"
     monkeypatch.setenv("LEDGERLAKE_INBOX", str(path))
     with Inbox(path, create=True) as inbox:
-        for i in (5, 3, 0, 4, 1, 2):  # heard of in any order: paged in the records' order
+        for i in (5, 3, 0, 4, 1, 2):  # paged in the order first heard of: their numbers
             inbox.add(make.callback(f"rec{i}", customer=f"cust{i}"))
         inbox.add(make.disconnect("cust2", "2026-11-02T00:00:00.000Z"))
         inbox.add(make.reauth("cust4", "2026-11-02T00:00:00.000Z"))
@@ -40,17 +40,21 @@ def refresh_requests() -> list[dg.RunRequest]:
 
 
 def batch(request: dg.RunRequest) -> list[str]:
-    return request.run_config["resources"]["batch"]["config"]["records"]
+    """The records a request lands: its batch names their numbers."""
+    numbers = request.run_config["resources"]["batch"]["config"]["records"]
+    with InboxResource().open() as db:
+        ids = db.ids_of(numbers)
+    return [ids[n] for n in numbers]
 
 
 def test_daily_refresh_skips_disconnected_and_reauth(inbox_with_states):
     (request,) = refresh_requests()
-    assert batch(request) == ["rec0", "rec1", "rec3", "rec5"]  # connected ones, in order
-    assert request.run_config == batch_config(["rec0", "rec1", "rec3", "rec5"])
-    assert request.run_key == "refresh-2026-11-22-rec0"
+    assert batch(request) == ["rec5", "rec3", "rec0", "rec1"]  # connected ones, in order
+    assert request.run_config == batch_config([1, 2, 3, 5])
+    assert request.run_key == "refresh-2026-11-22-1"
     assert request.tags["ledgerlake/schedule"] == "daily_refresh"
-    assert (request.tags["ledgerlake/records"], request.tags["ledgerlake/first_record"]) == \
-        ("4", "rec0")
+    assert request.tags["ledgerlake/records"] == "4"
+    assert not any(f"rec{i}" in str(request.tags) for i in range(6))  # by number only
     # the day rides along: the transactions asset reconciles a seventh of the records in full
     assert request.tags["ledgerlake/refresh_day"] == "2026-11-22"
     # evaluated again (a retried tick), the same keys: no second run
@@ -70,7 +74,9 @@ def test_connected_records_are_paged_one_run_per_page(tmp_path, monkeypatch, mak
     pages = [batch(r) for r in requests]
     assert [len(p) for p in pages] == [RECORDS_PER_RUN, RECORDS_PER_RUN, 1]
     assert [r for p in pages for r in p] == connected  # each once, in order; the gone left out
-    assert [r.run_key for r in requests] == [f"refresh-2026-11-22-{p[0]}" for p in pages]
+    assert [r.run_key for r in requests] == [
+        f"refresh-2026-11-22-{r.run_config['resources']['batch']['config']['records'][0]}"
+        for r in requests]
     assert [r.tags["ledgerlake/records"] for r in requests] == [str(len(p)) for p in pages]
 
 

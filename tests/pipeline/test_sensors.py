@@ -48,8 +48,12 @@ def names(defs) -> set[str]:
 
 
 def batch(rr: dg.RunRequest) -> list[str]:
-    """The records a run request lands (its run config's batch)."""
-    return rr.run_config["resources"]["batch"]["config"]["records"]
+    """The records a run request lands: its run config's batch names their numbers."""
+    numbers = rr.run_config["resources"]["batch"]["config"]["records"]
+    assert all(isinstance(n, int) for n in numbers)
+    with InboxResource().open() as db:
+        ids = db.ids_of(numbers)
+    return [ids[n] for n in numbers]
 
 
 def products(rr: dg.RunRequest) -> tuple[str, ...]:
@@ -79,12 +83,13 @@ def test_ready_products_become_runs_keyed_by_inbox_event(inbox, defs, instance, 
     assert products(rr) == expected
     last = ids["transactions"]
     assert rr.run_key == f"inbox-{last}-{'-'.join(expected)}"  # the newest event, the products
-    assert rr.run_config == batch_config([r1])
+    assert rr.run_config == batch_config([inbox.numbers([r1])[r1]]) and batch(rr) == [r1]
     assert rr.job_name == ingest_job.name
     assert rr.partition_key is None and not result.dynamic_partitions_requests
     assert rr.tags["ledgerlake/inbox_event"] == str(last)
     assert rr.tags["ledgerlake/methods"] == "ACCOUNTS,BALANCE,TRANSACTIONS"
-    assert (rr.tags["ledgerlake/records"], rr.tags["ledgerlake/first_record"]) == ("1", r1)
+    assert rr.tags["ledgerlake/records"] == "1"
+    assert r1 not in str(rr.tags) and r1 not in rr.run_key  # a record is named by its number
     assert result.cursor == str(last)
 
     # a tick retried from the same cursor asks for the very same runs: their keys are spent
@@ -112,9 +117,9 @@ def test_records_wanting_the_same_products_share_a_run(inbox, defs, instance, ma
         ("accounts", "balances"): ["r2"],  # its two callbacks: one run of both products
         ("balances",): ["r6"]}
     for b, rr in runs.values():
-        assert rr.run_config == batch_config(b)
-        assert (rr.tags["ledgerlake/records"], rr.tags["ledgerlake/first_record"]) == \
-            (str(len(b)), b[0])
+        numbers = inbox.numbers(b)
+        assert rr.run_config == batch_config([numbers[r] for r in b])
+        assert rr.tags["ledgerlake/records"] == str(len(b))
     assert runs[("balances",)][1].run_key == f"inbox-{last}-balances"
     assert runs[("accounts",)][1].tags["ledgerlake/methods"] == "ACCOUNTS"
 
@@ -161,9 +166,11 @@ def test_failures_start_nothing_and_are_observed(inbox, defs, instance, make):
     assert {a: [e["code"] for e in m["first_events"].value] for a, m in seen.items()} == wanted
     income = seen["income"]
     assert (income["failure_callbacks"].value, income["records"].value) == (2, 2)
+    numbers = inbox.numbers(["r2", "r3"])  # what Dagster is told of a record
     assert [(e["inbox_event"], e["record"], e["message"], e["record_status"])
             for e in income["first_events"].value] == [
-        (first, "r2", "no income found", "connected"), (second, "r3", "", "connected")]
+        (first, numbers["r2"], "no income found", "connected"),
+        (second, numbers["r3"], "", "connected")]
     assert all(o.partition is None for o in result.asset_events)
 
 
@@ -191,10 +198,12 @@ def test_disconnected_and_reauth_records_are_not_fetched(inbox, defs, instance, 
     # what the sensor logs of them: each connection event, and each product it did not fetch
     events = inbox.after(int(first.cursor))
     status = {r: s.status for r, s in inbox.records(["r3", "r4"]).items()}
-    _, _, notes = plan(events, names(defs), status)
-    assert f"event {gone}: USER_DISCONNECT for r3" in notes
-    assert f"event {late}: record r3 is disconnected; ACCOUNTS not fetched" in notes
-    assert any("record r4 is reauth_required; ACCOUNTS not fetched" in n for n in notes)
+    numbers = inbox.numbers(["r3", "r4"])
+    _, _, notes = plan(events, names(defs), status, numbers)
+    n3, n4 = numbers["r3"], numbers["r4"]
+    assert f"event {gone}: USER_DISCONNECT for record #{n3}" in notes
+    assert f"event {late}: record #{n3} is disconnected; ACCOUNTS not fetched" in notes
+    assert any(f"record #{n4} is reauth_required; ACCOUNTS not fetched" in n for n in notes)
     # the record's history stays in the inbox
     assert set(inbox.records(["r3"])["r3"].products) == {"AUTH", "ACCOUNTS"}
 
@@ -211,7 +220,6 @@ def drain_batches(defs, instance) -> tuple[list[list[list[str]]], str | None]:
         ticks.append([batch(rr) for rr in result.run_requests])
         for rr in result.run_requests:
             assert rr.tags["ledgerlake/records"] == str(len(batch(rr)))
-            assert rr.tags["ledgerlake/first_record"] == batch(rr)[0]
         cursor = result.cursor
     return ticks, cursor
 
@@ -265,7 +273,7 @@ def test_tick_stores_failures_as_observations_the_ui_shows(inbox, defs, instance
     assert meta["failure_callbacks"].value == 1
     (shown,) = meta["first_events"].value
     assert (shown["record"], shown["code"], shown["message"]) == \
-        ("r5", "INCOME_FAILED", "statement unreadable")
+        (inbox.numbers(["r5"])["r5"], "INCOME_FAILED", "statement unreadable")
     assert instance.get_run_records() == []
 
 
