@@ -37,6 +37,13 @@ from pipeline.local import Server, stop_process
 from resources.inbox import open_inbox
 from resources.lake import Lake
 from tests.conftest import start_sandbox
+from tests.e2e.test_forgotten import (
+    found,
+    found_in_postgres,
+    found_in_store,
+    holding,
+    needles_for,
+)
 from tests.ground_truth import history, signed, wait
 from tests.postgres import pg_env
 from tests.s3 import free_port, moto_s3
@@ -195,10 +202,12 @@ def test_two_receivers_a_daemon_and_runs_on_postgres_and_s3(postgres_server, tmp
             runs = body["runsOrError"]["results"]
             assert runs and {r["status"] for r in runs} == {"SUCCESS"}
             ran = set()
-            for run in runs:
+            for run in runs:  # each names its records by number
                 ran |= set(yaml.safe_load(run["runConfigYaml"])["resources"]["batch"]
                            ["config"]["records"])
-            assert ran == set(records) and len(runs) < RECORDS  # records share runs
+            with open_inbox(inbox_url) as inbox:
+                assert set(inbox.ids_of(ran).values()) == set(records)
+            assert len(runs) < RECORDS  # records share runs
             landed = body["assetNodeOrError"]["assetMaterializations"]
             assert {m["runId"] for m in landed} <= {r["runId"] for r in runs}
             published = [e["intValue"] for m in landed for e in m["metadataEntries"]
@@ -212,6 +221,24 @@ def test_two_receivers_a_daemon_and_runs_on_postgres_and_s3(postgres_server, tmp
                   if r["product"] == "transactions" and r["outcome"] == "landed"}
             assert {record for record, _ in by} == set(records)
             assert {run for _, run in by} <= {m["runId"] for m in landed}
+
+            # forgotten means forgotten here too: the customer's every value and record id
+            # out of both databases, the lake's objects, the files and the logs
+            rows = lake.read("accounts").select(["record_id", "customer_id"]).to_pylist()
+            owners = {r["record_id"]: r["customer_id"] for r in rows}
+            customer = owners[records[0]]
+            needles = needles_for(sandbox, owners, customer, env,
+                                  ("record", "names", "numbers", "contacts"))
+            assert found_in_store(lake_root, needles)  # the scan sees them before
+            gone = subprocess.run([sys.executable, "-m", "pipeline.cli", "forget", "--customer",
+                                   customer, "--even-connected"], cwd=home, env=env,
+                                  capture_output=True, text=True, timeout=300)
+            assert gone.returncode == 0, gone.stderr
+            assert found_in_postgres(inbox_url, needles) == {}
+            assert found_in_postgres(dagster_url, needles) == {}
+            assert found_in_store(lake_root, needles) == {}
+            assert found(home, needles) == {}
+            assert [str(p) for p in logs if holding(p.read_bytes(), needles)] == []
         finally:
             for proc in procs:
                 stop_process(proc, timeout_s=30)

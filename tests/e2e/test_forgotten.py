@@ -1,29 +1,29 @@
 """Forgotten means forgotten: after a demo-sized run, `ledgerlake forget --customer` leaves
 none of the customer's personal values, nor their records' ids, in any file under the data
-home: the lake's files and Delta logs, the warehouse, the inbox, Dagster's storage and compute
+home (with the Postgres inbox and instance and a lake on S3: tests/e2e/test_beyond_one_machine.py): the lake's files and Delta logs, the warehouse, the inbox, Dagster's storage and compute
 logs, ledgerlake's logs. Compressed and encoded files are read decoded (Parquet values,
-DuckDB tables, gzip). Only the audits may name the records (the lake's `erasures` and
-`reveals`, the inbox's tombstones); the sandbox's own folder and log are the service's."""
+DuckDB tables, gzip); SQLite files byte for byte, free pages included. Only the lake's audits
+(`erasures`, `reveals`) may name the records (the inbox's tombstones keep a hash); the
+sandbox's own folder and log are the service's."""
 
 from __future__ import annotations
 
 import gzip
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
 from resources.privacy import Keys
 from tests.conftest import start_sandbox
 
-AUDITS = ("erasures", "reveals")  # the lake's audit tables (and their views)
-TOMBSTONES = "forgotten"  # the inbox's
+AUDITS = ("erasures", "reveals")  # the lake's audit tables
 
 
 def raw_of(box, record: str, env: dict) -> dict[str, list[str]]:
@@ -51,7 +51,7 @@ def raw_of(box, record: str, env: dict) -> dict[str, list[str]]:
         "numbers": [*ids, *(keys.hash(i) for i in ids if i),
                     *(a.get("nuban") or "" for a in accounts)],
         "contacts": [v for p in people for k in ("phone", "email") for v in p.get(k) or []],
-        "narrations": [t.get("narration") or "" for t in items_all(box, record)],
+        "narrations": [(t.get("notes") or {}).get("desc") or "" for t in items_all(box, record)],
     }
 
 
@@ -66,17 +66,32 @@ def items_all(box, record: str) -> list[dict]:
     return out
 
 
-def decoded(path: Path, home: Path) -> bytes:
+def needles_for(box, owners: dict[str, str], customer: str, env: dict,
+                kinds: tuple[str, ...] = ("record", "names", "numbers", "contacts",
+                                          "narrations")) -> dict[str, list[str]]:
+    """What only `customer`'s data holds, by kind, from the service's side (`owners`: every
+    record's customer): a narration like "POS PURCHASE" is everyone's, so it is not one.
+    Each of `kinds` must yield one at least (among hundreds of customers, a month's
+    narrations may all be someone else's too)."""
+    values = {r: raw_of(box, r, env) for r in owners}
+    mine = [r for r, c in owners.items() if c == customer]
+    theirs = {v for r in owners if r not in mine for vs in values[r].values() for v in vs}
+    needles = {kind: sorted({v for r in mine for v in values[r][kind]
+                             if len(v) >= 6 and not any(v in t for t in theirs)})
+               for kind in values[mine[0]]}
+    assert all(needles[k] for k in kinds), needles
+    return needles
+
+
+def decoded(path: Path | str, data: bytes) -> bytes:
     """What a file holds, as a reader could get it: its bytes, plus Parquet's values, a
-    DuckDB file's tables, a gzip's content; an SQLite file's tables but the tombstones (its
-    bytes are checked for everything else)."""
-    data = path.read_bytes()
-    name = path.name
+    DuckDB file's tables, a gzip's content."""
+    name = str(path)
     if name.endswith(".gz"):
         data += gzip.decompress(data)
     if ".parquet" in name:
         try:
-            data += str(pq.ParquetFile(path).read().to_pylist()).encode()
+            data += str(pq.read_table(pa.BufferReader(data)).to_pylist()).encode()
         except (pa.ArrowInvalid, OSError):
             pass
     if name.endswith(".duckdb"):
@@ -85,20 +100,6 @@ def decoded(path: Path, home: Path) -> bytes:
                                         " where table_type = 'BASE TABLE'").fetchall():
                 data += str(con.execute(f'select * from "{table}"').fetchall()).encode()
     return data
-
-
-def sqlite_rows(path: Path) -> bytes | None:
-    """An SQLite file's rows, every table but the tombstones; None if not SQLite."""
-    if path.read_bytes()[:16] != b"SQLite format 3\0":
-        return None
-    con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
-    try:
-        tables = [t for (t,) in con.execute("select name from sqlite_master where type ="
-                                            " 'table'") if t != TOMBSTONES]
-        return b"".join(str(con.execute(f'select * from "{t}"').fetchall()).encode()
-                        for t in tables)
-    finally:
-        con.close()
 
 
 def ours(home: Path) -> list[Path]:
@@ -115,19 +116,46 @@ def ours(home: Path) -> list[Path]:
 
 
 def found(home: Path, needles: dict[str, list[str]]) -> dict[str, list[str]]:
-    """Which needles each file holds. Record ids are looked for outside the inbox's
-    tombstones: in an SQLite file, in its rows but those."""
+    """Which needles each file holds."""
     hits: dict[str, list[str]] = {}
-    ids = needles["record"]
-    others = [n for kind, vs in needles.items() if kind != "record" for n in vs]
     for path in ours(home):
-        data = decoded(path, home)
-        rows = sqlite_rows(path) if not path.name.endswith((".duckdb", ".parquet")) else None
-        where_ids = rows if rows is not None else data
-        got = [n for n in others if n.encode() in data] + \
-            [n for n in ids if n.encode() in where_ids]
-        if got:
+        if got := holding(decoded(path, path.read_bytes()), needles):
             hits[str(path.relative_to(home))] = got
+    return hits
+
+
+def holding(data: bytes, needles: dict[str, list[str]]) -> list[str]:
+    return [n for vs in needles.values() for n in vs if n.encode() in data]
+
+
+def found_in_store(uri: str, needles: dict[str, list[str]]) -> dict[str, list[str]]:
+    """As `found`, over every object of a lake in object storage but its audits'."""
+    from resources.object_store import filesystem
+
+    store, base = filesystem(uri)
+    hits = {}
+    for info in store.get_file_info(pafs.FileSelector(base, recursive=True)):
+        name = info.path.removeprefix(base).lstrip("/")
+        if info.type != pafs.FileType.File or name.split("/")[0] in AUDITS:
+            continue
+        with store.open_input_stream(info.path) as f:
+            if got := holding(decoded(name, f.read()), needles):
+                hits[name] = got
+    return hits
+
+
+def found_in_postgres(url: str, needles: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Which needles each table of a Postgres database holds, in its rows as text."""
+    import psycopg2
+
+    hits = {}
+    with psycopg2.connect(url) as con, con.cursor() as cur:
+        cur.execute("select tablename from pg_tables where schemaname = 'public'")
+        for (table,) in cur.fetchall():
+            cur.execute(f'select t::text from "{table}" t')
+            text = "\n".join(r[0] for r in cur.fetchall()).encode()
+            if got := holding(text, needles):
+                hits[table] = got
     return hits
 
 
@@ -143,17 +171,9 @@ def test_a_forgotten_customer_is_in_no_file_of_the_data_home(demo, tmp_path):
     customer = sorted(set(owners.values()))[0]
     box = start_sandbox(home / "sandbox")  # the demo's service, again, to read its truth
     try:
-        values = {r: raw_of(box, r, env) for r in owners}
+        needles = needles_for(box, owners, customer, env)
     finally:
         box.server.stop()
-    mine = [r for r, c in owners.items() if c == customer]
-    theirs = {v for r in owners if r not in mine for vs in values[r].values() for v in vs}
-    # what only this customer's data holds (a narration like "POS PURCHASE" is everyone's)
-    needles = {kind: sorted({v for r in mine for v in values[r][kind]
-                             if len(v) >= 6 and not any(v in t for t in theirs)})
-               for kind in values[mine[0]]}
-    assert needles["record"] and needles["names"] and needles["numbers"], needles
-    assert needles["contacts"] and needles["narrations"], needles
     before = found(home, needles)
     assert before, "the demo's data holds none of the customer's values: the scan is blind"
 
