@@ -67,7 +67,8 @@ def statuses(inbox: Inbox, only: Sequence[str] | None = None, *, failed: bool = 
         wanting = inbox.landings(outcomes=NEEDS_ACTION)
         states = inbox.records({s.record for s in wanting})
     else:
-        states = inbox.records(inbox.record_ids(limit=limit) if limit else None)
+        states = inbox.records(inbox.ids_of(inbox.numbered(0, limit)).values()
+                               if limit else None)
     landings: dict[str, dict[str, LandingState]] = {}
     for s in inbox.landings(states):
         landings.setdefault(s.record, {})[s.product] = s

@@ -243,7 +243,6 @@ class PostgresInbox(Inbox):
     dead_letters = _retried(Inbox.dead_letters)
     status = _retried(Inbox.status)
     payloads = _retried(Inbox.payloads)
-    record_ids = _retried(Inbox.record_ids)
     numbered = _retried(Inbox.numbered)
     _numbers = _retried(Inbox.numbers)
     _ids_of = _retried(Inbox.ids_of)

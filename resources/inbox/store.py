@@ -739,25 +739,11 @@ class Inbox:
                 out[rec].products[method] = Product(*rest)
         return out
 
-    def record_ids(self, after: str | None = None, limit: int = 1000,
-                   status: str | None = None) -> list[str]:
-        """A page of record ids in order, those after `after` (keyset paging: each page costs
-        what its rows do, whatever the number of records)."""
-        where, params = ["record > ?"] if after is not None else [], \
-            [after] if after is not None else []
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        clause = (" where " + " and ".join(where)) if where else ""
-        with self._lock:
-            return [r[0] for r in self._db.execute(
-                f"select record from records{clause} order by record limit ?",
-                (*params, limit))]
-
     def numbered(self, after: int = 0, limit: int = 1000, status: str | None = None
                  ) -> list[int]:
         """A page of record numbers in order, those after `after`, of records in `status`
-        (keyset paging, as `record_ids`)."""
+        (keyset paging: each page costs what its rows do, whatever the number of
+        records)."""
         where = " and r.status = ?" if status is not None else ""
         with self._lock:
             return [r[0] for r in self._db.execute(

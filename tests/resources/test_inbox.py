@@ -621,23 +621,31 @@ def test_records_answers_for_any_number_of_ids_in_one_call(inbox, make):
     assert inbox.records([]) == {}
 
 
-def test_record_ids_come_in_pages_after_a_key(inbox, make):
+def test_record_numbers_come_in_pages_after_a_key(inbox, make):
+    """A record's number is given when the inbox first hears of it, once; pages of them
+    follow it, of every record or of those in one status."""
     for r in ("rec-c", "rec-a", "rec-b", "rec-d"):
         inbox.add(make.callback(r, "AUTH", "AUTH_SUCCESS"))
+    inbox.add(make.callback("rec-c", "ACCOUNTS", "ACCOUNTS_SUCCESS"))  # known: no new number
     inbox.add({**make.disconnect("cust-b", "2099-11-03T00:00:00.000Z"), "record": "rec-b"})
-    assert inbox.record_ids(limit=2) == ["rec-a", "rec-b"]
-    assert inbox.record_ids("rec-b", limit=2) == ["rec-c", "rec-d"]
-    assert inbox.record_ids("rec-d") == []
-    assert inbox.record_ids(status="connected") == ["rec-a", "rec-c", "rec-d"]
-    assert inbox.record_ids("rec-a", limit=1, status="connected") == ["rec-c"]
+    n = inbox.numbers(["rec-a", "rec-b", "rec-c", "rec-d", "rec-x"])
+    assert sorted(n, key=n.get) == ["rec-c", "rec-a", "rec-b", "rec-d"]  # never heard: none
+    assert inbox.ids_of(n.values()) == {v: k for k, v in n.items()}
+    assert inbox.numbered(limit=2) == [n["rec-c"], n["rec-a"]]
+    assert inbox.numbered(n["rec-a"], limit=2) == [n["rec-b"], n["rec-d"]]
+    assert inbox.numbered(n["rec-d"]) == []
+    assert inbox.numbered(status="connected") == [n["rec-c"], n["rec-a"], n["rec-d"]]
+    assert inbox.numbered(n["rec-c"], limit=1, status="connected") == [n["rec-a"]]
+    assert inbox.ids_of([n["rec-d"] + 1, -1]) == {}
 
 
-def test_a_page_of_record_ids_is_1000_unless_asked_otherwise(inbox, make):
+def test_a_page_of_record_numbers_is_1000_unless_asked_otherwise(inbox, make):
     ids = [f"rec-{i:04d}" for i in range(1001)]
     inbox.add_described([(describe(b), kept_body(b))
                          for b in (make.callback(r, "AUTH", "AUTH_SUCCESS") for r in ids)])
-    assert inbox.record_ids() == ids[:1000]
-    assert inbox.record_ids(ids[999]) == ids[1000:]
+    numbers = inbox.numbers(ids)
+    assert inbox.numbered() == [numbers[r] for r in ids[:1000]]
+    assert inbox.numbered(numbers[ids[999]]) == [numbers[ids[1000]]]
 
 
 # -- what the pipeline made of each record: its landing state per product -------------------
