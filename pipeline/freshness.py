@@ -35,12 +35,13 @@ def freshness_check(asset: str) -> dg.AssetChecksDefinition:
         cutoff = clock() - MAX_AGE.total_seconds()
         with inbox.open() as db:
             expected, stale, first = db.stale(asset, cutoff, SHOWN)
+            numbers = db.numbers(first)  # Dagster names a record by its number
         return dg.AssetCheckResult(
             passed=not stale, severity=dg.AssetCheckSeverity.WARN,
             description=None if not stale else
             f"{stale} of {expected} connected records not refreshed in {hours} hours",
             metadata={"connected_records": expected, "stale_records": stale,
-                      "stale": dg.MetadataValue.json(first),
+                      "stale": dg.MetadataValue.json([numbers[r] for r in first if r in numbers]),
                       "cutoff": dg.MetadataValue.timestamp(cutoff)})
 
     return check
