@@ -129,10 +129,12 @@ def worth_retrying(exc: BaseException) -> bool:
 
 
 def product(name: str, *, description: str, checks: Sequence[Check] = (),
-            table: str | None = None, tags: Mapping[str, str] | None = None) -> Callable:
+            table: str | None = None, tags: Mapping[str, str] | None = None,
+            deps: Sequence[str] = ()) -> Callable:
     """A product asset that lands a run's batch of records and reports the batch (see the
-    module's docstring). Its columns are its lake table's (`table`, by default its name)."""
-    spec = dg.AssetSpec(name, skippable=True, group_name="products", kinds={"delta"},
+    module's docstring). Its columns are its lake table's (`table`, by default its name);
+    `deps`: products a run lands before it."""
+    spec = dg.AssetSpec(name, skippable=True, group_name="products", kinds={"delta"}, deps=deps,
                         description=description, owners=OWNERS,
                         tags={**PRODUCT_TAGS, **(tags or {})},
                         metadata={"dagster/column_schema": column_schema(
@@ -348,21 +350,37 @@ def check_results(asset: str, judged: Sequence[Verdict], checks: Sequence[Check]
     """Per check the batch evaluated: passed when every record did, else the records that
     did not (the first few named; all of them in the lake's `checks`)."""
     for check in checks:
-        mine = [v for v in judged if v.check == check]
-        if not mine:
-            continue
-        bad = [v.number for v in mine if v.problems]
-        yield dg.AssetCheckResult(
-            asset_key=asset, check_name=check.name, passed=not bad,
-            severity=dg.AssetCheckSeverity.ERROR,
-            description=None if not bad else
-            f"{len(bad)} of {len(mine)} records failed"
-            + ("; their previous rows stay in view" if check.blocking else ""),
-            metadata={"records_checked": len(mine), "records_failed": len(bad),
-                      "failing_records": dg.MetadataValue.json(bad[:SHOWN]),
-                      "each_record": dg.MetadataValue.text(
-                          f"select * from checks where run_id = '{run_id}' and check_name = "
-                          f"'{check.name}' and not passed")})
+        if fields := _verdict(check, judged, run_id):
+            yield dg.AssetCheckResult(asset_key=asset, check_name=check.name, **fields)
+
+
+def log_rechecks(context: dg.AssetExecutionContext, asset: str, judged: Sequence[Verdict],
+                 checks: Sequence[Check]) -> None:
+    """Verdicts this step gave on another asset's checks (income's, when transactions land
+    after it), told as evaluations: Dagster takes one logged after the asset's latest
+    materialization as that materialization's, so its check shows what the records' data
+    says, not a check skipped for want of transactions."""
+    for check in checks:
+        if fields := _verdict(check, judged, context.run.run_id):
+            context.log_event(dg.AssetCheckEvaluation(
+                asset_key=dg.AssetKey(asset), check_name=check.name, **fields))
+
+
+def _verdict(check: Check, judged: Sequence[Verdict], run_id: str) -> dict | None:
+    """One check's result over the records it judged (None: it judged none)."""
+    mine = [v for v in judged if v.check == check]
+    if not mine:
+        return None
+    bad = [v.number for v in mine if v.problems]
+    return dict(
+        passed=not bad, severity=dg.AssetCheckSeverity.ERROR,
+        description=None if not bad else f"{len(bad)} of {len(mine)} records failed"
+        + ("; their previous rows stay in view" if check.blocking else ""),
+        metadata={"records_checked": len(mine), "records_failed": len(bad),
+                  "failing_records": dg.MetadataValue.json(bad[:SHOWN]),
+                  "each_record": dg.MetadataValue.text(
+                      f"select * from checks where run_id = '{run_id}' and check_name = "
+                      f"'{check.name}' and not passed")})
 
 
 def raise_failed(asset: str, failed: list[Landing]) -> None:

@@ -16,6 +16,7 @@ import os
 import zlib
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -32,8 +33,8 @@ from resources.tables import UTC_MS, schema
 from .batch import Batch
 from .charts import chart_metadata
 from .checks import chain_breaks, ledger_mismatches, posted_in_order
-from .income import recheck_income
-from .publish import Check, Landing, commit, keys, named, note, product, report, to_land
+from .income import INCOME_MATCHES, recheck_income
+from .publish import Check, Landing, commit, keys, log_rechecks, note, product, report, to_land
 from .schemas import Transactions, ValidationFailed, checked_columns, validate
 
 SCHEMA = schema("transactions")  # the lake adds record_id to each row (resources/lake.py)
@@ -327,18 +328,21 @@ def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batc
         keys(local_lake=lake.is_local)  # none: the step fails now, not record by record
         warm()
         # a Dagster log line is a stored event (~10 ms): said for few records only
-        landings = []
+        landings, rechecked = [], []
         for chunk in land_chunks(client, lake, list(ids), full, split=True,
                                  say=(lambda text, rid, *rest: context.log.info(
-                                     text, named(ids[rid]), *rest))
+                                     text, f"record #{ids[rid]}", *rest))
                                  if len(ids) <= LOG_EACH else None):
             for x in chunk:
                 x.number = ids[x.record_id]
             # noted while the next chunk is fetched; income that landed before these
             # transactions is checked now that both are here
-            note(context, lake, db, "transactions", chunk, [RUNNING_BALANCE],
-                 extra=recheck_income(lake, [x.record_id for x in chunk if x.published]))
+            again = [replace(v, number=ids[v.record_id]) for v in
+                     recheck_income(lake, [x.record_id for x in chunk if x.published])]
+            note(context, lake, db, "transactions", chunk, [RUNNING_BALANCE], extra=again)
             landings += chunk
+            rechecked += again
+    log_rechecks(context, "income", rechecked, [INCOME_MATCHES])
     pulls = [x.pull or "" for x in landings]
     for x, pull in zip(landings, pulls, strict=True):
         if pull.startswith(f"{FULL} ("):

@@ -63,7 +63,9 @@ STATUS_ASSET = "record_status"
 # (method, code) of a ready product -> the assets that fetch it. One line per product; an asset
 # not (yet) in the Definitions is skipped, so a line may name a product before it exists.
 READY: dict[tuple[str, str], tuple[str, ...]] = {
-    ("AUTH", "AUTH_SUCCESS"): (),  # the connection exists: a partition, nothing to fetch yet
+    # a new connection: its payments, none yet, land empty (the service lists no payments:
+    # they come with PAYMENT callbacks), so the asset says "0 payments", not "missing"
+    ("AUTH", "AUTH_SUCCESS"): ("payments",),
     ("IDENTITY", "PRODUCT_IS_READY"): ("identity",),
     ("ACCOUNTS", "ACCOUNTS_SUCCESS"): ("accounts",),
     ("BALANCE", "BALANCE_SUCCESS"): ("balances",),

@@ -77,7 +77,9 @@ def test_ready_products_become_runs_keyed_by_inbox_event(inbox, defs, instance, 
 
     result = evaluate(defs, instance)
     assert isinstance(result, SensorResult)
-    expected = tuple(name for name in ("accounts", "balances", "transactions") if name in present)
+    # its AUTH lands its payments (none yet: empty), with the products it asked for
+    expected = tuple(name for name in ("accounts", "balances", "payments", "transactions")
+                     if name in present)
     # every event of the record makes one run of all the assets they ask for, over its batch
     (rr,) = result.run_requests
     assert products(rr) == expected
@@ -87,7 +89,7 @@ def test_ready_products_become_runs_keyed_by_inbox_event(inbox, defs, instance, 
     assert rr.job_name == ingest_job.name
     assert rr.partition_key is None and not result.dynamic_partitions_requests
     assert rr.tags["ledgerlake/inbox_event"] == str(last)
-    assert rr.tags["ledgerlake/methods"] == "ACCOUNTS,BALANCE,TRANSACTIONS"
+    assert rr.tags["ledgerlake/methods"] == "AUTH,ACCOUNTS,BALANCE,TRANSACTIONS"
     assert rr.tags["ledgerlake/records"] == "1"
     assert r1 not in str(rr.tags) and r1 not in rr.run_key  # a record is named by its number
     assert result.cursor == str(last)
@@ -105,7 +107,7 @@ def test_records_wanting_the_same_products_share_a_run(inbox, defs, instance, ma
     they called, one run per product set."""
     inbox.add(make.callback("r1", "ACCOUNTS", "ACCOUNTS_SUCCESS"))
     inbox.add(make.callback("r2", "BALANCE", "BALANCE_SUCCESS", account="a2"))
-    inbox.add(make.callback("r3", "AUTH", "AUTH_SUCCESS"))  # connected: nothing to fetch yet
+    inbox.add(make.callback("r3", "AUTH", "AUTH_SUCCESS"))  # connected: its payments, none
     inbox.add(make.callback("r4", "ACCOUNTS", "ACCOUNTS_SUCCESS"))
     inbox.add(make.callback("r5", "INCOME", "INCOME_FAILED", status="is_failed"))
     inbox.add(make.callback("r2", "ACCOUNTS", "ACCOUNTS_SUCCESS"))
@@ -115,7 +117,7 @@ def test_records_wanting_the_same_products_share_a_run(inbox, defs, instance, ma
     assert {p: b for p, (b, _) in runs.items()} == {
         ("accounts",): ["r1", "r4"],
         ("accounts", "balances"): ["r2"],  # its two callbacks: one run of both products
-        ("balances",): ["r6"]}
+        ("balances",): ["r6"], ("payments",): ["r3"]}
     for b, rr in runs.values():
         numbers = inbox.numbers(b)
         assert rr.run_config == batch_config([numbers[r] for r in b])
