@@ -28,12 +28,11 @@ def _serve(app, host: str, port: int, ready: str, limit_concurrency: int | None 
     except OSError as exc:
         raise SystemExit(f"ledgerlake: cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.listen(2048)
-    actual = sock.getsockname()[1]
-    url = f"http://{host}:{actual}"
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_keep_alive=30, limit_concurrency=limit_concurrency,
-                            timeout_graceful_shutdown=5)  # a stuck client never holds a stop
-    server = uvicorn.Server(config)
+    url = f"http://{host}:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=30,
+        limit_concurrency=limit_concurrency,
+        timeout_graceful_shutdown=5))  # a stuck client never holds a stop
     print(f"READY {url}", flush=True)
     for line in ready.format(url=url).splitlines():
         print(line, flush=True)
@@ -199,25 +198,22 @@ def cmd_sql(args: argparse.Namespace) -> int:
             con = sql.open_warehouse(path.resolve(), lake)
         except (sql.QueryError, FileNotFoundError, ValueError, RuntimeError) as exc:
             return _fail(exc)
-        return _query(sql, con, args, fmt)
-
-
-def _query(sql, con, args: argparse.Namespace, fmt: str) -> int:
-    with con:
-        if args.query is None:
-            return sql.interactive(con, args.max_rows)
-        try:
-            rel = sql.run(con, args.query)
-            if fmt == "table":
-                sql.show(rel, args.max_rows, sys.stdout)
-            elif args.output is None:
-                sys.stdout.flush()
-                sql.emit(con, rel, fmt, sys.stdout.buffer)
-            else:
-                rows = sql.write(con, rel, fmt, Path(args.output))
-                print(f"wrote {rows} rows to {Path(args.output).resolve()}", file=sys.stderr)
-        except sql.QueryError as exc:
-            return _fail(exc, 1)
+        with con:
+            if args.query is None:
+                return sql.interactive(con, args.max_rows)
+            try:
+                rel = sql.run(con, args.query)
+                if fmt == "table":
+                    sql.show(rel, args.max_rows, sys.stdout)
+                elif args.output is None:
+                    sys.stdout.flush()
+                    sql.emit(con, rel, fmt, sys.stdout.buffer)
+                else:
+                    rows = sql.write(con, rel, fmt, Path(args.output))
+                    print(f"wrote {rows} rows to {Path(args.output).resolve()}",
+                          file=sys.stderr)
+            except sql.QueryError as exc:
+                return _fail(exc, 1)
     return 0
 
 
@@ -253,8 +249,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             report.add_landings(found, inbox)
     except (InboxMissing, InboxUnavailable) as exc:
         _fail(f"{exc}; the checks are unknown")
+    page = report.render(found)
     try:
-        written = report.write(report.render(found), output)
+        written = sql.written_aside(output, lambda tmp: tmp.write_text(page, encoding="utf-8"),
+                                    report.ReportError)
     except (report.ReportError, OSError) as exc:
         return _fail(exc)
     print(f"wrote {written}", file=sys.stderr)

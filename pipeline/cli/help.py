@@ -29,14 +29,11 @@ class Paragraphs(argparse.HelpFormatter):
     blocks as written (argparse's default runs every paragraph into one)."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        out = []
-        for block in text.split("\n\n"):
-            if block.startswith("    "):
-                out.append(textwrap.indent(block, indent))
-            else:
-                out.append(textwrap.fill(" ".join(block.split()), width,
-                                         initial_indent=indent, subsequent_indent=indent))
-        return "\n\n".join(out)
+        return "\n\n".join(
+            textwrap.indent(block, indent) if block.startswith("    ") else
+            textwrap.fill(" ".join(block.split()), width, initial_indent=indent,
+                          subsequent_indent=indent)
+            for block in text.split("\n\n"))
 
 
 def explain(parser: argparse.ArgumentParser, commands: argparse._SubParsersAction) -> None:

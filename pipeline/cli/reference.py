@@ -75,9 +75,7 @@ def _arguments(command: argparse.ArgumentParser) -> list[str]:
             extra.append("required")
         meaning = "; ".join(x for x in [meaning, *extra] if x)
         rows.append(f"| `{name}` | {_cell(meaning)} |")
-    if not rows:
-        return []
-    return ["| argument | meaning |", "|---|---|", *rows, ""]
+    return ["| argument | meaning |", "|---|---|", *rows, ""] if rows else []
 
 
 def _usage(command: argparse.ArgumentParser) -> str:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-import os
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -198,10 +196,8 @@ def render(report: Report) -> str:
 
     parts.append("<h2>Monthly cash flow</h2>")
     if report.monthly:
-        svg = draw_cashflow([m["month"] for m in report.monthly],
-                            [m["inflow"] for m in report.monthly],
-                            [m["outflow"] for m in report.monthly],
-                            [m["net"] for m in report.monthly])
+        svg = draw_cashflow(*([m[k] for m in report.monthly]
+                              for k in ("month", "inflow", "outflow", "net")))
         parts.append(f"<figure class=\"cashflow\"><figcaption>Inflow, outflow and net, "
                      f"all accounts</figcaption>{_svg(svg)}</figure>")
         parts.append(_table(["month", "inflow", "outflow", "net", "transactions"], [
@@ -240,17 +236,3 @@ def render(report: Report) -> str:
     return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>ledgerlake: record {_e(report.record)}</title>"
             f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
-
-
-def write(text: str, output: Path) -> Path:
-    """Written aside and renamed: the file is whole or absent."""
-    output = output.resolve()
-    if not output.parent.is_dir():
-        raise ReportError(f"no folder {output.parent} to write {output.name} in")
-    tmp = output.with_name(f".{output.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, output)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return output

@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from contextlib import redirect_stdout
 from datetime import UTC, datetime
 from pathlib import Path
@@ -150,21 +151,30 @@ def _copy(con: duckdb.DuckDBPyConnection, result: pa.Table, fmt: str, path: Path
         con.unregister("ledgerlake_result")
 
 
+def written_aside(output: Path, write: Callable[[Path], object],
+                  error: type[Exception]) -> Path:
+    """`write(path)` to a file beside `output`, then renamed over it: the file is whole or
+    absent. `error` is raised when `output` has no folder."""
+    output = output.resolve()
+    if not output.parent.is_dir():
+        raise error(f"cannot write {output}: no folder {output.parent}")
+    tmp = output.with_name(f".{output.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, output)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return output
+
+
 def write(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None, fmt: str,
           output: Path) -> int:
     """Write the result to `output` atomically; return the number of rows."""
     result = _result(rel)
-    output = output.resolve()
-    if not output.parent.is_dir():
-        raise QueryError(f"cannot write {output}: no folder {output.parent}")
-    tmp = output.with_name(f".{output.name}.{uuid.uuid4().hex}.tmp")
     try:
-        _copy(con, result, fmt, tmp)
-        os.replace(tmp, output)
+        written_aside(output, lambda tmp: _copy(con, result, fmt, tmp), QueryError)
     except duckdb.Error as exc:
-        raise QueryError(f"cannot write {output}: {exc}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+        raise QueryError(f"cannot write {output.resolve()}: {exc}") from None
     return result.num_rows
 
 
