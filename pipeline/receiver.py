@@ -206,11 +206,11 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
         if header and header in request.headers:
             supplied.append(request.headers[header].strip())
         # every candidate compared, each as a fixed-length digest: no early exit, no length leak
-        matches = [hmac.compare_digest(_digest(s), expected) for s in supplied]
-        return any(matches)
+        return any([hmac.compare_digest(_digest(s), expected) for s in supplied])
 
-    def refuse(status: int, reason: str) -> JSONResponse:
-        return JSONResponse({"status": "error", "error": reason}, status_code=status)
+    def refuse(status: int, reason: str, headers: dict | None = None) -> JSONResponse:
+        return JSONResponse({"status": "error", "error": reason}, status_code=status,
+                            headers=headers)
 
     async def read_body(request: Request) -> bytes | None:
         """The body, or None once it grows past the cap."""
@@ -243,8 +243,7 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
             return refuse(400, str(exc))
         except Exception as exc:  # the disk, not the sender: ask for a redelivery
             log.error("callback not stored: %s", exc)
-            return JSONResponse({"status": "error", "error": "inbox unavailable"},
-                                status_code=503, headers={"Retry-After": "60"})
+            return refuse(503, "inbox unavailable", {"Retry-After": "60"})
         return Response(b'{"status":"ok","event":%d,"duplicate":%s}'
                         % (event_id, b"false" if new else b"true"), media_type=JSON)
 
@@ -252,15 +251,13 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
         # nothing here names the file or the error: the answer may be public
         if not writer.running:
             log.error("health: the inbox writer has stopped")
-            return JSONResponse({"status": "error", "error": "inbox writer stopped"},
-                                status_code=503)
+            return refuse(503, "inbox writer stopped")
         try:
             await anyio.to_thread.run_sync(inbox.check)  # a dropped database is reconnected
         except Exception as exc:  # InboxUnavailable names the inbox, other errors do not
             log.error("health: %s", exc if isinstance(exc, InboxUnavailable)
                       else f"inbox {inbox.shown} does not answer: {exc}")
-            return JSONResponse({"status": "error", "error": "inbox unavailable"},
-                                status_code=503)
+            return refuse(503, "inbox unavailable")
         return JSONResponse({"status": "ok"})
 
     @contextlib.asynccontextmanager
