@@ -627,7 +627,6 @@ def main(argv: list[str] | None = None) -> int:
                 result["extrapolation"][kind] = extrapolate(sizes, result["start_cost"])
                 result["targets"] += targets(kind, sizes, result["extrapolation"][kind])
     harness.publish(result, args, "records_scale", table_md(result))
-    print(table_md(result), flush=True)
     return 0
 
 

@@ -17,6 +17,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import secrets
 import shutil
 import statistics
@@ -26,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import harness
@@ -41,9 +42,7 @@ DAYS_PER_MONTH = 30.44
 
 def peak_rss_mb() -> float:
     """This process's peak resident set (VmHWM), in MiB (Linux: the bench reads /proc)."""
-    line = next(x for x in Path("/proc/self/status").read_text().splitlines()
-                if x.startswith("VmHWM:"))
-    return int(line.split()[1]) / 1024
+    return int(re.search(r"^VmHWM:\s+(\d+)", Path("/proc/self/status").read_text(), re.M)[1]) / 1024
 
 
 def child_floor(job: dict) -> dict:
@@ -76,6 +75,7 @@ def child_ledgerlake(job: dict) -> dict:
 
     from assets.batch import RECORDS_PER_RUN, Batch, batch_config
     from assets.transactions import transactions, warm
+    from pipeline.local import QUIET
     from resources.client.resource import ConnectionClient
     from resources.inbox import describe, kept_body, open_inbox
     from resources.inbox.resource import InboxResource
@@ -89,7 +89,6 @@ def child_ledgerlake(job: dict) -> dict:
             {"method": "AUTH", "callback_code": "AUTH_SUCCESS", "record": r} for r in records)])
         numbered = db.numbers(records)  # what runs name records by
     numbers = [numbered[r] for r in records]
-    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     defs = dg.Definitions(
         assets=[transactions],
         resources={"client": ConnectionClient(base_url=job["url"], secret_key=job["key"]),
@@ -104,13 +103,13 @@ def child_ledgerlake(job: dict) -> dict:
 
     # instance and imports are ready before the clock starts
     with dg.DagsterInstance.ephemeral() as instance:
-        dg.materialize([warm_up], instance=instance, run_config=quiet)
+        dg.materialize([warm_up], instance=instance, run_config=QUIET)
         warm()  # pandera builds its validators on first use: import time, not ingest time
         t0, c0 = time.perf_counter(), time.process_time()
         for i in range(0, len(records), RECORDS_PER_RUN):  # as the daily refresh batches
             chunk = numbers[i:i + RECORDS_PER_RUN]
             out = ingest.execute_in_process(instance=instance, raise_on_error=False,
-                                            run_config={**quiet, **batch_config(chunk)})
+                                            run_config={**QUIET, **batch_config(chunk)})
             if not out.success:
                 raise SystemExit(f"ledgerlake run for records {i}..{i + len(chunk)} failed")
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -187,13 +186,9 @@ def tree_memory(pid: int, every_s: float = 0.25) -> Iterator[list[int]]:
         while True:  # a sample first: a child that ends within one interval still has one
             total = 0
             for member in harness.family(pid):
-                try:
-                    for line in Path(f"/proc/{member}/smaps_rollup").read_text().splitlines():
-                        if line.startswith("Pss:"):
-                            total += int(line.split()[1])
-                            break
-                except OSError:
-                    continue
+                with suppress(OSError):  # gone since it was listed
+                    rollup = Path(f"/proc/{member}/smaps_rollup").read_text()
+                    total += int(re.search(r"^Pss:\s+(\d+)", rollup, re.M)[1])
             peak[0] = max(peak[0], total)
             if stop.wait(every_s):
                 return
@@ -378,12 +373,9 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
 
         def watch() -> None:
             while not done.is_set():
-                waiting = [r for r in list(sent) if r not in landed]
-                if waiting:
+                if waiting := [r for r in list(sent) if r not in landed]:
                     there = set(lake.partitions("transactions"))  # records with rows
-                    for record in waiting:
-                        if record in there:
-                            landed[record] = time.time()
+                    landed.update((r, time.time()) for r in waiting if r in there)
                 time.sleep(0.05)
 
         maker = threading.Thread(target=create, daemon=True)
@@ -493,9 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         "ledgerlake_over_dlt_at_least": 4, "ledgerlake_over_floor_at_least": 0.8,
         "one_record_peak_mb_below": 1024}  # all its processes, PSS
     result["wall_s"] = round(time.perf_counter() - started, 1)
-    text = table_md(result)
-    harness.publish(result, args, "latest", text)
-    print(text, flush=True)
+    harness.publish(result, args, "latest", table_md(result))
     return 0
 
 
