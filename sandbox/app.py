@@ -38,10 +38,8 @@ log = logging.getLogger("sandbox")
 
 def _split(path: str) -> tuple[str, str] | None:
     """(environment, what follows its base) of a path under /v2/ or /sandbox/v2/."""
-    for env, base in BASES.items():
-        if path.startswith(base):
-            return env, path[len(base):]
-    return None
+    return next(((env, path[len(base):]) for env, base in BASES.items()
+                 if path.startswith(base)), None)
 
 
 # -- body rules --------------------------------------------------------------------------------
@@ -264,11 +262,10 @@ class Service(Products, Bulk):
     # -- handlers -------------------------------------------------------------------------
     def settings_webhook(self, env: str, body: dict) -> dict:
         url = body["url"]
-        conf = {"url": url, "token": body.get("token"), "env": env}
-        if isinstance(url, list):  # several receivers: deliveries go round them
-            conf["url"] = url[0]
-            if len(url) > 1:
-                conf["urls"] = url
+        urls = url if isinstance(url, list) else [url]
+        conf = {"url": urls[0], "token": body.get("token"), "env": env}
+        if len(urls) > 1:  # several receivers: deliveries go round them
+            conf["urls"] = urls
         self.store.set_meta(f"webhook:{env}", conf)
         self.webhooks.settings_changed(env)
         return {"url": url, "token_set": conf["token"] is not None, "env": env}

@@ -143,11 +143,8 @@ class Connect:
     def _file(self, sub: str) -> Response:
         name = PAGES.get(sub) or (sub.removeprefix("connect/") if sub.startswith("connect/")
                                   else None)
-        if name in PAGES.values():
-            kind = "text/html; charset=utf-8"
-        elif name in FILES:
-            kind = FILES[name]
-        else:
+        kind = "text/html; charset=utf-8" if name in PAGES.values() else FILES.get(name)
+        if kind is None:
             raise ServiceError("NOT_FOUND", f"no page {sub}")
         return Response((STATIC / name).read_bytes(), media_type=kind,
                         headers={"Content-Security-Policy": CSP, "Cache-Control": "no-cache",
@@ -392,11 +389,10 @@ class Connect:
         return self.s._record(env, recs[-1]["_id"]) if recs else None
 
     def _same_login(self, env: str, sess: dict) -> dict | None:
-        for r in self.s.store.find("records", env, "customer", sess["known"]):
-            if (r[INTERNAL]["state"] in ("active", "unverified") and r["bank"] == sess["bank"]
-                    and r["login_type"] == sess["login_type"]):
-                return self.s._record(env, r["_id"])
-        return None
+        same = next((r for r in self.s.store.find("records", env, "customer", sess["known"])
+                     if r[INTERNAL]["state"] in ("active", "unverified")
+                     and r["bank"] == sess["bank"] and r["login_type"] == sess["login_type"]), None)
+        return same and self.s._record(env, same["_id"])
 
     def _locked(self, env: str, customer: str, bank: str, login_type: str) -> bool:
         return any(r[INTERNAL]["state"] == "locked" and r["bank"] == bank

@@ -273,8 +273,7 @@ def _month(spec: AccountSpec, m: int) -> dict:
 @lru_cache(maxsize=64)
 def _opening(spec: AccountSpec) -> int:
     """Opening balance (kobo): enough that the history up to the connection never dips below."""
-    low = 0
-    running = 0
+    low = running = 0
     for m in range(spec.first_month, spec.created_month + 1):
         mo = _month(spec, m)
         signed = mo["signed"][mo["ts"] >= spec.since]

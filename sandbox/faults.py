@@ -138,8 +138,7 @@ class Faults:
         """Replace every rule (all checked before any is kept) and restart both streams."""
         if not 1 <= len(rules) <= MAX_RULES:
             raise invalid("rules", f"must hold 1 to {MAX_RULES} rules")
-        if seed is None:
-            seed = 0
+        seed = 0 if seed is None else seed
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
             raise invalid("seed", "must be an integer from 0 to 2^63 - 1")
         parsed = [parse_rule(i, r) for i, r in enumerate(rules)]
@@ -164,12 +163,15 @@ class Faults:
                 "deliveries": list(self.deliveries)}
 
     # -- deciding --------------------------------------------------------------------------
-    def _pick(self, kinds: tuple[str, ...], env: str, path: str | None,
+    def _pick(self, seen: str, kinds: tuple[str, ...], env: str, path: str | None,
               rng: random.Random) -> Rule | None:
         """The first live rule that matches and whose draw falls within its share.
 
         Every live matching rule draws once, in order, until one fires, so the draws depend
         only on the sequence of calls, never on wall time (except a window's end)."""
+        if not self.rules:
+            return None
+        self.seen[seen] += 1
         now = time.monotonic()
         for rule in self.rules:
             if rule.kind not in kinds or not rule.live(now) or rule.env not in (None, env):
@@ -183,21 +185,16 @@ class Faults:
         return None
 
     def for_request(self, env: str, path: str) -> Rule | None:
-        if not self.rules:
-            return None
-        self.seen["requests"] += 1
-        return self._pick(HTTP_KINDS, env, path, self._requests)
+        return self._pick("requests", HTTP_KINDS, env, path, self._requests)
 
-    def for_delivery(self, env: str) -> Rule | None:
-        if not self.rules:
-            return None
-        self.seen["deliveries"] += 1
-        return self._pick(WEBHOOK_KINDS, env, None, self._hooks)
-
-    def noted(self, kind: str, delivery: dict) -> None:
-        self.deliveries.append({"kind": kind, "delivery": delivery["id"],
-                                "record": delivery["record"], "method": delivery["method"],
-                                "attempt": len(delivery["attempts"])})
+    def for_delivery(self, delivery: dict) -> Rule | None:
+        """The fault of this delivery's attempt, if any, noted for report()."""
+        rule = self._pick("deliveries", WEBHOOK_KINDS, delivery["env"], None, self._hooks)
+        if rule is not None:
+            self.deliveries.append({"kind": rule.kind, "delivery": delivery["id"],
+                                    "record": delivery["record"], "method": delivery["method"],
+                                    "attempt": len(delivery["attempts"])})
+        return rule
 
     def permutation(self, n: int) -> list[int]:
         order = list(range(n))

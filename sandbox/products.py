@@ -141,10 +141,9 @@ class Products:
 
     # -- look-ups ----------------------------------------------------------------------------
     def bank_status(self, env: str) -> dict:
-        status = self._bank_status.get(env)
-        if status is None:  # kept in memory: every data call reads it
-            status = self._bank_status[env] = self.store.get_meta(f"bank_status:{env}", {})
-        return status
+        """Kept in memory (every data call reads it), and changed in place."""
+        return _kept(self._bank_status, 2, env,
+                     lambda: self.store.get_meta(f"bank_status:{env}", {}))
 
     def bank_view(self, env: str, bank: dict) -> dict:
         return {**bank, "status": self.bank_status(env).get(bank["_id"], "healthy")}
@@ -232,11 +231,9 @@ class Products:
         code = BANK_STATUS.get(self.bank_status(rec["env"]).get(rec["bank"], "healthy"))
         if code:
             raise ServiceError(code, f"the bank of this record reports {code}")
-        err = st.get("error")
-        if err == "INTERNAL_SERVER_ERROR":
-            raise ServiceError(err, "unsupported bank response")
-        if err:
-            raise ServiceError(err, f"the connection failed: {err}")
+        if err := st.get("error"):
+            raise ServiceError(err, "unsupported bank response" if err == "INTERNAL_SERVER_ERROR"
+                               else f"the connection failed: {err}")
         if st["state"] == "locked":
             raise ServiceError("TOO_MANY_VERIFICATION_ATTEMPTS",
                                "the record is permanently locked after failed verifications")
@@ -249,12 +246,10 @@ class Products:
         if not rec["verified"] and auth_call:
             raise ServiceError("PRODUCT_NOT_READY", "the record is not verified yet",
                                error_type="AUTH_ERROR", extra={"account_id": st["accounts"][0]})
-        status = rec["status"].get(product)
-        if status == "failed":
-            raise ServiceError("PRODUCT_NOT_READY",
-                               f"{product} could not be processed for this record")
-        if status != "ready":
-            raise ServiceError("PRODUCT_NOT_READY", f"{product} is not ready yet")
+        if (status := rec["status"].get(product)) != "ready":
+            why = ("could not be processed for this record" if status == "failed"
+                   else "is not ready yet")
+            raise ServiceError("PRODUCT_NOT_READY", f"{product} {why}")
 
     # -- bulk data views -----------------------------------------------------------------------
     def _spec(self, rec: dict, k: int, account_id: str) -> datagen.AccountSpec:
@@ -271,11 +266,8 @@ class Products:
         specs = _kept(self._specs, 50_000, (rec["env"], rec["_id"]), lambda: [
             self._spec(rec, k, a) for k, a in enumerate(rec[INTERNAL]["accounts"])])
         lead = datagen.lead(last, now)
-        out = []
-        for spec in specs:
-            h = datagen.history(spec, last, lead)
-            out.append((spec.account_id, h, h.visible(now)))
-        return out
+        return [(h.spec.account_id, h, h.visible(now))
+                for h in (datagen.history(spec, last, lead) for spec in specs)]
 
     def _view(self, rec: dict, now: float, k: int | None = None) -> lines.View:
         """The lines of a record (or of its account `k`) in the API's order, kept per month
@@ -665,13 +657,10 @@ class Products:
     def records_ledger(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         now = self.clock.now()
-        docs, ids = [], []
-        for account_id, h, _ in self._histories(rec, now):
-            doc, account_ids = lines.ledger(account_id, h, now)
-            docs.append(doc)
-            ids += account_ids
+        parts = [lines.ledger(account_id, h, now) for account_id, h, _ in self._histories(rec, now)]
+        ids = [i for _, account_ids in parts for i in account_ids]
         return {"record": rec["_id"], "now": iso(now), "lines": len(ids),
-                "ids_sha256": lines.ids_sha256(ids), "accounts": docs}
+                "ids_sha256": lines.ids_sha256(ids), "accounts": [doc for doc, _ in parts]}
 
     def banks_status(self, env: str, body: dict) -> dict:
         if body["bank"] not in self.bank_by_id:
@@ -730,13 +719,11 @@ class Products:
             self.store.put("payments", first, record=rec["_id"])
         code = "PAYMENT_SUCCESS" if ok else "PAYMENT_FAILED"
         status = "is_success" if ok else "is_failed"
-        members = {"paymentId": pid, "link": None,
-                   "garnishment": {"amount_collected": amount if ok else 0},
-                   "schedule": {"current_amount": amount,
-                                "paymentId": schedule["paymentId"] if schedule else pid},
-                   "payment": payment}
         self._send(env, rec, "PAYMENT", code, status=status, message="Payment processed",
-                   **members)
+                   paymentId=pid, link=None, garnishment={"amount_collected": amount if ok else 0},
+                   schedule={"current_amount": amount,
+                             "paymentId": schedule["paymentId"] if schedule else pid},
+                   payment=payment)
         if schedule is not None:
             self._send(env, rec, "PAYMENT_RECURRING", code, callback_type="PAYMENT_RECURRING",
                        status=status, message="Recurring payment made",

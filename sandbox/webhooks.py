@@ -83,14 +83,9 @@ class Deliveries(SqliteFile):
     def _rows(self, where: str, args: Iterable = ()) -> list[dict]:
         with self._lock:
             rows = self._db.execute(f"{SELECT} where {where}", tuple(args)).fetchall()
-        out = []
-        for row in rows:
-            d = dict(zip(COLUMNS, row, strict=True))
-            d["payload"] = orjson.loads(d["payload"])
-            d["attempts"] = orjson.loads(d["attempts"])
-            d["urls"] = orjson.loads(d["urls"]) if d["urls"] else None
-            out.append(d)
-        return out
+        return [d | {"payload": orjson.loads(d["payload"]), "attempts": orjson.loads(d["attempts"]),
+                     "urls": orjson.loads(d["urls"]) if d["urls"] else None}
+                for d in (dict(zip(COLUMNS, row, strict=True)) for row in rows)]
 
     def _row(self, where: str, args: Iterable) -> dict | None:
         rows = self._rows(where + " limit 1", args)
@@ -279,9 +274,7 @@ class Dispatcher:
                     break
                 free -= 1
                 self._inflight[d["id"]] = target
-                fault = self.faults.for_delivery(d["env"])
-                if fault is not None:
-                    self.faults.noted(fault.kind, d)
+                fault = self.faults.for_delivery(d)
                 if fault is not None and fault.kind == "late":
                     self._spawn(self._late(d, fault.seconds))
                 elif fault is not None and fault.kind == "shuffle":
@@ -385,13 +378,9 @@ class Dispatcher:
         if double:  # the same attempt again; the first answer is the one recorded
             await self._post(d["url"], content, headers)
         attempts = [*d["attempts"], {"attempt": len(d["attempts"]), "at": iso(now), **result}]
-        if ok:
-            state, due = "acknowledged", None
-        else:
-            due = first + HOUR * len(attempts)
-            state = "pending" if due <= first + WINDOW else "dropped"
-            if state == "dropped":
-                due = None
+        due = first + HOUR * len(attempts)  # the next try, unless acknowledged or past the window
+        state = "acknowledged" if ok else "pending" if due <= first + WINDOW else "dropped"
+        due = due if state == "pending" else None
         url = d["url"]
         if state == "pending" and d["urls"]:  # the next attempt tries the next receiver
             urls = d["urls"]
