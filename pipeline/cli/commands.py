@@ -135,10 +135,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from resources.inbox import NAME, RECORD_ID, InboxMissing, InboxUnavailable, open_inbox
 
     settings = Settings.from_env()
-    where = args.inbox or settings.inbox
     expect = [m.strip() for m in args.expect.split(",") if m.strip()]
-    bad = [m for m in expect if not NAME.fullmatch(m)]
-    if bad or not expect:
+    if not expect or not all(map(NAME.fullmatch, expect)):
         return _fail(f"--expect takes methods such as ACCOUNTS,TRANSACTIONS, not "
                      f"{args.expect!r}")
     named = [r.strip() for r in (args.records or "").split(",") if r.strip()]
@@ -150,7 +148,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from resources.client.errors import ServiceError
 
     try:
-        inbox = open_inbox(where)
+        inbox = open_inbox(args.inbox or settings.inbox)
     except (InboxMissing, InboxUnavailable) as exc:
         return _fail(exc)
     client = None
@@ -162,7 +160,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         client = Client(base_url=args.api_url or settings.api_url,
                         environment=settings.environment, secret_key=key)
     try:
-        with inbox:
+        with inbox, client or contextlib.nullcontext():
             if named:
                 result = replay_named(inbox, client, named, dry_run=args.dry_run, say=print)
             else:
@@ -170,9 +168,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                 dry_run=args.dry_run, say=print)
     except ServiceError as exc:
         return _fail(f"the service refused the trigger: {exc}", 1)
-    finally:
-        if client is not None:
-            client.close()
     verb = "would trigger" if args.dry_run else "triggered"
     print(f"{len(result.overdue)} records {'named' if named else 'overdue'}; {verb} "
           f"{len(result.overdue) if args.dry_run else len(result.triggered)} "
