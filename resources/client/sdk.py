@@ -211,13 +211,11 @@ class Client:
         """Yield each page's items as it arrives, following `hasNextPage`/`nextPage`, from
         page `first` to page `last` (None: to the end)."""
         page = first
-        while True:
+        while page is not None:
             data = self.post(path, {**body, "page": page, "limit": self.page_size})
             items, pagination = _page_parts(data, key, page, path)
             yield items
             page = _following(pagination, page, last, path)
-            if page is None:
-                return
 
     # -- endpoints (INTERFACE.md) ------------------------------------------------------------
     def auth_by_customer(self, customer: str) -> list[dict]:
@@ -381,10 +379,8 @@ class Client:
                          idempotent=False)
 
     def set_webhook(self, url: str, token: str | None = None) -> dict:
-        body = {"url": _url(url)}
-        if token is not None:
-            body["token"] = token
-        return self.post("settings/webhook", body)
+        token_member = {} if token is None else {"token": token}
+        return self.post("settings/webhook", {"url": _url(url), **token_member})
 
     def banks(self) -> list[dict]:
         return self.get("banks/list")["banks"]
