@@ -226,8 +226,7 @@ def render(view: View, sources: dict[str, str], timezone: str = DEFAULT_TIMEZONE
     """The view's SQL, each lake table read through its relation in `sources`, or stood in
     for when it has none."""
     def sub(m: re.Match) -> str:
-        table = m.group(1)
-        return sources[table] if table in sources else stand_in(table)
+        return sources.get(m[1]) or stand_in(m[1])
 
     zone = "'" + timezone.replace("'", "''") + "'"
     return _LAKE_REF.sub(sub, view.sql).replace("{timezone}", zone)

@@ -144,8 +144,7 @@ def tick(defs: Definitions, instance: DagsterInstance, run_config: dict | None =
         if rr.run_key and instance.get_run_records(
                 RunsFilter(tags={"dagster/run_key": rr.run_key}), limit=1):
             continue
-        job = defs.resolve_job_def(rr.job_name)
-        out = job.execute_in_process(
+        out = defs.resolve_job_def(rr.job_name).execute_in_process(
             instance=instance, asset_selection=rr.asset_selection,
             tags={**rr.tags, "dagster/run_key": rr.run_key},
             run_config={**(run_config or QUIET), **rr.run_config}, raise_on_error=False)

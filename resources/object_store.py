@@ -51,8 +51,7 @@ def where(uri: str) -> tuple[str, dict | None]:
         raise ValueError(f"unknown options in the s3 URI: {unknown} (credentials come from "
                          "the AWS environment variables)")
     options = {k: os.environ[k] for k in _ENV if os.environ.get(k)}
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if region:
+    if region := os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"):
         options["AWS_REGION"] = region
     if endpoint := query.get("endpoint_override"):
         if "://" not in endpoint:
