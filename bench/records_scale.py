@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -103,13 +103,9 @@ def postgres_cpu(env: dict) -> float:
 def sql(url: str, query: str) -> list[tuple]:
     import psycopg2
 
-    con = psycopg2.connect(url)
-    try:
-        with con.cursor() as cur:
-            cur.execute(query)
-            return cur.fetchall()
-    finally:
-        con.close()
+    with closing(psycopg2.connect(url)) as con, con.cursor() as cur:
+        cur.execute(query)
+        return cur.fetchall()
 
 
 def storage(env: dict) -> dict:
