@@ -383,10 +383,8 @@ class Service(Products, Bulk):
             else:
                 op["parameters"] = [{"name": k, "in": "query", "schema": props[k],
                                      "required": k in ep.required.split()} for k in props]
-            for env, base in BASES.items():
-                if ep.sandbox_only and env != SANDBOX:
-                    continue
-                paths.setdefault(base + ep.path, {})[ep.method.lower()] = {
+            for env in [SANDBOX] if ep.sandbox_only else BASES:
+                paths.setdefault(BASES[env] + ep.path, {})[ep.method.lower()] = {
                     **op, "operationId": f"{SHORT[env]}_{op['operationId']}"}
         return {"openapi": "3.1.0",
                 "info": {"title": "ledgerlake sandbox of the connection service",
@@ -420,8 +418,7 @@ class Service(Products, Bulk):
             if fault.kind in REFUSALS:
                 raise self.faults.error(fault, sub)
             request.scope["sandbox.fault"] = fault
-        wait = self.limiter.take(env, sub)
-        if wait:
+        if wait := self.limiter.take(env, sub):
             raise ServiceError(self.limiter.code(sub), f"too many requests to {sub}; retry in "
                                f"{wait:.2f}s", headers={"Retry-After": self.limiter.retry_after(wait)})
         body = (await json_body(request) if request.method == "POST"

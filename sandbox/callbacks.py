@@ -40,15 +40,14 @@ def identity_member(identity: dict, *, customer: str, bank: str, env: str, detai
 
 
 def account_member(account: dict) -> dict:
-    keys = ("_id", "bank", "env", "nuban", "created_at", "last_updated", "customer", "name",
-            "type", "currency")
-    return {k: account[k] for k in keys}
+    return {k: account[k] for k in ("_id", "bank", "env", "nuban", "created_at", "last_updated",
+                                    "customer", "name", "type", "currency")}
 
 
 def balance_member(balance: dict) -> dict:
-    keys = ("_id", "available_balance", "ledger_balance", "currency", "customer", "env",
-            "created_at", "last_updated")
-    return {**{k: balance[k] for k in keys}, "$addToSet": {"owners": OWNER}}
+    return {**{k: balance[k] for k in ("_id", "available_balance", "ledger_balance", "currency",
+                                       "customer", "env", "created_at", "last_updated")},
+            "$addToSet": {"owners": OWNER}}
 
 
 def payment_object(*, pid: str, rec: dict, bank: dict, amount: int, ok: bool,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -130,9 +131,8 @@ class Connect:
             if self.s.maintenance_on:
                 raise ServiceError("PLANNED_MAINTENANCE", "maintenance mode: the service is "
                                                           "not taking connections")
-            data = self.steps[step](env, body)
             status, out = 200, {"status": "success", "message": "Request was successful",
-                                "data": data}
+                                "data": self.steps[step](env, body)}
         except WidgetError as err:
             status, out = (401 if err.code == 1006 else 400), err.body
         except ServiceError as err:
@@ -156,13 +156,9 @@ class Connect:
             "plan": "active", "wallet": WALLET, "agreement": env == SANDBOX}
 
     def settings(self, env: str, body: dict) -> dict:
-        conf = self.settings_of(env)
-        if "plan" in body:
-            conf["plan"] = one_of("plan", body["plan"], PLANS)
-        if "wallet" in body:
-            conf["wallet"] = _kobo("wallet", body["wallet"], 0)
-        if "agreement" in body:
-            conf["agreement"] = boolean("agreement", body["agreement"])
+        rules = {"plan": partial(one_of, options=PLANS), "wallet": partial(_kobo, lo=0),
+                 "agreement": boolean}
+        conf = self.settings_of(env) | {k: rules[k](k, v) for k, v in body.items()}
         self.s.store.set_meta(f"connect:{env}", conf)
         key = self.s.keys.public(env)
         page = f"{self.s.public_base}{BASES[env]}connect"

@@ -463,21 +463,16 @@ def history(spec: AccountSpec, last_month: int, lead: bool = False) -> History:
     stream = joined([mo["stream"] for mo in months], np.int8)
     seq = joined([(np.int64(mo["month"]) << 20) + np.arange(len(mo["ts"])) for mo in months])
     pools = _profile(spec)["pools"]
-    descs: list = []
-    for mo in months:
-        extra = mo["extra"]
-        descs.extend(extra[-1 - c] if c < 0 else pools[c][p]
-                     for c, p in zip(mo["cat"].tolist(), mo["pool"].tolist(), strict=True))
+    descs = [mo["extra"][-1 - c] if c < 0 else pools[c][p] for mo in months
+             for c, p in zip(mo["cat"].tolist(), mo["pool"].tolist(), strict=True)]
     trans = (np.concatenate([_settle(spec, mo["month"])["trans"] for mo in months])
              if months else ts)
     cut = int(ts.searchsorted(spec.since))  # the first month's lines before `since` go
-    ts, signed, cat, pool, stream, seq, trans = (
-        a[cut:] for a in (ts, signed, cat, pool, stream, seq, trans))
-    descs = descs[cut:]
+    ts, signed, cat, pool, stream, seq, trans, descs = (
+        a[cut:] for a in (ts, signed, cat, pool, stream, seq, trans, descs))
     opening = _opening(spec)
-    balance = opening + np.cumsum(signed)
-    return History(spec, ts, signed, balance, cat, pool, stream, seq, descs, opening, trans,
-                   _pending(spec, last_month, lead))
+    return History(spec, ts, signed, opening + np.cumsum(signed), cat, pool, stream, seq, descs,
+                   opening, trans, _pending(spec, last_month, lead))
 
 
 ROWS_KEPT = 3_000_000  # pre-serialised lines kept in memory (about 1.7 GB at most)
@@ -528,27 +523,26 @@ def rows(h: History, ctx: dict) -> list[bytes]:
     back = np.flatnonzero(h.trans != h.ts)  # a few: patch their value dates in
     for i, stamp in zip(back.tolist(), _stamps(h.trans[back]), strict=True):
         trans[i] = stamp
-    short, dumps, out = h.spec.bank_short, orjson.dumps, []
+    short, dumps = h.spec.bank_short, orjson.dumps
+
+    def line(lid, tstamp, cleared, amt, balance, c, q, desc, appeared) -> bytes:
+        debit, credit = ("null", repr(amt / 100)) if amt > 0 else (repr(-amt / 100), "null")
+        return (f'{h0}{lid}{h1}{lid}{h2},"trans_date":"{tstamp}","cleared_date":{cleared},'
+                f'"debit":{debit},"credit":{credit},"balance":{balance},"notes":'
+                f'{{"desc":{dumps(desc).decode()},"topics":{topics[c]}}},"ref":"{short}'
+                f'{q:014d}","code":"{codes[c]}","created_at":"{appeared}","last_updated":'
+                f'"{appeared}"}}').encode()
+
     # a posted line appeared when it posted; a pending one when it was authorised
-    for lid, tstamp, stamp, amt, bal, c, q, desc in zip(
-            h.ids(len(h)), trans, cleared, h.signed.tolist(), h.balance.tolist(),
-            h.cat.tolist(), h.seq.tolist(), h.descs, strict=True):
-        debit, credit = ("null", repr(amt / 100)) if amt > 0 else (repr(-amt / 100), "null")
-        out.append(f'{h0}{lid}{h1}{lid}{h2},"trans_date":"{tstamp}","cleared_date":"{stamp}",'
-                   f'"debit":{debit},"credit":{credit},"balance":{bal / 100!r},"notes":'
-                   f'{{"desc":{dumps(desc).decode()},"topics":{topics[c]}}},"ref":"{short}'
-                   f'{q:014d}","code":"{codes[c]}","created_at":"{stamp}","last_updated":'
-                   f'"{stamp}"}}'.encode())
     p = h.pending
-    for lid, tstamp, amt, c, q, desc in zip(p.ids, _stamps(p.start), p.signed.tolist(),
-                                            p.cat.tolist(), p.ref.tolist(), p.descs,
-                                            strict=True):
-        debit, credit = ("null", repr(amt / 100)) if amt > 0 else (repr(-amt / 100), "null")
-        out.append(f'{h0}{lid}{h1}{lid}{h2},"trans_date":"{tstamp}","cleared_date":null,'
-                   f'"debit":{debit},"credit":{credit},"balance":null,"notes":'
-                   f'{{"desc":{dumps(desc).decode()},"topics":{topics[c]}}},"ref":"{short}'
-                   f'{q:014d}","code":"{codes[c]}","created_at":"{tstamp}",'
-                   f'"last_updated":"{tstamp}"}}'.encode())
+    out = [line(lid, tstamp, f'"{stamp}"', amt, repr(bal / 100), c, q, desc, stamp)
+           for lid, tstamp, stamp, amt, bal, c, q, desc in zip(
+               h.ids(len(h)), trans, cleared, h.signed.tolist(), h.balance.tolist(),
+               h.cat.tolist(), h.seq.tolist(), h.descs, strict=True)]
+    out += [line(lid, tstamp, "null", amt, "null", c, q, desc, tstamp)
+            for lid, tstamp, amt, c, q, desc in zip(
+                p.ids, _stamps(p.start), p.signed.tolist(), p.cat.tolist(), p.ref.tolist(),
+                p.descs, strict=True)]
     h._rows = out
     _remember(h)
     return out
@@ -568,8 +562,7 @@ def periodic(h: History, upto: int) -> dict:
         return {"available_balance": [], "ledger_balance": []}
     ts = h.ts[:upto]
     first_day = max(month_start(h.spec.first_month), h.spec.since) // DAY
-    last_day = int(ts[-1]) // DAY
-    days = np.arange(first_day, last_day + 1, dtype=np.int64)
+    days = np.arange(first_day, int(ts[-1]) // DAY + 1, dtype=np.int64)
     idx = np.searchsorted(ts, (days + 1) * DAY, side="left") - 1
     bal = np.where(idx >= 0, h.balance[:upto][np.maximum(idx, 0)], h.opening) / 100
     dates = [date.fromordinal(d + 719163).isoformat() for d in days.tolist()]

@@ -58,9 +58,11 @@ def known_products(value: list) -> list[str]:
     return list(dict.fromkeys(value))
 
 
-def paginate(items: list, page: int, limit: int) -> tuple[list, dict]:
+def paged(key: str, items: list, body: dict) -> dict:
+    """The answer of a paged call: the page of `items` that `body` asks for, under `key`."""
+    page, limit = body.get("page", 1), body.get("limit", 20)
     start = (page - 1) * limit
-    return items[start:start + limit], pagination(len(items), page, limit)
+    return {"pagination": pagination(len(items), page, limit), key: items[start:start + limit]}
 
 
 def pagination(total: int, page: int, limit: int) -> dict:
@@ -185,9 +187,8 @@ class Products:
 
     def _target(self, env: str, body: dict) -> dict:
         """The record a data call names, by `record` or `access_token`."""
-        if "access_token" in body:
-            return self._by_token(env, body["access_token"])
-        return self._record(env, body["record"])
+        return (self._by_token(env, body["access_token"]) if "access_token" in body
+                else self._record(env, body["record"]))
 
     def _named(self, env: str, body: dict, product: str) -> tuple[dict, int | None]:
         """The record a data call names, and the index of the `account` it names, if any;
@@ -200,9 +201,8 @@ class Products:
     def _records(self, env: str, body: dict, product: str) -> list[dict]:
         """The record a call names (answering a records/fail failure of `product` first), or
         every record of its `customer`."""
-        if "record" in body or "access_token" in body:
-            return [self._named(env, body, product)[0]]
-        return self._customer_records(env, body["customer"])
+        return ([self._named(env, body, product)[0]] if "record" in body or "access_token" in body
+                else self._customer_records(env, body["customer"]))
 
     def _token(self, env: str, kind: str, record_id: str) -> str:
         """A new public or access token of the record."""
@@ -228,8 +228,7 @@ class Products:
     def _check(self, rec: dict, product: str, *, auth_call: bool = False) -> None:
         """Raise what the record's state answers for `product`, if anything."""
         st = rec[INTERNAL]
-        code = BANK_STATUS.get(self.bank_status(rec["env"]).get(rec["bank"], "healthy"))
-        if code:
+        if code := BANK_STATUS.get(self.bank_status(rec["env"]).get(rec["bank"], "healthy")):
             raise ServiceError(code, f"the bank of this record reports {code}")
         if err := st.get("error"):
             raise ServiceError(err, "unsupported bank response" if err == "INTERNAL_SERVER_ERROR"
@@ -333,9 +332,8 @@ class Products:
         recs = self._records(env, body, "accounts")
         for rec in recs:
             self._check(rec, "accounts")
-        accounts = [self._account_doc(env, a) for r in recs for a in r[INTERNAL]["accounts"]]
-        items, pages = paginate(accounts, body.get("page", 1), body.get("limit", 20))
-        return {"pagination": pages, "accounts": items}
+        return paged("accounts", [self._account_doc(env, a) for r in recs
+                                  for a in r[INTERNAL]["accounts"]], body)
 
     def _customer_records(self, env: str, customer: str) -> list[dict]:
         if self._customer(env, customer) is None:
@@ -357,8 +355,7 @@ class Products:
         docs = [self._balance_doc(rec, self._account_doc(env, account_id), h, upto)
                 for i, (account_id, h, upto) in enumerate(self._histories(rec, self.clock.now()))
                 if k is None or i == k]
-        items, pages = paginate(docs, body.get("page", 1), body.get("limit", 20))
-        return {"pagination": pages, "balance": items}
+        return paged("balance", docs, body)
 
     def transactions_get(self, env: str, body: dict) -> dict:
         now = self.clock.now()
@@ -394,18 +391,16 @@ class Products:
                            "env": env, "created_at": rec["created_at"]}}
 
     def _identity(self, rec: dict) -> dict:
-        cust = self._customer(rec["env"], rec["customer"])
         return callbacks.identity_member(
-            cust["identity"], customer=rec["customer"], bank=rec["bank"], env=rec["env"],
-            details=self._callback_url(rec, "IDENTITY"),
+            self._customer(rec["env"], rec["customer"])["identity"], customer=rec["customer"],
+            bank=rec["bank"], env=rec["env"], details=self._callback_url(rec, "IDENTITY"),
             ident_id=datagen.object_id("identity", rec["_id"]))
 
     def identity_get(self, env: str, body: dict) -> dict:
         recs = self._records(env, body, "identity")
         for rec in recs:
             self._check(rec, "identity")
-        items, pages = paginate([self._identity(r) for r in recs], 1, 100)
-        return {"pagination": pages, "identity": items}
+        return paged("identity", [self._identity(r) for r in recs], {"limit": 100})
 
     def _auth_doc(self, rec: dict) -> dict:
         cust = self._customer(rec["env"], rec["customer"])
@@ -419,9 +414,7 @@ class Products:
 
     def auth_get_by_customer(self, env: str, body: dict) -> dict:
         recs = self._customer_records(env, body["customer"])
-        items, pages = paginate([self._auth_doc(r) for r in recs], body.get("page", 1),
-                                body.get("limit", 20))
-        return {"pagination": pages, "auths": items}
+        return paged("auths", [self._auth_doc(r) for r in recs], body)
 
     def auth_get(self, env: str, body: dict) -> dict:
         rec, _ = self._named(env, body, "auth")
@@ -485,9 +478,8 @@ class Products:
         self._check_addition(env, len(specs))
         with self.store.transaction():
             created = [self._create_customer(env, s) for s in specs]
-        loop = asyncio.get_running_loop()
         for c in created:
-            loop.call_soon(self._complete_connection, env, c["record"])
+            asyncio.get_running_loop().call_soon(self._complete_connection, env, c["record"])
         return {"customers": created}
 
     def _check_addition(self, env: str, count: int) -> None:
@@ -534,8 +526,7 @@ class Products:
         if out["bank"] is not None:
             if out["bank"] not in self.bank_by_id:
                 raise ServiceError("INVALID_BANK", f"{where}.bank does not exist")
-            code = BANK_STATUS[self.bank_status(env).get(out["bank"], "healthy")]
-            if code:
+            if code := BANK_STATUS[self.bank_status(env).get(out["bank"], "healthy")]:
                 raise ServiceError(code, f"the bank reports {code}")
         pw = out["password"]
         if pw and pw.startswith("error_") and pw[6:] not in CONNECTION_ERRORS:
@@ -563,13 +554,12 @@ class Products:
             self.store.put("customers", customer_doc(env, seed, customer_id, name, stamp))
         chosen = spec.get("offers")  # the connect page's accounts, as the user saw them
         record_id = datagen.object_id(seed, env, "record", n)
-        account_ids = []
-        for k in range(spec["accounts"]):
-            account_id = datagen.object_id(seed, env, "account", n, k)
+        account_ids = [datagen.object_id(seed, env, "account", n, k)
+                       for k in range(spec["accounts"])]
+        for k, account_id in enumerate(account_ids):
             self.store.put("accounts", account_doc(
                 env, seed, account_id, chosen[k] if chosen else None, spec["account_type"],
                 bank, {"_id": customer_id, "name": name}, record_id, stamp), record=record_id)
-            account_ids.append(account_id)
         pw = spec["password"] or ""
         created_month = datagen.month_index(now)
         rec = record_doc(env, record_id, customer_id, bank, spec, account_ids, now,
@@ -641,8 +631,7 @@ class Products:
         account_id = body.get("account", accounts[0])
         if account_id not in accounts:
             raise invalid("account", "is not an account of this record")
-        k = accounts.index(account_id)
-        _, h, upto = self._histories(rec, self.clock.now())[k]
+        _, h, upto = self._histories(rec, self.clock.now())[accounts.index(account_id)]
         if not upto:
             raise invalid("account", "has no posted line yet")
         line = integer("line", body["line"], 0, upto - 1) if "line" in body else upto // 2

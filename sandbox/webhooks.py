@@ -269,10 +269,7 @@ class Dispatcher:
                        MAX_INFLIGHT - len(self._inflight))
             if free <= 0:
                 continue
-            for d in self.db.due(target, now, PER_TARGET * 2, self._inflight):
-                if free <= 0:
-                    break
-                free -= 1
+            for d in self.db.due(target, now, free, self._inflight):
                 self._inflight[d["id"]] = target
                 fault = self.faults.for_delivery(d)
                 if fault is not None and fault.kind == "late":
