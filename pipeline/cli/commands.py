@@ -298,9 +298,8 @@ def _record(value: str) -> str:
 
 def _record_or_number(value: str) -> str:
     """A record id, or `#N`: a record's number, as the Dagster UI names it."""
-    if value.startswith("#") and value[1:].isdigit() and len(value) < 20:
-        return value
-    return _record(value)
+    is_number = value.startswith("#") and value[1:].isdigit() and len(value) < 20
+    return value if is_number else _record(value)
 
 
 def _statuses(settings, args: argparse.Namespace) -> list | None:
@@ -472,7 +471,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Land open-banking data as validated Parquet and DuckDB views.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("sandbox", help="serve the connection-service sandbox")
+    def command(name: str, run, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.set_defaults(func=run)
+        return p
+
+    p = command("sandbox", cmd_sandbox, "serve the connection-service sandbox")
     p.add_argument("--host", type=_loopback, default="127.0.0.1",
                    help="loopback address to listen on (default %(default)s)")
     p.add_argument("--port", type=_port, default=8765, help="0 picks a free port")
@@ -490,9 +494,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--freeze-clock", action="store_true",
                    help="the sandbox clock stands at start and moves only by clock/advance, "
                         "so the data stays the same however long you read it (benchmarks)")
-    p.set_defaults(func=cmd_sandbox)
 
-    p = sub.add_parser("receiver", help="receive callbacks into the inbox")
+    p = command("receiver", cmd_receiver, "receive callbacks into the inbox")
     p.add_argument("--host", type=_address, default="127.0.0.1",
                    help="address to listen on (default %(default)s; 0.0.0.0 in a container)")
     p.add_argument("--port", type=_port, default=8766, help="0 picks a free port")
@@ -504,9 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", default="/callbacks/", help="route (default %(default)s)")
     p.add_argument("--auth-header", help="also accept the token in this header, "
                                          "e.g. Service-Auth")
-    p.set_defaults(func=cmd_receiver)
 
-    p = sub.add_parser("replay", help="re-trigger callbacks that never arrived")
+    p = command("replay", cmd_replay, "re-trigger callbacks that never arrived")
     p.add_argument("--inbox", help="SQLite inbox file or postgresql:// URL "
                                    "(default $LEDGERLAKE_INBOX)")
     p.add_argument("--after-minutes", type=_minutes, default=60.0,
@@ -517,9 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "commas), whatever the inbox knows of them")
     p.add_argument("--dry-run", action="store_true", help="list the records, call nothing")
     p.add_argument("--api-url", help="the service (default $LEDGERLAKE_API_URL)")
-    p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser("sql", help="query the warehouse (read-only)")
+    p = command("sql", cmd_sql, "query the warehouse (read-only)")
     p.add_argument("query", nargs="?", help="SQL; omit for the interactive prompt")
     p.add_argument("--warehouse", help="DuckDB file (default $LEDGERLAKE_HOME/warehouse.duckdb)")
     p.add_argument("--max-rows", type=_positive, default=40, help="rows a table shows")
@@ -532,17 +533,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "e.g. 2026-11-23T09:00Z) or at table versions (transactions=12,"
                         "accounts=3; the others latest); time travel reaches back as far as "
                         "the lake's retention (docs/lake.md)")
-    p.set_defaults(func=cmd_sql)
 
-    p = sub.add_parser("report", help="one record on one self-contained HTML page")
+    p = command("report", cmd_report, "one record on one self-contained HTML page")
     p.add_argument("record", help="the record id")
     p.add_argument("--output", metavar="FILE",
                    help="where to write (default report-RECORD.html; written aside and "
                         "renamed)")
     p.add_argument("--warehouse", help="DuckDB file (default $LEDGERLAKE_HOME/warehouse.duckdb)")
-    p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("status", help="each record's products: landed, held, failed, waiting")
+    p = command("status", cmd_status, "each record's products: landed, held, failed, waiting")
     p.add_argument("records", nargs="*", type=_record_or_number,
                    help="only these records, by id or by number (#N, as the UI names them)")
     p.add_argument("--failed", action="store_true", help="only records with a failed or "
@@ -550,9 +549,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON array on stdout")
     p.add_argument("--all", action="store_true",
                    help="every record, not only the first 1,000 (when none is named)")
-    p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("rerun", help="run records' products again now, without a callback")
+    p = command("rerun", cmd_rerun, "run records' products again now, without a callback")
     p.add_argument("records", nargs="*", type=_record_or_number,
                    help="the records to run again, by id or by number (#N)")
     p.add_argument("--failed", action="store_true",
@@ -562,9 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "ones with --failed, else every product the record has)")
     p.add_argument("--full-history", action="store_true",
                    help="pull transactions whole, not from the last date seen")
-    p.set_defaults(func=cmd_rerun)
 
-    p = sub.add_parser("forget", help="erase a customer's or a record's data from the lake")
+    p = command("forget", cmd_forget, "erase a customer's or a record's data from the lake")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--customer", type=_record, help="the service's customer id")
     who.add_argument("--record", type=_record, help="one record")
@@ -573,30 +570,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--even-connected", action="store_true",
                    help="erase records that are still connected (their next callback lands "
                         "their data again)")
-    p.set_defaults(func=cmd_forget)
 
-    p = sub.add_parser("reveal", help="the raw BVN, NIN, birth date and contacts of a "
+    p = command("reveal", cmd_reveal, "the raw BVN, NIN, birth date and contacts of a "
                                       "customer (needs the personal-data key)")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--customer", type=_record, help="the service's customer id")
     who.add_argument("--record", type=_record, help="one record")
-    p.set_defaults(func=cmd_reveal)
 
-    p = sub.add_parser("keys", help="make the personal-data key of a local lake")
+    p = command("keys", cmd_keys, "make the personal-data key of a local lake")
     p.add_argument("action", choices=["new"], help="new: make the key file")
-    p.set_defaults(func=cmd_keys)
 
-    p = sub.add_parser("demo", help="run the pipeline end to end on a fresh sandbox")
+    p = command("demo", cmd_demo, "run the pipeline end to end on a fresh sandbox")
     p.add_argument("--customers", type=_number(int, 1, 100, "customers"), default=3,
                    help="customers to create, 1 to 100 (default %(default)s)")
     p.add_argument("--home", help="data folder (default $LEDGERLAKE_HOME or ./data)")
-    p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("dev", help="sandbox, receiver and the Dagster UI on the same data")
+    p = command("dev", cmd_dev, "sandbox, receiver and the Dagster UI on the same data")
     p.add_argument("--port", type=_port, default=3000, help="Dagster UI port")
     p.add_argument("--customers", type=_number(int, 0, 100, "customers"), default=3,
                    help="customers to create at start (default %(default)s)")
-    p.set_defaults(func=cmd_dev)
     from .help import explain
 
     explain(parser, sub)  # each command's prose (pipeline/cli/help.md), also docs/cli.md's

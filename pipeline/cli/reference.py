@@ -38,8 +38,7 @@ def _prose(text: str | None) -> list[str]:
         if not block.strip():
             continue
         if block.startswith("    "):
-            lines = [line.removeprefix("    ") for line in block.splitlines()]
-            out += ["```sh", *lines, "```", ""]
+            out += ["```sh", *(line.removeprefix("    ") for line in block.splitlines()), "```", ""]
         else:
             out += [_links(" ".join(block.split())), ""]
     return out
@@ -52,9 +51,7 @@ def _cell(text: str) -> str:
 def _default(action: argparse.Action) -> str | None:
     if action.help and "%(default)" in action.help:
         return None  # the help says it
-    if action.default in (None, False, [], argparse.SUPPRESS):
-        return None
-    return str(action.default)
+    return None if action.default in (None, False, [], argparse.SUPPRESS) else str(action.default)
 
 
 def _arguments(command: argparse.ArgumentParser) -> list[str]:
