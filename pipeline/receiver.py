@@ -117,12 +117,8 @@ class Writer:
     def _settle(self, group: list, answers: list) -> None:
         def settle() -> None:
             for (_, fut), answer in zip(group, answers, strict=True):
-                if fut.done():
-                    continue
-                if isinstance(answer, Exception):
-                    fut.set_exception(answer)
-                else:
-                    fut.set_result(answer)
+                if not fut.done():  # its sender may have hung up
+                    (fut.set_exception if isinstance(answer, Exception) else fut.set_result)(answer)
 
         self._loop.call_soon_threadsafe(settle)
 
