@@ -227,12 +227,11 @@ class Client:
         return self.post("auth/get", {"record": _id("record", record)})["auth"]
 
     def accounts(self, record: str | None = None, *, customer: str | None = None) -> list[dict]:
-        body = _one_of(record=record, customer=customer)
-        return _flat(self.pages("accounts/get", body, "accounts"))
+        return _flat(self.pages("accounts/get", _one_of(record=record, customer=customer),
+                                "accounts"))
 
     def balance(self, record: str | None = None, *, account: str | None = None) -> list[dict]:
-        body = _one_of(record=record, account=account)
-        return _flat(self.pages("balance/get", body, "balance"))
+        return _flat(self.pages("balance/get", _one_of(record=record, account=account), "balance"))
 
     def transaction_pages(self, record: str | None = None, *, account: str | None = None,
                           from_date: dt.date | str | None = None,
