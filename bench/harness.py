@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -106,13 +106,10 @@ def family(pid: int) -> list[int]:
     """`pid` and all its descendants (children of every thread, not only the main one's)."""
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(
-                int(entry.name))
+        with suppress(OSError):  # gone since it was listed
+            if entry.name.isdigit():
+                parent = int(Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
     tree, todo = [], [pid]
     while todo:
         tree.append(todo.pop())
@@ -124,11 +121,9 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     """User and system CPU seconds these processes have used so far (those gone count 0)."""
     ticks = 0
     for pid in pids:
-        try:
+        with suppress(OSError):  # gone: it counts 0
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])
+            ticks += int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

@@ -166,10 +166,9 @@ def schedule(defs, instance, when: dt.datetime, repeats: int) -> tuple[dict, lis
 
     times, requests = harness.timed(evaluate, repeats)
     took, sent = harness.timed(lambda: [dg.serialize_value(r) for r in requests], 1)
-    size = sum(map(len, sent))
     return {"requests": len(requests), "seconds": harness.spread(times),
             "per_request_ms": round(1000 * statistics.median(times) / len(requests), 3),
-            "serialize_s": round(took[0], 5), "serialized_bytes": size}, requests
+            "serialize_s": round(took[0], 5), "serialized_bytes": sum(map(len, sent))}, requests
 
 
 def sensor_tick(defs, instance, inbox: str, records: list[str], k: int, repeats: int) -> dict:

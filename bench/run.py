@@ -114,8 +114,8 @@ def child_ledgerlake(job: dict) -> dict:
                 raise SystemExit(f"ledgerlake run for records {i}..{i + len(chunk)} failed")
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     landed = lake.read("transactions", schema=pa.schema([("record_id", pa.string())]))
-    rows = pc.sum(pc.is_in(landed["record_id"], pa.array(records))).as_py()
-    return {"rows": rows, "runs": -(-len(records) // RECORDS_PER_RUN), "seconds": seconds,
+    return {"rows": pc.sum(pc.is_in(landed["record_id"], pa.array(records))).as_py(),
+            "runs": -(-len(records) // RECORDS_PER_RUN), "seconds": seconds,
             "cpu_s": round(cpu, 2)}  # every thread of the process: what it asks of the cores
 
 
@@ -158,16 +158,15 @@ def child_dlt(job: dict) -> dict:
     pipeline("bench").run(source, loader_file_format="parquet")
     seconds = time.perf_counter() - t0
     files = sorted(Path(job["out"], "lake", "bench", "transactions").glob("*.parquet"))
-    rows = sum(pq.read_metadata(f).num_rows for f in files)
-    return {"rows": rows, "files": len(files), "seconds": seconds}
+    return {"rows": sum(pq.read_metadata(f).num_rows for f in files), "files": len(files),
+            "seconds": seconds}
 
 
 CHILDREN = {"floor": child_floor, "ledgerlake": child_ledgerlake, "dlt": child_dlt}
 
 
 def child_main(name: str, job_path: str) -> None:
-    job = json.loads(Path(job_path).read_text())
-    result = CHILDREN[name](job)
+    result = CHILDREN[name](json.loads(Path(job_path).read_text()))
     result["peak_rss_mb"] = round(peak_rss_mb(), 1)
     print(json.dumps(result), flush=True)
 
@@ -300,17 +299,14 @@ def bench_size(label: str, box: harness.Sandbox, records: list[str], total: int,
         def median(key: str, rs=rs) -> float:
             return statistics.median(r[key] for r in rs)
 
-        out["contenders"][name] = {
+        c = out["contenders"][name] = {
             "runs": len(rs), "rows_per_s": round(median("rows_per_s")),
             "seconds": round(median("seconds"), 2),
-            "peak_rss_mb": round(median("peak_rss_mb"), 1),
-            "peak_rss_mb_max": max(r["peak_rss_mb"] for r in rs),
-            "peak_tree_mb": round(median("peak_tree_mb"), 1),
-            "peak_tree_mb_max": max(r["peak_tree_mb"] for r in rs),
-            "each_rows_per_s": [r["rows_per_s"] for r in rs],
-        }
+            "each_rows_per_s": [r["rows_per_s"] for r in rs]}
+        for mb in ("peak_rss_mb", "peak_tree_mb"):  # the median run's, and the most of any
+            c[mb], c[f"{mb}_max"] = round(median(mb), 1), max(r[mb] for r in rs)
         if "cpu_s" in rs[0]:
-            out["contenders"][name]["cpu_s"] = round(median("cpu_s"), 2)
+            c["cpu_s"] = round(median("cpu_s"), 2)
     mine = out["contenders"]["ledgerlake"]
     for peer, digits in (("floor", 3), ("dlt", 2)):
         if per.get(peer):  # dlt runs in the first rounds only: paired with those rounds
