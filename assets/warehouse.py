@@ -10,8 +10,10 @@ the published file: readers never see a half-built one nor block a refresh (docs
 """
 
 # no `from __future__ import annotations`: Dagster reads the context's type hint at runtime
+import contextlib
 import fcntl
 import glob
+import graphlib
 import os
 import re
 import struct
@@ -111,25 +113,16 @@ def heading(sql: str, name: str) -> str:
 def load_views(sql_dir: Path | None = None) -> list[View]:
     """The views in dependency order (each after the views it needs)."""
     views = {p.stem: View.load(p) for p in sorted((sql_dir or SQL_DIR).glob("*.sql"))}
-    ordered: list[View] = []
-    state: dict[str, str] = {}
-
-    def visit(name: str, chain: tuple[str, ...]) -> None:
-        if state.get(name) == "done":
-            return
-        if name not in views:
-            raise ValueError(f"view {chain[-1]!r} needs {name!r}, which has no {name}.sql")
-        if state.get(name) == "visiting":
-            raise ValueError(f"views need each other in a cycle: {' -> '.join(chain + (name,))}")
-        state[name] = "visiting"
-        for dep in views[name].needs:
-            visit(dep, chain + (name,))
-        state[name] = "done"
-        ordered.append(views[name])
-
-    for name in views:
-        visit(name, ())
-    return ordered
+    for view in views.values():
+        for name in view.needs:
+            if name not in views:
+                raise ValueError(f"view {view.name!r} needs {name!r}, which has no {name}.sql")
+    graph = graphlib.TopologicalSorter({name: view.needs for name, view in views.items()})
+    try:
+        return [views[name] for name in graph.static_order()]
+    except graphlib.CycleError as exc:  # its second argument: the views of the cycle, in turn
+        raise ValueError(f"views need each other in a cycle: {' -> '.join(exc.args[1])}") \
+            from None
 
 
 def _quote(path: Path | str) -> str:
@@ -228,8 +221,7 @@ def render(view: View, sources: dict[str, str], timezone: str = DEFAULT_TIMEZONE
     def sub(m: re.Match) -> str:
         return sources.get(m[1]) or stand_in(m[1])
 
-    zone = "'" + timezone.replace("'", "''") + "'"
-    return _LAKE_REF.sub(sub, view.sql).replace("{timezone}", zone)
+    return _LAKE_REF.sub(sub, view.sql).replace("{timezone}", _quote(timezone))
 
 
 def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIMEZONE,
@@ -319,13 +311,11 @@ def _remove_stale(target: Path, quiet_s: float = 2.0, older_than_s: float = 3600
     now = time.time()
     for path in target.parent.glob(f".{glob.escape(target.name)}.*.tmp*"):
         database = path.with_name(path.name.removesuffix(".wal"))  # a WAL goes with its file
-        try:
+        with contextlib.suppress(FileNotFoundError):  # gone meanwhile
             age = now - path.stat().st_mtime
             held = _locked(database) if database.exists() else False
             if age > (older_than_s if held is None else quiet_s) and not held:
                 path.unlink()
-        except FileNotFoundError:
-            pass
 
 
 def _locked(path: Path) -> bool | None:
