@@ -73,13 +73,12 @@ from mutmut.utils.format_utils import orig_function_and_class_names_from_key
 
 path, names = sys.argv[1], sys.argv[2:]
 tree = ast.parse(open(path).read())
+FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 defs = {}
 for node in ast.walk(tree):
     if isinstance(node, ast.ClassDef):
-        for f in node.body:
-            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                defs[(f.name, node.name)] = f.lineno
-    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        defs.update({(f.name, node.name): f.lineno for f in node.body if isinstance(f, FUNCS)})
+    elif isinstance(node, FUNCS):
         defs.setdefault((node.name, None), node.lineno)
 out = []
 for name in names:
@@ -87,14 +86,10 @@ for name in names:
     line = "?"
     first = defs.get(orig_function_and_class_names_from_key(name))
     hunk = re.search(r"^@@ -(\d+)", diff, re.M)
-    if first and hunk:
-        at = first + int(hunk.group(1)) - 1
-        for text in diff[hunk.end():].splitlines()[1:]:
-            if text.startswith("-"):
-                line = at
-                break
-            if text.startswith(" "):
-                at += 1
+    body = diff[hunk.end():].splitlines()[1:] if hunk else []
+    cut = next((i for i, text in enumerate(body) if text.startswith("-")), None)
+    if first and cut is not None:  # the hunk's start, and the context lines before the cut
+        line = first + int(hunk.group(1)) - 1 + sum(t.startswith(" ") for t in body[:cut])
     out.append(f"line {line}\n{diff}")
 print("\0".join(out), end="")
 """
