@@ -404,8 +404,7 @@ class Service(Products, Bulk):
         if where is None:
             raise ServiceError("NOT_FOUND", f"no endpoint at {path}")
         env, sub = where[0], where[1].strip("/")
-        ep = self.endpoints.get((request.method, sub))
-        if ep is None:
+        if (ep := self.endpoints.get((request.method, sub))) is None:
             raise ServiceError("NOT_FOUND", f"no endpoint {request.method} {path}")
         self.keys.check(env, request.headers.get("authorization"))
         if ep.sandbox_only and env != SANDBOX:

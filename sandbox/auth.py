@@ -32,10 +32,8 @@ class Keys:
 
     def env_of_public(self, key: str) -> str | None:
         """The environment whose public key `key` is, or None."""
-        for env in (PRODUCTION, SANDBOX):
-            if hmac.compare_digest(key.encode(), self.public(env).encode()):
-                return env
-        return None
+        return next((env for env in (PRODUCTION, SANDBOX)
+                     if hmac.compare_digest(key.encode(), self.public(env).encode())), None)
 
     def check(self, env: str, header: str | None) -> None:
         """Raise the spec's error unless `header` carries this environment's key."""

@@ -39,24 +39,23 @@ class Bulk:
     def _bulk_id(self, b: dict, kind: str, i: int) -> str:
         return f"{kind}{b['start'] + i:010x}{self._bulk_check}"
 
-    def _bulk_of(self, env: str, some_id: str, kind: str) -> tuple[dict, int] | None:
-        """(batch, index) of a bulk id of `kind` in `env`; None for any other id."""
+    def _bulk_of(self, env: str, some_id: str, kind: str) -> tuple[dict | None, int]:
+        """(batch, index) of a bulk id of `kind` in `env`; (None, 0) for any other id."""
         try:
             number = int(some_id[2:12], 16)
         except ValueError:
-            return None
+            return None, 0
         at = bisect.bisect_right(self.batches, number, key=lambda b: b["start"]) - 1
         b = self.batches[at] if at >= 0 else None
         if (b is None or b["env"] != env or number - b["start"] >= b["count"]
                 or self._bulk_id(b, kind, number - b["start"]) != some_id):
-            return None
+            return None, 0
         return b, number - b["start"]
 
     def _bulk_record(self, env: str, record_id: str) -> dict | None:
-        hit = self._bulk_of(env, record_id, "b0")
-        if hit is None:
+        b, i = self._bulk_of(env, record_id, "b0")
+        if b is None:
             return None
-        b, i = hit
         since = (int(b["created_ts"]) // DAY - b["days"]) * DAY
         return record_doc(
             env, record_id, self._bulk_id(b, "b1", i), self.banks[i % len(self.banks)], SPEC,
@@ -68,10 +67,9 @@ class Bulk:
                                   "created_month": datagen.month_index(b["created_ts"])})
 
     def _bulk_customer(self, env: str, customer_id: str) -> dict | None:
-        hit = self._bulk_of(env, customer_id, "b1")
-        if hit is None:
+        b, _ = self._bulk_of(env, customer_id, "b1")
+        if b is None:
             return None
-        b = hit[0]
         return customer_doc(env, b["seed"], customer_id,
                             datagen.person(b["seed"], customer_id)["name"],
                             iso(b["created_ts"]))
@@ -84,10 +82,9 @@ class Bulk:
 
     def _bulk_account(self, env: str, account_id: str) -> dict | None:
         kind = account_id[:2]
-        hit = self._bulk_of(env, account_id, kind) if kind in ("c0", "c1", "c2") else None
-        if hit is None or int(kind[1]) >= hit[0]["accounts"]:
+        b, i = self._bulk_of(env, account_id, kind) if kind in ("c0", "c1", "c2") else (None, 0)
+        if b is None or int(kind[1]) >= b["accounts"]:
             return None
-        b, i = hit
         customer = self._customer(env, self._bulk_id(b, "b1", i))
         return account_doc(env, b["seed"], account_id, None, SPEC["account_type"],
                            self.banks[i % len(self.banks)],

@@ -168,8 +168,7 @@ class Connect:
     # -- the steps ---------------------------------------------------------------------------
     def open_session(self, env: str, body: dict) -> dict:
         _fields(body, "key products account_type customer returning payment_amount", "key")
-        key = _text("key", body["key"], 100)
-        if self.s.keys.env_of_public(key) != env:
+        if self.s.keys.env_of_public(_text("key", body["key"], 100)) != env:
             raise WidgetError(1006, "The key is not this environment's public key")
         conf = self.settings_of(env)
         if not conf["agreement"]:
@@ -180,12 +179,10 @@ class Connect:
         account_type = body.get("account_type")
         if account_type is not None and account_type not in ("personal", "business"):
             raise invalid("account_type", "must be personal or business")
-        amount = body.get("payment_amount")
-        if amount is not None:
+        if (amount := body.get("payment_amount")) is not None:
             _kobo("payment_amount", amount, 1)
             products = list(dict.fromkeys([*products, "payment"]))
-        customer = body.get("customer")
-        if customer is not None:
+        if (customer := body.get("customer")) is not None:
             customer = _text("customer", customer, 64, ID_RE)
             if self.s._customer(env, customer) is None:
                 raise invalid("customer", "does not exist in this environment")
@@ -221,8 +218,7 @@ class Connect:
             raise WidgetError(1008, f"{bank['name']} is not responding")
         if BANK_STATUS[status]:
             raise ServiceError(BANK_STATUS[status], f"{bank['name']} cannot be chosen: {status}")
-        login_type = body["login_type"]
-        if login_type not in bank["login_types"]:
+        if (login_type := body["login_type"]) not in bank["login_types"]:
             raise invalid(bank["name"], f"supports login_type {', '.join(bank['login_types'])} "
                                         "only")
         account_type = body.get("account_type") or sess["account_type"] or "personal"
@@ -418,15 +414,14 @@ class Connect:
     def _payload(self, env: str, rec: dict, account_ids: list[str], *, returning: bool,
                  public_token: str | None = None) -> dict:
         """What onSuccess receives (docs/interface.md, "The connect page")."""
-        if public_token is None:  # one to exchange for this record, as at its creation
-            public_token = self.s._token(env, "public", rec["_id"])
         bank = self.s.bank_by_id[rec["bank"]]
         accounts = [self.s.store.get("accounts", env, a) for a in account_ids]
         methods = [m for m, (product, *_rest) in METHODS.items()
                    if product in rec["products"] and not m.startswith("PERIODIC")]
         return {
             "type": "success", "status": True, "env": env, "record": rec["_id"],
-            "public_token": public_token, "customer": self._customer_view(env, rec["customer"]),
+            "public_token": public_token or self.s._token(env, "public", rec["_id"]),
+            "customer": self._customer_view(env, rec["customer"]),
             "bank": {"_id": bank["_id"], "name": bank["name"], "slug": bank["slug"]},
             "login_type": rec["login_type"], "account_type": rec["account_type"],
             "verified": rec["verified"], "returning": returning, "products": rec["products"],

@@ -245,11 +245,9 @@ def _month(spec: AccountSpec, m: int) -> dict:
     in_factor = rng.lognormal(0.0, 0.15)
     out_factor = rng.lognormal(0.0, 0.08) * (1.15 if m % 12 == 11 else 1.0)
     free_in = prof["inflow"] * (0.4 if stream_total else 1.0) * in_factor
-    total_in = amount[credit].sum()
-    if total_in > 0:
+    if (total_in := amount[credit].sum()) > 0:
         amount[credit] *= free_in / total_in
-    total_out = amount[~credit].sum()
-    if total_out > 0:
+    if (total_out := amount[~credit].sum()) > 0:
         amount[~credit] *= (stream_total + free_in) * prof["spend_ratio"] * out_factor / total_out
     amount = np.maximum(100, np.round(amount)).astype(np.int64)
     pool = rng.integers(0, POOL, n)
@@ -612,11 +610,10 @@ def income(parts: list[tuple[str, History, int]], now: float) -> dict | None:
     current = month_index(now)
     past = {n: list(range(current - n, current)) for n in (3, 6, 12)}
     complete = list(range(first_month, current)) or [current]
-    total_tx = sum(s["number_of_transactions"] for s in streams)
     observed = sum(1 for m in complete if monthly.get(m))
     return {
         "confidence": round(min(99.0, 40.0 + 60.0 * observed / max(1, len(complete))), 1),
-        "number_of_transactions": total_tx,
+        "number_of_transactions": sum(s["number_of_transactions"] for s in streams),
         "summary": {
             "average_monthly_income": round(sum(monthly.get(m, 0) for m in complete)
                                             / len(complete) / 100, 2),

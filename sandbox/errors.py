@@ -102,8 +102,7 @@ def one_of(name: str, value, options):
 
 def check_fields(body: dict, allowed, required) -> None:
     """UNKNOWN_FIELDS, then MISSING_FIELDS; each of `required` is a name or "a|b" (either)."""
-    unknown = sorted(set(body) - set(allowed))
-    if unknown:
+    if unknown := sorted(set(body) - set(allowed)):
         raise ServiceError("UNKNOWN_FIELDS", f"unknown fields: {', '.join(unknown)}")
     missing = [group.replace("|", " or ") for group in required
                if all(body.get(f) is None for f in group.split("|"))]

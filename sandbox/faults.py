@@ -81,8 +81,7 @@ def parse_rule(i: int, raw) -> Rule:
     at = f"rules[{i}]"
     if not isinstance(raw, dict):
         raise invalid(at, "must be an object")
-    unknown = sorted(set(raw) - FIELDS)
-    if unknown:
+    if unknown := sorted(set(raw) - FIELDS):
         raise invalid(at, f"has unknown fields: {', '.join(unknown)}")
     kind = raw.get("kind")
     kind = str(kind) if isinstance(kind, int) and not isinstance(kind, bool) else kind
@@ -107,11 +106,9 @@ def parse_rule(i: int, raw) -> Rule:
     if env is not None and env not in ENVS:
         raise invalid(f"{at}.env", "must be production or sandbox (omit it for both)")
     share = _number(f"{at}.share", raw.get("share", 1), 0, 1)
-    count = raw.get("count")
-    if count is not None:
+    if (count := raw.get("count")) is not None:
         integer(f"{at}.count", count, 1, 10**9)
-    for_s = raw.get("for_s")
-    if for_s is not None:
+    if (for_s := raw.get("for_s")) is not None:
         for_s = _number(f"{at}.for_s", for_s, 0, 366 * 86400, above_lo=True)
     if "seconds" in raw and kind not in DEFAULT_SECONDS:
         raise invalid(f"{at}.seconds", f"does not apply to {kind}")
@@ -232,11 +229,9 @@ class _ResetResponse(Response):
                     "more_body": True})
         # uvicorn's send is a method of the connection's request cycle, which holds the
         # transport: a linger of 0 makes close() send RST instead of FIN
-        transport = getattr(getattr(send, "__self__", None), "transport", None)
-        if transport is None:
+        if (transport := getattr(getattr(send, "__self__", None), "transport", None)) is None:
             raise ConnectionResetError("sandbox/faults: reset")  # the server drops it
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
+        if (sock := transport.get_extra_info("socket")) is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         transport.abort()

@@ -51,8 +51,7 @@ def _date(name: str, value) -> float:
 
 def known_products(value: list) -> list[str]:
     """`value`'s products once each, or INVALID_PRODUCT."""
-    bad = [p for p in value if p not in datagen.PRODUCTS]
-    if bad:
+    if bad := [p for p in value if p not in datagen.PRODUCTS]:
         raise ServiceError("INVALID_PRODUCT", f"no access to product(s) {', '.join(bad)}; "
                                               f"products are {', '.join(datagen.PRODUCTS)}")
     return list(dict.fromkeys(value))
@@ -284,8 +283,7 @@ class Products:
 
     def _patches(self, rec: dict, k: int | None) -> tuple:
         """records/corrupt's patches as (part of the view, posted index, kobo)."""
-        bad = rec[INTERNAL].get("corrupt")
-        if not bad:
+        if not (bad := rec[INTERNAL].get("corrupt")):
             return ()
         accounts = rec[INTERNAL]["accounts"]
         return tuple(sorted((accounts.index(c["account"]) if k is None else 0, c["index"],
@@ -295,8 +293,7 @@ class Products:
     def _inject(self, rec: dict, product: str) -> None:
         """Answer the failure records/fail set for this product, while some remain."""
         fails = rec[INTERNAL].get("fail") or {}
-        fail = fails.get(product)
-        if not fail:
+        if not (fail := fails.get(product)):
             return
         fail["remaining"] -= 1
         if fail["remaining"] <= 0:
@@ -377,14 +374,12 @@ class Products:
                 "transaction": orjson.Fragment(b"[" + b",".join(chunk) + b"]")}
 
     def income_get(self, env: str, body: dict) -> dict:
-        recs = self._records(env, body, "income")
-        if not recs:
+        if not (recs := self._records(env, body, "income")):
             raise ServiceError("NO_ACCOUNTS", "the customer has no connected record")
         rec = recs[-1]
         self._check(rec, "income")
         now = self.clock.now()
-        value = datagen.income(self._histories(rec, now), now)
-        if value is None:
+        if (value := datagen.income(self._histories(rec, now), now)) is None:
             raise ServiceError("PRODUCT_NOT_READY", "no income stream in the transactions")
         return {"income": {"_id": datagen.object_id("income", rec["_id"]),
                            "customer": rec["customer"], "record": rec["_id"], **value,
@@ -496,8 +491,7 @@ class Products:
         where = f"customers[{i}]"
         if not isinstance(spec, dict):
             raise invalid(where, "must be an object")
-        unknown = sorted(set(spec) - set(CUSTOMER_DEFAULTS))
-        if unknown:
+        if unknown := sorted(set(spec) - set(CUSTOMER_DEFAULTS)):
             raise ServiceError("UNKNOWN_FIELDS", "unknown fields: "
                                + ", ".join(f"{where}.{u}" for u in unknown))
         out = {**CUSTOMER_DEFAULTS, "products": list(datagen.PRODUCTS)}  # a list of its own
@@ -616,8 +610,7 @@ class Products:
         rec = self._record(env, body["record"])
         product = one_of("product", body["product"], FAILABLE)
         times = integer("times", body["times"], 1, 1000)
-        code = body.get("error_code", "INTERNAL_SERVER_ERROR")
-        if code not in CODES:
+        if (code := body.get("error_code", "INTERNAL_SERVER_ERROR")) not in CODES:
             raise invalid("error_code", "must be an error code the sandbox answers "
                                         "(docs/interface.md lists them)")
         rec[INTERNAL].setdefault("fail", {})[product] = {"error_code": code,
@@ -628,8 +621,7 @@ class Products:
     def records_corrupt(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
         accounts = rec[INTERNAL]["accounts"]
-        account_id = body.get("account", accounts[0])
-        if account_id not in accounts:
+        if (account_id := body.get("account", accounts[0])) not in accounts:
             raise invalid("account", "is not an account of this record")
         _, h, upto = self._histories(rec, self.clock.now())[accounts.index(account_id)]
         if not upto:

@@ -37,11 +37,9 @@ class RateLimiter:
         with self._lock:
             tokens, last = self._buckets.get((key, endpoint), (self.rate, now))
             tokens = min(self.rate, tokens + (now - last) * self.rate)
-            if tokens >= 1.0:
-                self._buckets[(key, endpoint)] = (tokens - 1.0, now)
-                return 0.0
-            self._buckets[(key, endpoint)] = (tokens, now)
-            return (1.0 - tokens) / self.rate
+            spent = 1.0 if tokens >= 1.0 else 0.0
+            self._buckets[(key, endpoint)] = (tokens - spent, now)
+            return 0.0 if spent else (1.0 - tokens) / self.rate
 
     @staticmethod
     def code(endpoint: str) -> str:

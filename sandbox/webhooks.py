@@ -88,8 +88,7 @@ class Deliveries(SqliteFile):
                 for d in (dict(zip(COLUMNS, row, strict=True)) for row in rows)]
 
     def _row(self, where: str, args: Iterable) -> dict | None:
-        rows = self._rows(where + " limit 1", args)
-        return rows[0] if rows else None
+        return next(iter(self._rows(where + " limit 1", args)), None)
 
     def add(self, env: str, record: str | None, method: str | None, url: str | None,
             payload: dict, now: float, urls: list[str] | None = None) -> int:
@@ -367,8 +366,7 @@ class Dispatcher:
             payload["serverResponse"] = {k: v for k, v in d["attempts"][-1].items()
                                          if k not in ("attempt", "at")}  # its result
         headers = {"Content-Type": "application/json"}
-        token = (self.settings(d["env"]) or {}).get("token")
-        if token:
+        if token := (self.settings(d["env"]) or {}).get("token"):
             headers["Authorization"] = f"Bearer {token}"
         content = orjson.dumps(payload)
         ok, result = await self._post(d["url"], content, headers)
