@@ -48,8 +48,7 @@ def _number(kind: type, lo: float, hi: float | None, what: str, *, above_lo: boo
         except ValueError:
             article = "an integer" if kind is int else "a number"
             raise argparse.ArgumentTypeError(f"{what} must be {article}, not {value!r}") from None
-        low_ok = lo < n if above_lo else lo <= n
-        if not low_ok or (hi is not None and not n <= hi):
+        if not (lo < n if above_lo else lo <= n) or (hi is not None and not n <= hi):
             low = f"more than {lo}" if above_lo else (f"from {lo}" if hi is not None
                                                       else f"at least {lo}")
             high = f" to {hi}" if hi is not None else ""
@@ -112,8 +111,7 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
 def cmd_receiver(args: argparse.Namespace) -> int:
     from pipeline.receiver import MAX_CONNECTIONS, create_app
 
-    token = args.token or os.environ.get("LEDGERLAKE_RECEIVER_TOKEN")
-    if not token:
+    if not (token := args.token or os.environ.get("LEDGERLAKE_RECEIVER_TOKEN")):
         return _fail("the receiver needs --token or LEDGERLAKE_RECEIVER_TOKEN (the webhook "
                      "token the service sends)")
     from resources.config import inbox_from_env
@@ -153,19 +151,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _fail(exc)
     client = None
     if not args.dry_run:
-        key = os.environ.get("LEDGERLAKE_SECRET_KEY")
-        if not key:
+        if not (key := os.environ.get("LEDGERLAKE_SECRET_KEY")):
             inbox.close()
             return _fail("replay needs LEDGERLAKE_SECRET_KEY (or --dry-run)")
         client = Client(base_url=args.api_url or settings.api_url,
                         environment=settings.environment, secret_key=key)
     try:
         with inbox, client or contextlib.nullcontext():
-            if named:
-                result = replay_named(inbox, client, named, dry_run=args.dry_run, say=print)
-            else:
-                result = replay(inbox, client, after_s=args.after_minutes * 60, expect=expect,
-                                dry_run=args.dry_run, say=print)
+            result = (replay_named(inbox, client, named, dry_run=args.dry_run, say=print)
+                      if named else replay(inbox, client, after_s=args.after_minutes * 60,
+                                           expect=expect, dry_run=args.dry_run, say=print))
     except ServiceError as exc:
         return _fail(f"the service refused the trigger: {exc}", 1)
     verb = "would trigger" if args.dry_run else "triggered"
@@ -302,9 +297,9 @@ def _record_or_number(value: str) -> str:
     return value if is_number else _record(value)
 
 
-def _statuses(settings, args: argparse.Namespace) -> list | None:
-    """The rows `status` and `rerun` act on (only those needing action with --failed), or
-    None when a named record is unknown (said on stderr)."""
+def _statuses(settings, args: argparse.Namespace) -> list:
+    """The rows `status` and `rerun` act on (only those needing action with --failed); a named
+    record that is unknown ends the command (said on stderr, exit 2)."""
     from pipeline.status import LISTED, statuses
 
     with _inbox(settings) as inbox:
@@ -312,8 +307,7 @@ def _statuses(settings, args: argparse.Namespace) -> list | None:
             return statuses(inbox, args.records or None, failed=args.failed,
                             limit=None if getattr(args, "all", True) else LISTED)
         except ValueError as exc:
-            _fail(exc)
-            return None
+            raise SystemExit(_fail(exc)) from None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -323,8 +317,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     from resources.config import Settings
 
     rows = _statuses(Settings.from_env(), args)
-    if rows is None:
-        return 2
     if args.json:
         print(json.dumps([r.as_json() for r in rows]))
         return 0
@@ -352,10 +344,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
     if not os.environ.get("LEDGERLAKE_SECRET_KEY"):
         return _fail("rerun fetches from the service: set LEDGERLAKE_SECRET_KEY")
     settings = Settings.from_env()
-    rows = _statuses(settings, args)
-    if rows is None:
-        return 2
-    if not rows:
+    if not (rows := _statuses(settings, args)):
         print("nothing to run again", file=sys.stderr)
         return 0
     by_assets: dict[tuple[str, ...], list[int]] = {}

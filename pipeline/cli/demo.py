@@ -100,8 +100,7 @@ def create_customers(api: httpx.Client, n: int) -> list[str]:
     """`n` sandbox customers of one to three accounts; their record ids."""
     made = api.post("sandbox/customers/create",
                     json={"customers": [{"accounts": 1 + i % 3} for i in range(n)]})
-    made.raise_for_status()
-    return [c["record"] for c in made.json()["data"]["customers"]]
+    return [c["record"] for c in made.raise_for_status().json()["data"]["customers"]]
 
 
 def wait_for_events(inbox_path: Path, expected: int, timeout_s: float = 60.0,

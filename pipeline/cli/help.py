@@ -39,8 +39,7 @@ class Paragraphs(argparse.HelpFormatter):
 def explain(parser: argparse.ArgumentParser, commands: argparse._SubParsersAction) -> None:
     """Gives the parser and each command their prose and the formatter that keeps it."""
     prose = sections()
-    unknown = sorted({name for name, _ in prose} - {"ledgerlake", *commands.choices})
-    if unknown:
+    if unknown := sorted({name for name, _ in prose} - {"ledgerlake", *commands.choices}):
         raise ValueError(f"{PROSE} has prose for no command: {', '.join(unknown)}")
     parser.epilog = prose.get(("ledgerlake", "epilog"))
     parser.formatter_class = Paragraphs

@@ -106,8 +106,7 @@ def add_landings(report: Report, inbox) -> None:
     connected = (report.status or {}).get("status") in (None, "connected")
     for asset in PRODUCTS:
         state = states.get(asset)
-        at = state.landed_at if state else None
-        report.landed.append(Landed(asset, at))
+        report.landed.append(Landed(asset, state and state.landed_at))
         if state is None:
             continue
         problems = state.detail.get("problems", [])
@@ -115,8 +114,8 @@ def add_landings(report: Report, inbox) -> None:
             report.checks.append(CheckResult(
                 asset, check, not count, state.at, "" if not count else
                 f"{count} problems: " + "; ".join(p.get("problem", "") for p in problems)))
-        if asset in ("balances", "transactions") and at is not None:
-            fresh = not connected or now - at < MAX_AGE.total_seconds()
+        if asset in ("balances", "transactions") and state.landed_at is not None:
+            fresh = not connected or now - state.landed_at < MAX_AGE.total_seconds()
             report.checks.append(CheckResult(
                 asset, CHECK_NAME, fresh, now,
                 "" if fresh else f"last landed more than {MAX_AGE} ago"))

@@ -208,8 +208,7 @@ def format_of(fmt: str | None, output: Path | None) -> str:
     if fmt is None:
         if output is None:
             return "table"
-        fmt = output.suffix.lstrip(".").lower()
-        if fmt not in FORMATS[1:]:
+        if (fmt := output.suffix.lstrip(".").lower()) not in FORMATS[1:]:
             raise QueryError(f"cannot tell the format of {output} from its suffix; pass "
                              f"--format {'|'.join(FORMATS[1:])}")
     if fmt not in FORMATS:
@@ -228,8 +227,7 @@ def statements(lines: TextIO, prompt: bool, out: TextIO):
         if prompt:
             out.write(MORE if buf else PROMPT)
             out.flush()
-        line = lines.readline()
-        if not line:
+        if not (line := lines.readline()):
             break
         text = line.strip()
         if not buf and text in (".quit", ".exit", "\\q"):
@@ -247,8 +245,7 @@ def statements(lines: TextIO, prompt: bool, out: TextIO):
 def interactive(con: duckdb.DuckDBPyConnection, max_rows: int, lines: TextIO = sys.stdin,
                 out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Run each statement read from `lines`; return 1 if any failed, else 0."""
-    prompt = lines.isatty()
-    if prompt:
+    if prompt := lines.isatty():
         out.write("ledgerlake sql: end each statement with `;`, `.quit` to leave.\n")
     failed = False
     for stmt in statements(lines, prompt, out):
