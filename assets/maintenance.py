@@ -53,8 +53,7 @@ TOTALS = ["files_before", "files_after", "bytes_before", "bytes_after", "files_c
 
 
 def _setting(name: str, default: int, low: int, high: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None:
+    if (raw := os.environ.get(name)) is None:
         return default
     if not _DIGITS.fullmatch(raw) or not low <= int(raw) <= high:
         raise ValueError(f"{name} must be a whole number from {low} to {high}, not {raw!r:.40} "

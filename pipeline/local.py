@@ -18,6 +18,7 @@ from dagster import DagsterInstance, Definitions, RunsFilter, build_sensor_conte
 
 CURSOR_KEY = "ledgerlake/local_inbox_cursor"
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+START_TIMEOUT_S = 60.0  # a server's wait for its READY line
 
 
 def stop_process(proc: subprocess.Popen, timeout_s: float = 15.0) -> None:
@@ -35,12 +36,10 @@ def stop_process(proc: subprocess.Popen, timeout_s: float = 15.0) -> None:
 class Server:
     """A `ledgerlake <kind>` server in a child process, on a free loopback port."""
 
-    def __init__(self, *args: str, env: dict | None = None, log_path: Path | None = None,
-                 start_timeout_s: float = 60.0) -> None:
+    def __init__(self, *args: str, env: dict | None = None, log_path: Path | None = None) -> None:
         self.args = args
         self.env = {**os.environ, **(env or {})}
         self.log_path = log_path
-        self.start_timeout_s = start_timeout_s
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self.lines: list[str] = []
@@ -62,14 +61,14 @@ class Server:
             lines.put(None)
 
         threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + self.start_timeout_s
+        deadline = time.monotonic() + START_TIMEOUT_S
         while not self.url:
             try:
                 line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
                 self.stop()
                 raise RuntimeError(f"{self.args[0]} did not start within "
-                                   f"{self.start_timeout_s:.0f}s") from None
+                                   f"{START_TIMEOUT_S:.0f}s") from None
             if line is None:
                 code = self.proc.wait()
                 raise RuntimeError(f"{self.args[0]} exited with {code} before it was ready"
