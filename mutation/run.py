@@ -202,8 +202,7 @@ def stop_clusters(scratch: Path) -> None:
 
 def main(argv: list[str]) -> int:
     chosen = argv or list(MODULES)
-    unknown = [m for m in chosen if m not in MODULES]
-    if unknown:
+    if unknown := [m for m in chosen if m not in MODULES]:
         print(f"unknown module(s) {unknown}; known: {list(MODULES)}", file=sys.stderr)
         return 2
     try:
@@ -214,8 +213,7 @@ def main(argv: list[str]) -> int:
     lines, ok, begun = [], True, time.monotonic()
     for module in chosen:
         tests, floor = MODULES[module]
-        missing = [t for t in tests if not (ROOT / t).exists()]
-        if missing:
+        if missing := [t for t in tests if not (ROOT / t).exists()]:
             print(f"{module}: no such test file(s) {missing}", file=sys.stderr)
             return 2
         work = prepare(module, tests)
