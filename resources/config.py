@@ -65,8 +65,7 @@ def location(var: str, value: str, schemes: tuple[str, ...]) -> str:
                           f"{accepted}")
     if value != value.strip():
         raise refuse("it starts or ends with white space")
-    match = _SCHEME.match(value)
-    if not match:
+    if not (match := _SCHEME.match(value)):
         return str(Path(value).resolve())
     scheme = match.group(1).lower()
     if not value[match.end():].startswith("//"):
@@ -97,8 +96,7 @@ def location(var: str, value: str, schemes: tuple[str, ...]) -> str:
                                             strict_parsing=True)] if parts.query else []
         except ValueError:
             raise refuse("its query is not key=value&...") from None
-        unknown = sorted(set(keys) - S3_OPTIONS)
-        if unknown:
+        if unknown := sorted(set(keys) - S3_OPTIONS):
             raise refuse(f"unknown S3 option {unknown[0]!r} (options: "
                          f"{', '.join(sorted(S3_OPTIONS))})")
     return scheme + value[match.end(1):]
@@ -107,12 +105,9 @@ def location(var: str, value: str, schemes: tuple[str, ...]) -> str:
 def local_path(value: str) -> Path | None:
     """The local path of a checked location (a plain path or `file://`), or None when it
     is in object storage."""
-    match = _SCHEME.match(value)
-    if not match:
+    if not (match := _SCHEME.match(value)):
         return Path(value)
-    if match.group(1).lower() == "file":
-        return Path(url2pathname(urlsplit(value).path))
-    return None
+    return Path(url2pathname(urlsplit(value).path)) if match.group(1).lower() == "file" else None
 
 
 def check_lake(lake: str) -> None:
@@ -209,8 +204,7 @@ class Settings:
         """The settings, checked: a value ledgerlake cannot use raises ConfigError."""
         env = os.environ if environ is None else environ
         home = home_from_env(env)
-        environment = env.get("LEDGERLAKE_ENVIRONMENT", "sandbox")
-        if environment not in ENVIRONMENTS:
+        if (environment := env.get("LEDGERLAKE_ENVIRONMENT", "sandbox")) not in ENVIRONMENTS:
             raise ConfigError(f"LEDGERLAKE_ENVIRONMENT must be one of {ENVIRONMENTS}, "
                               f"not {environment!r}")
         return cls(

@@ -119,7 +119,6 @@ def from_response(status: int, body: object, request_id: str | None, *,
     """The exception for an error answer; unknown or non-JSON bodies still say what happened."""
     where = {"method": method, "path": path, "retry_after": retry_after}
     if not isinstance(body, dict) or not (body.get("error_type") or body.get("error_code")):
-        # No error body we can read: fall back on the status alone.
         cls = (Unauthorized if status == 401 else RateLimitExceeded if status == 429
                else ApiError if status >= 500 else ServiceError)
         return cls(f"the service answered {status} without a JSON error body",
