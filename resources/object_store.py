@@ -107,9 +107,7 @@ def check(uri: str, timeout_s: float = CHECK_TIMEOUT_S) -> None:
 
 def _endpoint_shown(options: Mapping[str, str]) -> str:
     url = urlsplit(options.get("AWS_ENDPOINT_URL", ""))
-    if not url.netloc:
-        return "AWS S3"
-    return f"{url.scheme}://{url.netloc.rpartition('@')[2]}"
+    return f"{url.scheme}://{url.netloc.rpartition('@')[2]}" if url.netloc else "AWS S3"
 
 
 def _cause(error: str, endpoint: str, timeout_s: float) -> str:
