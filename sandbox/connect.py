@@ -392,9 +392,8 @@ class Connect:
                    for r in self.s.store.find("records", env, "customer", customer))
 
     def _record_offers(self, rec: dict) -> list[list[str]]:
-        accounts = [self.s.store.get("accounts", rec["env"], a)
-                    for a in rec[INTERNAL]["accounts"]]
-        return [[a["name"], a["type"], a["nuban"]] for a in accounts]
+        return [[a["name"], a["type"], a["nuban"]] for a in (
+            self.s.store.get("accounts", rec["env"], x) for x in rec[INTERNAL]["accounts"])]
 
     @staticmethod
     def _offer_view(offers: list) -> list[dict]:

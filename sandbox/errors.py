@@ -104,16 +104,14 @@ def check_fields(body: dict, allowed, required) -> None:
     """UNKNOWN_FIELDS, then MISSING_FIELDS; each of `required` is a name or "a|b" (either)."""
     if unknown := sorted(set(body) - set(allowed)):
         raise ServiceError("UNKNOWN_FIELDS", f"unknown fields: {', '.join(unknown)}")
-    missing = [group.replace("|", " or ") for group in required
-               if all(body.get(f) is None for f in group.split("|"))]
-    if missing:
+    if missing := [group.replace("|", " or ") for group in required
+                   if all(body.get(f) is None for f in group.split("|"))]:
         raise ServiceError("MISSING_FIELDS", f"missing fields: {', '.join(missing)}")
 
 
 async def json_body(request, max_bytes: int | None = None) -> dict:
     """A POST's JSON object, or INVALID_HEADERS / INVALID_BODY."""
-    ctype = request.headers.get("content-type", "")
-    if ctype.split(";")[0].strip().lower() != "application/json":
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
         raise ServiceError("INVALID_HEADERS", "Content-Type must be application/json")
     raw = await request.body()
     if max_bytes is not None and len(raw) > max_bytes:

@@ -84,10 +84,6 @@ def _kept(cache: dict, most: int, key, make):
     return value
 
 
-def public(rec: dict) -> dict:
-    return {k: v for k, v in rec.items() if k != INTERNAL}
-
-
 # -- what a record is made of: customers/create stores these, records/bulk_create derives them
 
 def customer_doc(env: str, seed: int, customer_id: str, name: str, stamp: str) -> dict:
@@ -364,8 +360,7 @@ class Products:
         pos, tkey = view.visible(now)
         # search with ints: a float key would make numpy convert the whole int64 column
         lo = int(tkey.searchsorted(since, side="left")) if since is not None else 0
-        hi = int(tkey.searchsorted(until, side="left")) if until is not None else len(pos)
-        hi = max(lo, hi)
+        hi = max(lo, int(tkey.searchsorted(until, side="left")) if until is not None else len(pos))
         page, limit = body.get("page", 1), body.get("limit", 20)
         start = lo + (page - 1) * limit
         chunk = (view.serve(pos[start:min(hi, start + limit)], self._patches(rec, k))
@@ -420,7 +415,7 @@ class Products:
              "bank_code": self.bank_by_id[rec["bank"]]["code"]} for a in accounts]}}
 
     def record_get(self, env: str, body: dict) -> dict:
-        return {"record": public(self._target(env, body))}
+        return {"record": {k: v for k, v in self._target(env, body).items() if k != INTERNAL}}
 
     def record_remove(self, env: str, body: dict) -> dict:
         rec = self._record(env, body["record"])
@@ -522,8 +517,7 @@ class Products:
                 raise ServiceError("INVALID_BANK", f"{where}.bank does not exist")
             if code := BANK_STATUS[self.bank_status(env).get(out["bank"], "healthy")]:
                 raise ServiceError(code, f"the bank reports {code}")
-        pw = out["password"]
-        if pw and pw.startswith("error_") and pw[6:] not in CONNECTION_ERRORS:
+        if (pw := out["password"]) and pw.startswith("error_") and pw[6:] not in CONNECTION_ERRORS:
             raise invalid(f"{where}.password", "error_<CODE> needs a RECORD_ERROR or BANK_ERROR "
                                                "code")
         return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import orjson
@@ -26,6 +26,11 @@ class SqliteFile:
         self._db.execute("pragma journal_mode=wal")
         self._db.execute("pragma synchronous=normal")
         self._db.executescript(schema.read_text())
+
+    def _run(self, sql: str, args: Iterable = ()) -> list[tuple]:
+        """Run `sql` under the lock; the rows it answers (none for a write)."""
+        with self._lock:
+            return self._db.execute(sql, tuple(args)).fetchall()
 
     def close(self) -> None:
         with self._lock:
@@ -49,32 +54,26 @@ class Store(SqliteFile):
         super().__init__(data_dir / "sandbox.sqlite3", Path(__file__).with_name("store.sql"))
 
     def _docs(self, sql: str, args: tuple = ()) -> list[dict]:
-        with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
-        return [orjson.loads(r[0]) for r in rows]
+        return [orjson.loads(r[0]) for r in self._run(sql, args)]
 
     def all(self, table: str) -> list[dict]:
         return self._docs(f"select doc from {table} order by rowid")
 
     # -- meta -----------------------------------------------------------------
     def get_meta(self, key: str, default=None):
-        with self._lock:
-            row = self._db.execute("select value from meta where key = ?", (key,)).fetchone()
-        return orjson.loads(row[0]) if row else default
+        rows = self._run("select value from meta where key = ?", (key,))
+        return orjson.loads(rows[0][0]) if rows else default
 
     def set_meta(self, key: str, value) -> None:
-        with self._lock:
-            self._db.execute("insert into meta (key, value) values (?, ?) "
-                             "on conflict (key) do update set value = excluded.value",
-                             (key, orjson.dumps(value)))
+        self._run("insert into meta (key, value) values (?, ?) on conflict (key) "
+                  "do update set value = excluded.value", (key, orjson.dumps(value)))
 
     # -- documents ------------------------------------------------------------
     def put(self, table: str, doc: dict, **columns: str) -> None:
         cols = ["id", "env", *columns, "doc"]
-        with self._lock:
-            self._db.execute(f"insert or replace into {table} ({', '.join(cols)}) "
-                             f"values ({', '.join('?' * len(cols))})",
-                             [doc["_id"], doc["env"], *columns.values(), orjson.dumps(doc)])
+        self._run(f"insert or replace into {table} ({', '.join(cols)}) "
+                  f"values ({', '.join('?' * len(cols))})",
+                  [doc["_id"], doc["env"], *columns.values(), orjson.dumps(doc)])
 
     def get(self, table: str, env: str, doc_id: str) -> dict | None:
         docs = self._docs(f"select doc from {table} where id = ? and env = ?", (doc_id, env))

@@ -81,8 +81,7 @@ class Deliveries(SqliteFile):
         super().__init__(path, Path(__file__).with_name("webhooks.sql"))
 
     def _rows(self, where: str, args: Iterable = ()) -> list[dict]:
-        with self._lock:
-            rows = self._db.execute(f"{SELECT} where {where}", tuple(args)).fetchall()
+        rows = self._run(f"{SELECT} where {where}", args)
         return [d | {"payload": orjson.loads(d["payload"]), "attempts": orjson.loads(d["attempts"]),
                      "urls": orjson.loads(d["urls"]) if d["urls"] else None}
                 for d in (dict(zip(COLUMNS, row, strict=True)) for row in rows)]
@@ -105,11 +104,8 @@ class Deliveries(SqliteFile):
             ).lastrowid
 
     def due_targets(self, now: float) -> list[str]:
-        with self._lock:
-            rows = self._db.execute(
-                "select distinct target from deliveries "
-                "where state = 'pending' and next_attempt <= ?", (now,)).fetchall()
-        return [r[0] for r in rows]
+        return [r[0] for r in self._run("select distinct target from deliveries "
+                                        "where state = 'pending' and next_attempt <= ?", (now,))]
 
     def due(self, target: str, now: float, limit: int, skip_ids: Iterable[int] = ()) -> list[dict]:
         ids = list(skip_ids)
@@ -119,26 +115,21 @@ class Deliveries(SqliteFile):
 
     def pending(self) -> int:
         """How many deliveries are waiting for an attempt or a redelivery."""
-        with self._lock:
-            return self._db.execute(
-                "select count(*) from deliveries where state = 'pending'").fetchone()[0]
+        return self._run("select count(*) from deliveries where state = 'pending'")[0][0]
 
     def next_due(self, skip_targets: Iterable[str], skip_ids: Iterable[int]) -> float | None:
         targets, ids = list(skip_targets), list(skip_ids)
         sql = ("select min(next_attempt) from deliveries where state = 'pending'"
                + _not_in("target", targets) + _not_in("id", ids))
-        with self._lock:
-            return self._db.execute(sql, (*targets, *ids)).fetchone()[0]
+        return self._run(sql, (*targets, *ids))[0][0]
 
     def finish(self, delivery_id: int, *, first_attempt: float, last_attempt: float,
                attempts: list, state: str, next_attempt: float | None, url: str) -> None:
         """Record an attempt; `url` is where the next one goes."""
-        with self._lock:
-            self._db.execute(
-                "update deliveries set first_attempt = ?, last_attempt = ?, attempts = ?,"
-                " state = ?, next_attempt = ?, url = ?, target = ? where id = ?",
-                (first_attempt, last_attempt, orjson.dumps(attempts), state, next_attempt,
-                 url, _target(url), delivery_id))
+        self._run("update deliveries set first_attempt = ?, last_attempt = ?, attempts = ?,"
+                  " state = ?, next_attempt = ?, url = ?, target = ? where id = ?",
+                  (first_attempt, last_attempt, orjson.dumps(attempts), state, next_attempt,
+                   url, _target(url), delivery_id))
 
     def latest(self, env: str, record: str, methods: tuple[str, ...]) -> dict | None:
         return self._row(f"env = ? and record = ? and method in ({','.join('?' * len(methods))})"
