@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import glob
 import graphlib
+import itertools
 import os
 import re
 import struct
@@ -96,17 +97,11 @@ class View:
 
 
 def heading(sql: str, name: str) -> str:
-    """The first paragraph of the comment a view's file opens with, less `name: `."""
-    para: list[str] = []
-    for line in sql.splitlines():
-        if not line.startswith("--"):
-            break
-        text = line[2:].strip()
-        if not text or _NEEDS.match(line):
-            if para:
-                break
-            continue
-        para.append(text)
+    """The first paragraph of the comment a view's file opens with, less `name: ` (a `-- needs:`
+    line ends a paragraph, as an empty one does)."""
+    comment = itertools.takewhile(lambda line: line.startswith("--"), sql.splitlines())
+    texts = ["" if _NEEDS.match(line) else line[2:].strip() for line in comment]
+    para = itertools.takewhile(bool, itertools.dropwhile(lambda text: not text, texts))
     return " ".join(para).removeprefix(f"{name}:").strip()
 
 
