@@ -134,8 +134,7 @@ def _cause(error: str, endpoint: str, timeout_s: float) -> str:
 def absent(uri: str, files: Iterable[str]) -> list[str]:
     """Which of a table's data files (absolute, as `resources.delta.files` names them) are
     no longer in the store: one listing of the table, not a request per file."""
-    files = list(files)
-    if not files:
+    if not (files := list(files)):
         return []
     store, base = filesystem(uri)
     if isinstance(store, pafs.LocalFileSystem):
