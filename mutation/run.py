@@ -130,8 +130,7 @@ def equivalents(path: Path = EQUIVALENTS) -> dict[str, str]:
     """
     import tomllib
 
-    with open(path, "rb") as f:
-        data = tomllib.load(f)
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
     kinds = data.pop("kinds", {})
     judged: dict[str, str] = {}
     for module, entries in data.items():
@@ -175,7 +174,6 @@ def report(module: str, work: Path, seconds: float, floor: float | None,
         for name, diff in zip(survivors, shown, strict=False):
             tag = f"  (equivalent: {judged[name]})" if name in judged else ""
             out.write(f"{name}: {got[name]}{tag}\n{diff}\n\n")
-    ok = floor is None or rate >= floor
     text = (f"{module}: {len(got)} mutants, {killed} killed, {len(equivalent)} equivalent, "
             f"{len(survivors) - len(equivalent)} not killed; kill rate of non-equivalent "
             f"{rate:.1f}%" + (f" (floor {floor:g}%)" if floor is not None else " (not judged)")
@@ -184,7 +182,7 @@ def report(module: str, work: Path, seconds: float, floor: float | None,
     if stale:
         text += ("\n    listed in mutation/equivalents.toml but not a survivor now "
                  "(renumbered or killed): " + ", ".join(stale))
-    return ok, text
+    return floor is None or rate >= floor, text
 
 
 def stop_clusters(scratch: Path) -> None:
