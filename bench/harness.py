@@ -133,12 +133,8 @@ def machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in
                 Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), None)  # Linux, as family() and the rest
-    versions = {}
-    for dist in STACK:
-        try:
-            versions[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            versions[dist] = None
+    installed = {d.metadata["Name"].lower(): d.version for d in md.distributions()}
+    versions = {dist: installed.get(dist) for dist in STACK}
     return {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "load_avg_1m": round(os.getloadavg()[0], 2),
             "versions": versions}

@@ -83,9 +83,8 @@ def launched(box: harness.Sandbox, records: list[str], work: Path, timeout_s: fl
             for start in range(0, len(records), 500):
                 bodies = [ready(r, start + i) for i, r in enumerate(records[start:start + 500])]
                 inbox.add_described([(describe(b), orjson.dumps(b)) for b in bodies])
-        want = set(records)
         deadline = time.monotonic() + timeout_s
-        while not want <= set(lake.partitions("transactions")):
+        while not set(records) <= set(lake.partitions("transactions")):
             if daemon.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("launched runs did not land every record:\n"
                                    + (home / "daemon.log").read_text()[-3000:])

@@ -26,7 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import closing, contextmanager
+from collections import Counter
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 
 import dagster as dg
@@ -111,7 +112,7 @@ def sql(url: str, query: str) -> list[tuple]:
 def storage(env: dict) -> dict:
     """Rows of every table of the Dagster instance, bytes of every table (Postgres) or file
     (SQLite: runs.db, index.db, an event log file per run, schedules.db), and compute logs."""
-    rows, size, home = {}, {}, Path(env["DAGSTER_HOME"])
+    rows, size, home = Counter(), Counter(), Path(env["DAGSTER_HOME"])
     if url := env.get("BENCH_DAGSTER_DB"):
         tables = sql(url, "select tablename from pg_tables where schemaname = 'public'")
         for table, n, b in sql(url, " union all ".join(
@@ -122,12 +123,10 @@ def storage(env: dict) -> dict:
         part = "event log files (one a run)" if path.parent.name == "runs" \
             and path.name != "index.db" else path.name
         wal = path.with_name(path.name + "-wal")
-        size[part] = size.get(part, 0) + path.stat().st_size + (
-            wal.stat().st_size if wal.exists() else 0)
+        size[part] += path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
         con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
         for (table,) in con.execute("select name from sqlite_master where type = 'table'"):
-            rows[table] = rows.get(table, 0) + con.execute(
-                f'select count(*) from "{table}"').fetchone()[0]
+            rows[table] += con.execute(f'select count(*) from "{table}"').fetchone()[0]
         con.close()
     size["compute logs (files)"] = folder_bytes(home / "storage")
     return {"rows": rows, "bytes": size}
@@ -293,12 +292,9 @@ def ui_documents() -> dict:
     chunks = Path(dagster_webserver.__file__).parent / "webapp/build/_next/static/chunks"
     for path in chunks.rglob("*.js"):
         for match in literal.finditer(path.read_text(errors="replace")):
-            try:
-                doc = graphql.parse(orjson.loads(f'"{match.group(1)}"'))
-            except (graphql.GraphQLError, orjson.JSONDecodeError):
-                continue
-            for d in doc.definitions:
-                found.setdefault(d.name.value, graphql.print_ast(d))
+            with suppress(graphql.GraphQLError, orjson.JSONDecodeError):  # not a whole document
+                for d in graphql.parse(orjson.loads(f'"{match.group(1)}"')).definitions:
+                    found.setdefault(d.name.value, graphql.print_ast(d))
     return found
 
 
@@ -329,14 +325,12 @@ def webserver(env: dict, work: Path):
             while True:
                 if proc.poll() is not None:
                     raise RuntimeError(f"dagster-webserver exited: see {log.name}")
-                try:
+                with suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
                     if http.post("/graphql", json={"query": "{ workspaceOrError { ... on "
                                  "Workspace { locationEntries { loadStatus } } } }"}).json()[
                             "data"]["workspaceOrError"]["locationEntries"][0][
                             "loadStatus"] == "LOADED":
                         break
-                except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-                    pass
                 time.sleep(0.5)
             yield http, port
     finally:
@@ -611,8 +605,7 @@ def main(argv: list[str] | None = None) -> int:
         with harness.sandbox(work, args.seed, *options) as box, box.api() as api:
             body = {"count": max(args.sizes), "volume": args.volume, "callbacks": "none"}
             took, resp = harness.timed(lambda: api.post("sandbox/records/bulk_create",
-                                                        json=body), 1)
-            resp.raise_for_status()
+                                                        json=body).raise_for_status(), 1)
             result["sandbox"] = {**body, "accounts": 2, "days": 31, "seconds": round(took[0], 3)}
             os.environ.update({"LEDGERLAKE_API_URL": box.url, "LEDGERLAKE_SECRET_KEY": box.key})
             result["start_cost"] = start_cost(1 if quick else 3)

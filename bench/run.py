@@ -59,8 +59,7 @@ def child_floor(job: dict) -> dict:
             page = 1
             while page:
                 resp = http.post("transactions/get", content=orjson.dumps(
-                    {"record": record, "page": page, "limit": PAGE}))
-                resp.raise_for_status()
+                    {"record": record, "page": page, "limit": PAGE})).raise_for_status()
                 data = orjson.loads(resp.content)["data"]
                 rows += len(data["transaction"])
                 pages += 1
@@ -236,10 +235,8 @@ def run_child(name: str, job: dict, work: Path, timeout_s: float) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed ({proc.returncode}):\n{stderr[-3000:]}")
-    result = json.loads(stdout.strip().splitlines()[-1])
-    result["process_wall_s"] = round(wall, 2)
-    result["peak_tree_mb"] = round(peak_kib[0] / 1024, 1)
-    return result
+    return {**json.loads(stdout.strip().splitlines()[-1]), "process_wall_s": round(wall, 2),
+            "peak_tree_mb": round(peak_kib[0] / 1024, 1)}
 
 
 def dlt_available() -> bool:
@@ -263,19 +260,16 @@ def make_records(box: harness.Sandbox, count: int, rows_per_record: int,
             specs = [{"accounts": 1, "months": months, "volume": volume,
                       "seed": seed + start + i, "income": True}
                      for i in range(min(100, count - start))]
-            resp = api.post("sandbox/customers/create", json={"customers": specs})
-            resp.raise_for_status()
-            records += [c["record"] for c in resp.json()["data"]["customers"]]
+            made = api.post("sandbox/customers/create", json={"customers": specs})
+            records += [c["record"] for c in made.raise_for_status().json()["data"]["customers"]]
         deadline = time.monotonic() + 120
         for record in records:  # connections complete on their own, right after creation
-            while True:
-                resp = api.post("transactions/get", json={"record": record, "limit": 1})
-                if resp.status_code == 200:
-                    total += resp.json()["data"]["pagination"]["totalDocs"]
-                    break
+            while (resp := api.post("transactions/get", json={"record": record, "limit": 1})
+                   ).status_code != 200:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"record {record} not ready: {resp.text[:300]}")
                 time.sleep(0.1)
+            total += resp.json()["data"]["pagination"]["totalDocs"]
     return records, total
 
 
@@ -363,8 +357,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
                 t0 = time.time()
                 resp = api.post("sandbox/customers/create", json={"customers": [
                     {"accounts": 1, "months": 1, "volume": 10, "seed": seed + i}]})
-                resp.raise_for_status()
-                sent[resp.json()["data"]["customers"][0]["record"]] = t0
+                sent[resp.raise_for_status().json()["data"]["customers"][0]["record"]] = t0
                 time.sleep(interval_s / 4)
 
         def watch() -> None:
@@ -417,8 +410,7 @@ def table_md(result: dict) -> str:
         [(label, size["ledgerlake_over_floor"], size["ledgerlake_over_floor_paired"],
           size.get("ledgerlake_over_dlt") or "n/a", size.get("ledgerlake_over_dlt_paired", "n/a"))
          for label, size in result["sizes"].items()])
-    lat = result.get("latency")
-    if lat:
+    if lat := result.get("latency"):
         text += (f"\n\nCallback to Parquet ({lat['samples']} samples, sensor ticked every "
                  f"{lat['sensor_interval_s']} s): p50 {lat['p50_s']} s, p95 {lat['p95_s']} s, "
                  f"max {lat['max_s']} s.")
