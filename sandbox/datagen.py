@@ -39,6 +39,11 @@ LOGIN_TYPES = ["bank", "mobile", "bvn", "account_number"]
 PRODUCTS = ["auth", "identity", "accounts", "balance", "transactions", "income", "payment"]
 
 DAY = 86400
+# how a day's lines spread over its UTC hours: banks post around the clock (POS, transfers,
+# fees), least at night in Lagos (UTC+1), most from late morning to evening
+HOURS = np.array([1.5, 0.8, 0.5, 0.5, 0.8, 2, 4, 6, 7, 8, 8, 8,
+                  8, 7, 7, 7, 7, 7, 6, 5, 4, 3, 2, 1.5])
+HOURS /= HOURS.sum()
 
 
 def _hash(parts: tuple, size: int) -> bytes:
@@ -221,6 +226,11 @@ def _profile(spec: AccountSpec) -> dict:
             "spend_ratio": rng.uniform(0.82, 0.97)}
 
 
+def time_of_day(rng: np.random.Generator, n: int) -> np.ndarray:
+    """`n` times of day, in seconds since UTC midnight, by the weight of each hour."""
+    return rng.choice(24, n, p=HOURS) * 3600 + rng.integers(0, 3600, n)
+
+
 @lru_cache(maxsize=1024)  # history() and _opening() both walk the first months
 def _month(spec: AccountSpec, m: int) -> dict:
     """One calendar month of an account: arrays sorted by time."""
@@ -230,7 +240,7 @@ def _month(spec: AccountSpec, m: int) -> dict:
     per_day = rng.poisson(spec.volume, days)
     n = int(per_day.sum())
     day = np.repeat(np.arange(days, dtype=np.int64), per_day)
-    ts = start + day * DAY + rng.integers(6 * 3600, 22 * 3600, n)
+    ts = start + day * DAY + time_of_day(rng, n)
     cats = prof["cats"]
     weights = np.array([c["weight"] for c in cats], dtype=float)
     cat = rng.choice(len(cats), n, p=weights / weights.sum())
@@ -334,7 +344,7 @@ def _settle(spec: AccountSpec, m: int) -> dict:
                                  m, 0x5E771E])
     k = int(rng.binomial(len(ts), REVERSED))
     rts = np.sort(month_start(m) + rng.integers(0, month_days(m), k) * DAY
-                  + rng.integers(6 * 3600, 22 * 3600, k))
+                  + time_of_day(rng, k))
     cat = (BUSINESS if spec.business else PERSONAL)[_pos_category(spec)]
     amount = np.maximum(100, np.round(cat["median"] * np.exp(rng.standard_normal(k) * cat["sigma"])) * 100)
     return {"trans": trans, "pending": pending, "reversed_ts": rts,
