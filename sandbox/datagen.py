@@ -39,6 +39,7 @@ LOGIN_TYPES = ["bank", "mobile", "bvn", "account_number"]
 PRODUCTS = ["auth", "identity", "accounts", "balance", "transactions", "income", "payment"]
 
 DAY = 86400
+LAGOS_S = 3600  # the banks' day is Lagos's: UTC+1, all year
 # how a day's lines spread over its UTC hours: banks post around the clock (POS, transfers,
 # fees), least at night in Lagos (UTC+1), most from late morning to evening
 HOURS = np.array([1.5, 0.8, 0.5, 0.5, 0.8, 2, 4, 6, 7, 8, 8, 8,
@@ -565,13 +566,14 @@ def balance_patch(row: bytes, kobo: int, delta: int) -> bytes:
 
 
 def periodic(h: History, upto: int) -> dict:
-    """End-of-day balances from the first day of the history to the day of line `upto`."""
+    """End-of-day balances from the first day of the history to the day of line `upto`, by
+    the bank's day: Lagos's (UTC+1), so a line posted at 23:30 UTC ends the next day."""
     if upto == 0:
         return {"available_balance": [], "ledger_balance": []}
     ts = h.ts[:upto]
-    first_day = max(month_start(h.spec.first_month), h.spec.since) // DAY
-    days = np.arange(first_day, int(ts[-1]) // DAY + 1, dtype=np.int64)
-    idx = np.searchsorted(ts, (days + 1) * DAY, side="left") - 1
+    first_day = (max(month_start(h.spec.first_month), h.spec.since) + LAGOS_S) // DAY
+    days = np.arange(first_day, (int(ts[-1]) + LAGOS_S) // DAY + 1, dtype=np.int64)
+    idx = np.searchsorted(ts, (days + 1) * DAY - LAGOS_S, side="left") - 1
     bal = np.where(idx >= 0, h.balance[:upto][np.maximum(idx, 0)], h.opening) / 100
     dates = [date.fromordinal(d + 719163).isoformat() for d in days.tolist()]
     series = [{"amount": a, "date": d} for a, d in zip(bal.tolist(), dates, strict=True)]

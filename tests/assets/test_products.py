@@ -482,26 +482,3 @@ def test_without_a_key_the_step_fails_at_once_saying_so(shared_sandbox, tmp_path
     assert not [e for e in out.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
     assert not (tmp_path / "lake" / product.key.path[-1]).exists()
 
-
-def test_income_landed_before_its_transactions_is_judged_when_they_land(shared_sandbox,
-                                                                        tmp_path):
-    """Income alone cannot be checked; the run that lands the transactions later judges it
-    and tells Dagster, as an evaluation of income's latest materialization: the UI shows the
-    verdict, not a check skipped."""
-    made = create(shared_sandbox, accounts=1, months=2)
-    time.sleep(0.5)
-    res = resources(shared_sandbox, tmp_path, [made["record"]])
-    key = dg.AssetCheckKey(dg.AssetKey("income"), "income_matches_transactions")
-    with dg.DagsterInstance.ephemeral() as instance:
-        alone = run([income], [made["record"]], res, instance=instance)
-        assert alone.success and not alone.get_asset_check_evaluations()
-        later = run([transactions], [made["record"]], res, instance=instance)
-        assert later.success, failure_text(later)
-        execution = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-            [key])[key]
-        assert execution.run_id == later.run_id and execution.status.value == "SUCCEEDED"
-        evaluation = execution.event.dagster_event.event_specific_data
-        assert evaluation.passed and evaluation.metadata["records_checked"].value == 1
-        # after income's latest materialization: the one the UI shows it judged
-        latest = instance.get_latest_materialization_event(dg.AssetKey("income"))
-        assert latest.run_id == alone.run_id and latest.timestamp < execution.create_timestamp

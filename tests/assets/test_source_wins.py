@@ -291,10 +291,13 @@ def test_income_before_transactions_is_checked_when_they_land(sandbox, tmp_path)
     assert "checks" not in state(tmp_path, record, "income").detail
     later = run([transactions], [record], res)
     assert later.success
-    # the transactions step checks income, and tells the lake and the inbox (not Dagster:
-    # its own checks are the transactions')
-    assert {e.check_name for e in later.get_asset_check_evaluations()} == {
-        RUNNING_BALANCE.name}
+    # the transactions step checks income, and tells the lake, the inbox and Dagster: an
+    # evaluation of income's check after its latest materialization, which the UI shows
+    told = {e.check_name: e for e in later.get_asset_check_evaluations()}
+    assert set(told) == {RUNNING_BALANCE.name, INCOME_MATCHES.name}
+    assert told[INCOME_MATCHES.name].asset_key == dg.AssetKey("income")
+    assert told[INCOME_MATCHES.name].passed
+    assert told[INCOME_MATCHES.name].metadata["records_checked"].value == 1
     verdicts = [(r["record_id"], r["product"], r["check_name"], r["passed"])
                 for r in noted(tmp_path, "checks", later.run_id)]
     assert verdicts == [(record, "income", INCOME_MATCHES.name, True),
