@@ -119,7 +119,10 @@ def prepare(module: str, tests: list[str]) -> Path:
         f"also_copy ={lines(ALSO_COPY)}\n"
         f"pytest_add_cli_args_test_selection ={lines(tests)}\n"
         f"pytest_add_cli_args ={lines(PYTEST_ARGS)}\n"
-        "use_git_change_detection = false\n")
+        "use_git_change_detection = false\n"
+        # each mutant's tests in a process forked from a server that ran no test: forked from
+        # one that had written Delta, delta-rs's runtime panics and every mutant looks killed
+        "process_isolation = forkserver\n")
     return work
 
 
