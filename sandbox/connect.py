@@ -234,9 +234,10 @@ class Connect:
                                "is locked after failed micro-deposit checks: link another bank")
         name = (self.s._customer(env, known)["name"] if known else
                 datagen.person(self.s.seed, datagen.object_id("login", env, who))["name"])
-        offers = [datagen.account_name_type(
-            self.s.seed, datagen.object_id("offer", env, login_type, who, bank["_id"], k),
-            name, account_type) for k in range(OFFERED)]
+        ids = [datagen.object_id("offer", env, login_type, who, bank["_id"], k)
+               for k in range(OFFERED)]  # each offer's number is the account's, masked
+        offers = [(*datagen.account_name_type(self.s.seed, i, name, account_type),
+                   datagen.nuban(self.s.seed, i)) for i in ids]
         sess.update(bank=bank["_id"], login_type=login_type, account_type=account_type,
                     login=f"{login_type}:{who.lower()}", known=known, name=name,
                     offers=[list(o) for o in offers])

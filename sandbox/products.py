@@ -95,9 +95,10 @@ def account_doc(env: str, seed: int, account_id: str, name_type: list | None,
                 account_type: str, bank: dict, customer: dict, record_id: str,
                 stamp: str) -> dict:
     """`name_type`: the account's name and type as the connect page offered them, if it did."""
-    name, kind = name_type or datagen.account_name_type(seed, account_id, customer["name"],
-                                                        account_type)
-    return {"_id": account_id, "id": account_id, "nuban": datagen.nuban(seed, account_id),
+    name, kind = name_type[:2] if name_type else datagen.account_name_type(
+        seed, account_id, customer["name"], account_type)
+    nuban = name_type[2] if name_type and len(name_type) > 2 else datagen.nuban(seed, account_id)
+    return {"_id": account_id, "id": account_id, "nuban": nuban,
             "name": name, "type": kind, "currency": "NGN", "bank": bank["_id"],
             "customer": customer, "record": record_id,
             "balance": datagen.object_id(seed, "balance", account_id), "env": env,

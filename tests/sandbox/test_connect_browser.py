@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import secrets
 import sqlite3
 import subprocess
@@ -79,6 +80,8 @@ class Flow:
 
     def __init__(self, page: Page, box, shots: Path, env: str = "sandbox", **query) -> None:
         self.page, self.box, self.shots, self.n = page, box, shots, 0
+        self.missing: list[str] = []  # what the pages asked for and got a 404 (a favicon)
+        page.on("response", lambda r: self.missing.append(r.url) if r.status == 404 else None)
         conf = settings(box, env)
         params = {"key": conf["public_key"], **{k: str(v) for k, v in query.items()}}
         page.goto(conf["demo_url"].split("?")[0] + "?" + httpx.QueryParams(params).__str__())
@@ -122,6 +125,10 @@ class Flow:
         boxes = f.locator("input[name=account]")
         for i in range(boxes.count()):
             boxes.nth(i).set_checked(i in picks)
+        # each account told apart by its number's last 4 digits, never the whole number
+        offered = f.locator("label.account").all_inner_texts()
+        assert all(re.search(r"••\d{4}:", t) and not re.search(r"\d{10}", t) for t in offered)
+        assert len(set(offered)) == len(offered), offered
         f.locator("#consent").check()
         self.shot("accounts-and-consent")
         f.locator("#accounts-submit").click()
@@ -419,25 +426,33 @@ def expected_callbacks(accounts: int) -> list[str]:
     return sorted(["AUTH", "ACCOUNTS", "TRANSACTIONS"] + ["BALANCE"] * accounts)
 
 
-METHODS = [  # bank searched, login method, account type, what the user types, accounts ticked
-    ("access", "bank", "business", {"password": "pass_good"}, (0, 2)),
-    ("kuda", "mobile", None, {"pin": "1234"}, (1,)),  # personal only, so no choice shown
-    ("united", "bvn", "personal", {"bvn": "22012345678"}, (0, 1)),
-    ("wema", "account_number", "business", {"account_number": "0123456789"}, (2,)),
-]
+METHODS = {  # bank searched, login method, account type, what the user types, accounts ticked,
+    # the answer to the bank's step after login (a security question, a token), if it has one
+    "bank": ("access", "bank", "business", {"password": "pass_good"}, (0, 2), None),
+    "mobile": ("kuda", "mobile", None, {"pin": "1234"}, (1,), None),  # personal only
+    "bvn": ("united", "bvn", "personal", {"bvn": "22012345678"}, (0, 1), None),
+    "account_number": ("wema", "account_number", "business", {"account_number": "0123456789"},
+                       (2,), None),
+    "security_question": ("guaranty", "bank", "personal", {"password": "pass_good"}, (1,),
+                          "Corona School"),
+    "token": ("zenith", "mobile", "business", {"pin": "1234"}, (0,), "123456"),
+}
 
 
-@pytest.mark.parametrize(("search", "login_type", "account_type", "fields", "picks"), METHODS,
-                         ids=[m[1] for m in METHODS])
+@pytest.mark.parametrize(("search", "login_type", "account_type", "fields", "picks", "mfa"),
+                         list(METHODS.values()), ids=list(METHODS))
 def test_each_login_method_lands_in_the_lake(page, pipeline, tmp_path, search, login_type,
-                                             account_type, fields, picks):
-    """Each method, personal and business, one account or several: the record's accounts and
-    every one of its lines reach the warehouse, as the service holds them."""
+                                             account_type, fields, picks, mfa):
+    """Each method, personal and business, one account or several, with the bank's security
+    question or token where it asks one: the record's accounts and every one of its lines
+    reach the warehouse, as the service holds them."""
     flow = Flow(page, pipeline.box, tmp_path / "screens", products=LAKE_PRODUCTS)
     flow.bank(search)
     if login_type in ("bank", "mobile"):
         fields = {"username": someone(), **fields}
     flow.login(login_type, account_type=account_type, **fields)
+    if mfa:
+        flow.mfa(mfa)
     flow.accounts(picks=picks)
     done = flow.success()
     record, kind = done["record"], account_type or "personal"
@@ -664,6 +679,10 @@ def test_each_widget_error_reaches_on_error(page, box, tmp_path, code):
         assert (error["type"], error["status"], error["code"]) == ("error", False, code)
         assert error["message"] and error["method"]
         assert flow.frame.locator("#step-error, .message:visible").first.inner_text()
+        if code in (1004, 1005, 1006, 1007, 1026):  # the app's problem, in a user's words
+            shown = flow.frame.locator("#error-message").inner_text()
+            assert "try again later" in shown and error["message"] not in shown, shown
+        assert flow.missing == []  # no favicon or other file missing
     finally:
         settings(box, plan=before["plan"], wallet=before["wallet"])
         if status:

@@ -6,6 +6,8 @@
   const api = location.pathname.replace(/\/+$/, "") + "/api/";
   const hostOrigin = params.get("origin");
   const TERMINAL = new Set([1004, 1005, 1006, 1007, 1012, 1013, 1026]);
+  const APP_ERRORS = new Set([1004, 1005, 1006, 1007, 1026]);
+  const APP_PROBLEM = "This app cannot link your bank right now. Please try again later, or contact the app's support.";
   const BLOCKED = { down: "Down", unavailable: "Under maintenance", unsupported: "No longer supported" };
   const METHOD_NAMES = { bank: "Internet banking", mobile: "Mobile banking", bvn: "BVN", account_number: "Account number" };
   const $ = (id) => document.getElementById(id);
@@ -40,7 +42,9 @@
       send("error", err);
       event("ERROR", { code: err.code });
       if (TERMINAL.has(err.code) || !messageId) {
-        $("error-message").textContent = err.message;
+        // the application's own problems (plan, wallet, keys, agreement) in a user's words;
+        // the developer's message went to onError above
+        $("error-message").textContent = APP_ERRORS.has(err.code) ? APP_PROBLEM : err.message;
         $("error-code").textContent = String(err.code);
         $("error-method").textContent = err.method;
         state.finished = true;
@@ -170,7 +174,7 @@
       const l = document.createElement("label"); l.className = "account";
       const box = document.createElement("input");
       box.type = "checkbox"; box.name = "account"; box.value = String(o.index); box.checked = i === 0;
-      l.append(box, document.createTextNode(`${o.type}: ${o.name}` + (o.nuban ? ` (${o.nuban})` : "")));
+      l.append(box, document.createTextNode(`${o.type} ••${(o.nuban || "").slice(-4)}: ${o.name}`));
       list.append(l);
     });
     $("consent").checked = false;
@@ -191,7 +195,7 @@
       $("success-record").textContent = done.record;
       $("success-bank").textContent = done.bank.name;
       const ul = $("success-accounts"); ul.textContent = "";
-      done.accounts.forEach((a) => { const li = document.createElement("li"); li.textContent = `${a.type} ${a.nuban}: ${a.name}`; ul.append(li); });
+      done.accounts.forEach((a) => { const li = document.createElement("li"); li.textContent = `${a.type} ••${a.nuban.slice(-4)}: ${a.name}`; ul.append(li); });
       $("success-pending").hidden = done.verified;  // account number: micro-deposits first
       event("ACCOUNT_LINKED", { record: done.record });
       send("success", done);
