@@ -259,7 +259,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_dev(args: argparse.Namespace) -> int:
     from .demo import run_dev
 
-    return run_dev(port=args.port, customers=args.customers)
+    return run_dev(port=args.port, customers=args.customers, sandbox_port=args.sandbox_port,
+                   receiver_port=args.receiver_port)
 
 
 def _inbox(settings):
@@ -576,6 +577,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("dev", cmd_dev, "sandbox, receiver and the Dagster UI on the same data")
     p.add_argument("--port", type=_port, default=3000, help="Dagster UI port")
+    p.add_argument("--sandbox-port", type=_port, default=0, help="default: a free port")
+    p.add_argument("--receiver-port", type=_port, default=0, help="default: a free port")
     p.add_argument("--customers", type=_number(int, 0, 100, "customers"), default=3,
                    help="customers to create at start (default %(default)s)")
     from .help import explain

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -185,12 +187,14 @@ def _a_customer(warehouse: Path) -> str:
     return row[0] if row else "<customer id>"
 
 
-def run_dev(port: int = 3000, customers: int = 3) -> int:
-    """Sandbox and receiver on fixed ports, a few customers, then `dagster dev` on the same
-    data until Ctrl-C: the daemon's sensor picks their callbacks up from the inbox."""
+def run_dev(port: int = 3000, customers: int = 3, sandbox_port: int = 0,
+            receiver_port: int = 0) -> int:
+    """Sandbox and receiver (free ports unless given), a few customers, then `dagster dev` on
+    the same data until SIGINT or SIGTERM, which stop all of it, in the foreground or the
+    background: the daemon's sensor picks their callbacks up from the inbox."""
     home = home_from_env()
     home.mkdir(parents=True, exist_ok=True)
-    sandbox, receiver, api, env = start_upstream(home, 8765, 8766)
+    sandbox, receiver, api, env = start_upstream(home, sandbox_port, receiver_port)
     try:
         if customers:
             create_customers(api, customers)
@@ -209,12 +213,31 @@ def run_dev(port: int = 3000, customers: int = 3) -> int:
           f"{sandbox.url}/sandbox/v2/sandbox/customers/create", flush=True)
     child_env = {**os.environ, **env, "DAGSTER_HOME": str(dagster_home(home))}
     new_key(child_env, exist_ok=True)
+    # its own process group: a signal to us reaches dagster dev (and the webserver, daemon and
+    # code servers it starts) as a SIGINT, its own way to stop them all; a shell's background
+    # job ignores SIGINT, so both signals are taken here, whatever was inherited
+    dev = subprocess.Popen([str(Path(sys.executable).with_name("dagster")), "dev", "-w",
+                            str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
+                           env=child_env, cwd=home, start_new_session=True)
+
+    asked: list[float] = []  # when a stop was asked for: 6 s later, whatever is left is killed
+
+    def stop(*_) -> None:
+        asked.append(time.monotonic())
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(dev.pid, signal.SIGINT)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+    code = None
     try:
-        return subprocess.call([str(Path(sys.executable).with_name("dagster")), "dev", "-w",
-                                str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-                               env=child_env, cwd=home)
-    except KeyboardInterrupt:
-        return 0
+        while (code := dev.poll()) is None and not (asked and time.monotonic() - asked[0] > 6):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                dev.wait(timeout=0.5)
     finally:
+        with contextlib.suppress(ProcessLookupError):  # whatever is left of it: gone
+            os.killpg(dev.pid, signal.SIGKILL)
+        dev.wait()
         receiver.stop()
         sandbox.stop()
+    return 0 if asked or code == 0 else code
