@@ -6,9 +6,8 @@ its records through its `batch` resource (`resources.batch.config.records` in th
 config), so a million records cost a thousand runs, not a million partitions and their events
 (docs/decisions/0010-unit-of-orchestration.md).
 
-A run names its records by their inbox numbers, never their ids: nothing that names a
-person's record enters Dagster's storage, so forgetting the record leaves nothing there, and
-a forgotten record's number names nothing (docs/privacy.md).
+A run names its records by their inbox numbers, never their ids: forgetting a record leaves
+nothing in Dagster's storage, and its number names nothing any more (docs/privacy.md).
 """
 
 from __future__ import annotations

@@ -173,10 +173,8 @@ def series_of(daily: pa.Table, labels: Mapping[str, str] | None = None
 
 def record_charts(lake, record_ids: Sequence[str], titles: Mapping[str, str]
                   ) -> dict[str, str]:
-    """Per record with any balance history, its daily balance chart as Markdown, from the
-    lake's rows, titled by `titles` (Dagster's metadata names a record by its number). Empty
-    for more than CHART_RECORDS records: there the charts would cost more than the
-    landing."""
+    """Per record with any balance history, its daily balance chart as Markdown, titled by
+    `titles` (by number, in Dagster); none for more than CHART_RECORDS records."""
     if not record_ids or len(record_ids) > CHART_RECORDS:
         return {}
     # only the columns the chart reads: a record's topics or narrations are not worth a read

@@ -100,8 +100,7 @@ class Landing:
         return named(self.number)
 
     @property
-    def told(self) -> str | None:
-        """The error as Dagster is told it: the record by its number."""
+    def told(self) -> str | None:  # the error as Dagster hears it: the record by its number
         return self.error and self.error.replace(self.record_id, self.shown)
 
     @classmethod
@@ -155,16 +154,14 @@ def keys(local_lake: bool = True) -> Keys:
         raise dg.Failure(str(exc), allow_retries=False) from None
 
 
-def named(number: int | None) -> str:
-    """A record as Dagster's storage may name it: by its number."""
+def named(number: int | None) -> str:  # a record as Dagster may name it: by its number
     return f"record #{number}" if number is not None else "a record"
 
 
 def to_land(context: dg.AssetExecutionContext, batch: Batch, inbox: Inbox,
             asset: str) -> dict[str, int]:
-    """The batch's records (id -> number), less those an earlier try of this step already
-    landed and those forgotten. Holds the erasure lock until `inbox` closes (a forget waits
-    for this step, or comes first and its records are not found here)."""
+    """The batch's records (id -> number), less those an earlier try of this step landed and
+    those forgotten; holds the erasure lock until `inbox` closes (Inbox.hold_landing)."""
     inbox.hold_landing()
     by_number = inbox.ids_of(batch.records)
     if gone := len(set(batch.records)) - len(by_number):
@@ -357,9 +354,8 @@ def check_results(asset: str, judged: Sequence[Verdict], checks: Sequence[Check]
 def log_rechecks(context: dg.AssetExecutionContext, asset: str, judged: Sequence[Verdict],
                  checks: Sequence[Check]) -> None:
     """Verdicts this step gave on another asset's checks (income's, when transactions land
-    after it), told as evaluations: Dagster takes one logged after the asset's latest
-    materialization as that materialization's, so its check shows what the records' data
-    says, not a check skipped for want of transactions."""
+    after it), told as evaluations, which Dagster counts for that asset's latest
+    materialization: its check shows the verdict, not a skip for want of transactions."""
     for check in checks:
         if fields := _verdict(check, judged, context.run.run_id):
             context.log_event(dg.AssetCheckEvaluation(

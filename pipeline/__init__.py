@@ -1,7 +1,4 @@
-"""The pipeline: its Definitions, sensors, schedules, jobs, the receiver and the CLI."""
-
 import warnings
 
-# Dagster 1.13 says every sensor's `owners` is beta, ours included though none sets it: noise
-# in every command's output (dagster is not imported here: the receiver starts without it)
+# Dagster 1.13 calls every sensor's `owners` beta, unset in ours: noise (no dagster import here)
 warnings.filterwarnings("ignore", message=r"Parameter `owners` of initializer `SensorDefinition")

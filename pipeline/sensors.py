@@ -89,8 +89,7 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
     """Runs to request, observations to report and lines to log.
 
     `existing` holds the asset names in the Definitions, `fetchable` those `ingest_job` can run
-    (default: all of them); `status` each record's current status, `numbers` its number (what
-    runs, observations and logs name it by; a record without one was forgotten). `forget`: a
+    (default: all of them); `status` each record's status, `numbers` its number (none: forgotten). `forget`: a
     USER_DISCONNECT also asks for a run of `forget_job` for its records. `parallel`: the runs
     the instance runs at once, over which a burst of new records is spread. Every event of one
     record (a connection's AUTH, ACCOUNTS, one BALANCE per account, TRANSACTIONS, INCOME...)

@@ -279,10 +279,9 @@ def _log_names(store: pafs.FileSystem, base: str, ids: list[str]) -> bool:
 
 
 def _cut_history(uri: str, store: pafs.FileSystem, base: str) -> int:
-    """Start the table's log afresh: a commit that names no row (its description), a
-    checkpoint of it, and every log file before it deleted. Earlier commits name records (a
-    replace's predicate, the statistics of `record_id` at each file's edges); the checkpoint
-    holds only the live files, which hold none of the erased rows. Returns its version."""
+    """A commit naming no row (the description), its checkpoint, every log file before it
+    deleted: earlier commits named records (a replace's predicate, `record_id` statistics);
+    the checkpoint lists only live files, none holding an erased row. Returns its version."""
     location, options = _where(uri)
 
     def commit() -> int:

@@ -219,17 +219,15 @@ def run_dev(port: int = 3000, customers: int = 3, sandbox_port: int = 0,
     dev = subprocess.Popen([str(Path(sys.executable).with_name("dagster")), "dev", "-w",
                             str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
                            env=child_env, cwd=home, start_new_session=True)
+    asked: list[float] = []
 
-    asked: list[float] = []  # when a stop was asked for: 6 s later, whatever is left is killed
-
-    def stop(*_) -> None:
+    def stop(*_) -> None:  # 6 s after a stop was asked for, whatever is left is killed
         asked.append(time.monotonic())
         with contextlib.suppress(ProcessLookupError):
             os.killpg(dev.pid, signal.SIGINT)
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop)
-    code = None
     try:
         while (code := dev.poll()) is None and not (asked and time.monotonic() - asked[0] > 6):
             with contextlib.suppress(subprocess.TimeoutExpired):

@@ -68,8 +68,8 @@ NUMBER = ("insert into record_numbers (record) select ? where not exists"
 
 
 def tombstone(record: str) -> str:
-    """What the inbox keeps of a forgotten record: its id's SHA-256 (ids are random: the
-    hash names it only to whoever holds the id already)."""
+    """A forgotten record's tombstone: its id's SHA-256 (ids are random: it names the record
+    only to whoever holds the id)."""
     return hashlib.sha256(record.encode()).hexdigest()
 PRODUCT = ("insert into record_products (record, method, code, status, event, occurred_at,"
            " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict (record, method) do update"
@@ -149,11 +149,6 @@ class RecordState:
     last_seen: float
     replayed_at: float | None
     products: dict[str, Product] = field(default_factory=dict)  # by method
-
-    @property
-    def active(self) -> bool:
-        """Whether schedules and replay should still touch this record."""
-        return self.status == CONNECTED
 
 
 LANDED_OK, HELD, FAILED = "landed", "held", "failed"
@@ -637,8 +632,7 @@ class Inbox:
     # -- the erasure lock: a landing step holds it shared, forget alone ----------------------
     @contextlib.contextmanager
     def _erasure_lock(self, exclusive: bool):
-        """A readers-writer lock between processes (files beside the inbox). A forget waiting
-        for it holds the turnstile, so landings that come after it wait behind it."""
+        """Between processes (files beside the inbox); a forget waiting holds the turnstile."""
         with open(f"{self.path}.turnstile", "ab") as turn, \
                 open(f"{self.path}.erasing", "ab") as lock:
             fcntl.flock(turn, fcntl.LOCK_EX)
@@ -648,9 +642,8 @@ class Inbox:
             yield
 
     def hold_landing(self) -> None:
-        """Hold the erasure lock shared until this inbox is closed: a landing step takes it
-        before it reads its records, so a forget either finds it done (and erases what it
-        wrote) or comes first (and the step finds no such record)."""
+        """The erasure lock, shared, until this inbox closes: taken by a landing step before it
+        reads its records, so a forget erases what it wrote or comes first."""
         if self._held is None:
             self._held = contextlib.ExitStack()
             self._held.enter_context(self._erasure_lock(exclusive=False))
@@ -742,8 +735,7 @@ class Inbox:
     def numbered(self, after: int = 0, limit: int = 1000, status: str | None = None
                  ) -> list[int]:
         """A page of record numbers in order, those after `after`, of records in `status`
-        (keyset paging: each page costs what its rows do, whatever the number of
-        records)."""
+        (keyset paging: a page costs what its rows do, whatever the number of records)."""
         where = " and r.status = ?" if status is not None else ""
         with self._lock:
             return [r[0] for r in self._db.execute(
@@ -752,9 +744,8 @@ class Inbox:
                 (after, *([status] if status is not None else []), limit))]
 
     def numbers(self, ids: Iterable[str], *, create: bool = False) -> dict[str, int]:
-        """Each record's number, what the orchestrator names it by (a forgotten record has
-        none). `create`: number the records that have none yet (a run over records no
-        callback named: `ledgerlake rerun`, tests, benchmarks)."""
+        """Each record's number, what the orchestrator names it by (none if forgotten);
+        `create`: number those without one (records no callback named: tests, benchmarks)."""
         ids = sorted(set(ids))
         if not ids:
             return {}
@@ -772,7 +763,7 @@ class Inbox:
                 [self._ids(ids)]).fetchall())
 
     def forgotten(self, ids: Iterable[str]) -> set[str]:
-        """Those of `ids` that were forgotten (their tombstones)."""
+        """Those of `ids` that were forgotten."""
         with self._lock:
             return self._forgotten(set(ids))
 
