@@ -13,6 +13,7 @@ import base64
 import io
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -22,7 +23,7 @@ from dagster import MetadataValue
 
 from resources.tables import schema
 
-from .warehouse import DEFAULT_TIMEZONE, load_views, render
+from .views import DEFAULT_TIMEZONE, load_views, render
 
 if TYPE_CHECKING:
     from .publish import Landing
@@ -140,8 +141,9 @@ def draw(series: Sequence[tuple[str, list, list]], title: str | None, fmt: str =
         return _save(fig, fmt)
 
 
-def draw_cashflow(months: list, inflow: list, outflow: list, net: list) -> bytes:
-    """Monthly inflow up, outflow down, net as a line: an SVG for the report."""
+def draw_cashflow(months: list, inflow: list, outflow: list, net: list, fmt: str = "svg"
+                  ) -> bytes:
+    """Monthly inflow up, outflow down, net as a line: SVG for the report, or PNG."""
     import matplotlib
 
     with matplotlib.rc_context({"font.size": 9}):
@@ -156,7 +158,7 @@ def draw_cashflow(months: list, inflow: list, outflow: list, net: list) -> bytes
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=8, frameon=False, loc="lower left", bbox_to_anchor=(0, 1),
                   ncols=3)
-        return _save(fig, "svg")
+        return _save(fig, fmt)
 
 
 def series_of(daily: pa.Table, labels: Mapping[str, str] | None = None
@@ -195,15 +197,56 @@ def record_charts(lake, record_ids: Sequence[str], titles: Mapping[str, str]
 
 
 def chart_metadata(context, lake, landings: Sequence[Landing]) -> dict:
-    """A small batch's daily balance charts, one per published record, for its
-    materialization's metadata (`daily_balance`); none for a batch of more than CHART_RECORDS.
-    A chart that fails is logged, never the run's failure: the rows are landed already."""
-    published = [x.record_id for x in landings if x.published]
-    if not published or len(landings) > CHART_RECORDS:
+    """The batch's daily balance charts, one per published record, for its materialization's
+    metadata (`daily_balance`); for a batch of more than CHART_RECORDS, where to draw them.
+    A chart that fails is said there and logged, never the run's failure: the rows are landed
+    already."""
+    published = [x for x in landings if x.published]
+    if not published:
         return {}
+    if len(landings) > CHART_RECORDS:
+        number = next((f"'#{x.number}'" for x in published if x.number is not None), "RECORD")
+        return {"daily_balance": MetadataValue.md(
+            f"{len(published)} records landed, more than LEDGERLAKE_CHART_RECORDS "
+            f"({CHART_RECORDS}) a run draws: `ledgerlake report {number}` draws a record's, "
+            "by its number (`ledgerlake status` lists them).")}
     try:
-        charts = record_charts(lake, published, {x.record_id: x.shown for x in landings})
+        charts = record_charts(lake, [x.record_id for x in published],
+                               {x.record_id: x.shown for x in published})
     except Exception as exc:  # a chart is a view of landed rows, not part of landing them
         context.log.warning("no balance chart this run: %s: %s", type(exc).__name__, exc)
-        return {}
+        return {"daily_balance": MetadataValue.md(
+            f"No chart this run: {type(exc).__name__} (the run's log says more).")}
     return {"daily_balance": MetadataValue.md("\n\n".join(charts.values()))} if charts else {}
+
+
+# the views whose builds carry a chart of every record's rows: the series, by their SQL
+SUMMARIES = {
+    "daily_balances": "select date, sum(balance) from daily_balances where date > (select "
+                      "max(date) - 92 from daily_balances) group by date order by date",
+    "monthly_cashflow": "select month, sum(inflow), sum(outflow), sum(net) from "
+                        "monthly_cashflow where currency = 'NGN' group by month order by month",
+}
+
+
+def summary_chart(context, warehouse: Path, view: str) -> dict:
+    """For the materialization of a view in SUMMARIES, its chart over all records (`summary`):
+    the daily sum of balances over the last 92 days, or the monthly cash flow in naira. One
+    that fails is said there and logged, never the build's failure."""
+    if view not in SUMMARIES:
+        return {}
+    try:
+        with duckdb.connect(str(warehouse), read_only=True) as con:
+            rows = con.execute(SUMMARIES[view]).fetchall()
+        if not rows:
+            return {"summary": MetadataValue.md("No rows yet: nothing to draw.")}
+        if view == "daily_balances":
+            png = draw([("all accounts", *map(list, zip(*rows, strict=True)))],
+                       "Sum of every account's balance, by day", size=(8.0, 2.2))
+        else:
+            png = draw_cashflow(*map(list, zip(*rows, strict=True)), fmt="png")
+    except Exception as exc:  # a chart of the view, not part of building it
+        context.log.warning("no summary chart of %s: %s: %s", view, type(exc).__name__, exc)
+        return {"summary": MetadataValue.md(f"No chart this build: {type(exc).__name__}.")}
+    return {"summary": MetadataValue.md(
+        f"![{view} of every record](data:image/png;base64,{base64.b64encode(png).decode()})")}

@@ -104,7 +104,7 @@ def _blank(table: str, status: str) -> dict:
 
 # In a pool (limited to one by dagster.yaml's default_limit): a manual pass and the nightly
 # one never compact the same tables at once, which would only make one of them redo its work.
-@asset(group_name="maintenance", pool="lake_maintenance", kinds={"deltalake"}, owners=OWNERS)
+@asset(group_name="maintenance", pool="lake_maintenance", kinds={"delta"}, owners=OWNERS)
 def lake_maintenance(context: AssetExecutionContext, lake: Lake) -> MaterializeResult:
     """Compact each lake table's small files and vacuum files past the retention."""
     hours, target = retention_hours(), target_bytes()

@@ -1,10 +1,6 @@
-"""The warehouse: a DuckDB file of views over the lake, rebuilt aside and published atomically.
+"""The warehouse: a DuckDB file of views over the lake (assets/views.py), rebuilt aside and
+published atomically, each view its own asset.
 
-Each view is one file in `sql/`, named after the view. In the SQL, `{lake:TABLE}` stands for
-the lake table (read_parquet over its snapshot's data files, `union_by_name`); when the lake
-has no file of it yet, an empty relation with the table's columns and types stands in, so
-every view exists over any lake with the same typed columns (`{lake:TABLE?}` means the same).
-A `-- needs: view, ...` line names views the file reads; a view is created after them.
 A refresh builds a new file beside the published one and renames it into place, never opening
 the published file: readers never see a half-built one nor block a refresh (docs/lake.md).
 """
@@ -13,17 +9,14 @@ the published file: readers never see a half-built one nor block a refresh (docs
 import contextlib
 import fcntl
 import glob
-import graphlib
-import itertools
 import os
-import re
+import shutil
 import struct
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -31,10 +24,16 @@ import duckdb
 import pyarrow as pa
 from dagster import (
     AssetExecutionContext,
+    AssetKey,
+    AssetSpec,
     ConfigurableResource,
     MaterializeResult,
     MetadataValue,
-    asset,
+    TableColumn,
+    TableColumnDep,
+    TableColumnLineage,
+    TableSchema,
+    multi_asset,
 )
 
 from resources import object_store
@@ -42,9 +41,19 @@ from resources.lake import Lake, fsync
 from resources.tables import TABLES, columns, schema
 
 from .catalog import OWNERS, view_classes, view_descriptions
-from .record_status import PRODUCT_ASSETS, record_status
+from .charts import summary_chart
+from .record_status import PRODUCT_ASSETS
+from .views import (
+    DEFAULT_TIMEZONE,
+    SQL_DIR,
+    View,
+    check_timezone,
+    load_views,
+    quote,
+    render,
+    stand_in,
+)
 
-SQL_DIR = Path(__file__).parent / "sql"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "columns.md"
 
 # tables not kept by record: the lake adds no `record_id` to their rows (docs/lake.md)
@@ -57,9 +66,6 @@ LAKE_TABLES: dict[str, pa.Schema] = {t: schema(t) for t in TABLES}
 # `duckdb` CLI, other drivers) opens the file, not only the version that built it.
 FILE_CONFIG = {"storage_compatibility_version": "v1.0.0"}
 
-_LAKE_REF = re.compile(r"\{lake:([a-z][a-z0-9_]*)(\??)\}")
-_NEEDS = re.compile(r"^--\s*needs:\s*(.+)$", re.MULTILINE)
-DEFAULT_TIMEZONE = "Africa/Lagos"
 
 
 class Warehouse(ConfigurableResource):
@@ -67,61 +73,6 @@ class Warehouse(ConfigurableResource):
 
     path: str
     timezone: str = DEFAULT_TIMEZONE  # days and months of the customers (LEDGERLAKE_TIMEZONE)
-
-
-def check_timezone(con: duckdb.DuckDBPyConnection, zone: str) -> str:
-    """A time zone DuckDB knows (its ICU database), or a ValueError naming it."""
-    if not isinstance(zone, str) or not con.execute(
-            "select count(*) from pg_timezone_names() where name = ?", [zone]).fetchone()[0]:
-        raise ValueError(f"time zone {zone!r} is not one DuckDB knows (an IANA name such as "
-                         f"Africa/Lagos or UTC)")
-    return zone
-
-
-@dataclass(frozen=True)
-class View:
-    name: str
-    sql: str
-    tables: frozenset[str]      # lake tables it must have
-    optional: frozenset[str]    # lake tables it reads if present
-    needs: tuple[str, ...]      # views it reads
-    comment: str = ""           # its description: the first paragraph heading the file
-
-    @classmethod
-    def load(cls, path: Path) -> "View":
-        sql = path.read_text()
-        refs = _LAKE_REF.findall(sql)
-        needs = tuple(v.strip() for m in _NEEDS.findall(sql) for v in m.split(",") if v.strip())
-        return cls(path.stem, sql, frozenset(t for t, q in refs if not q),
-                   frozenset(t for t, q in refs if q), needs, heading(sql, path.stem))
-
-
-def heading(sql: str, name: str) -> str:
-    """The first paragraph of the comment a view's file opens with, less `name: ` (a `-- needs:`
-    line ends a paragraph, as an empty one does)."""
-    comment = itertools.takewhile(lambda line: line.startswith("--"), sql.splitlines())
-    texts = ["" if _NEEDS.match(line) else line[2:].strip() for line in comment]
-    para = itertools.takewhile(bool, itertools.dropwhile(lambda text: not text, texts))
-    return " ".join(para).removeprefix(f"{name}:").strip()
-
-
-def load_views(sql_dir: Path | None = None) -> list[View]:
-    """The views in dependency order (each after the views it needs)."""
-    views = {p.stem: View.load(p) for p in sorted((sql_dir or SQL_DIR).glob("*.sql"))}
-    for view in views.values():
-        for name in view.needs:
-            if name not in views:
-                raise ValueError(f"view {view.name!r} needs {name!r}, which has no {name}.sql")
-    graph = graphlib.TopologicalSorter({name: view.needs for name, view in views.items()})
-    try:
-        return [views[name] for name in graph.static_order()]
-    except graphlib.CycleError as exc:  # its second argument: the views of the cycle, in turn
-        raise ValueError(f"views need each other in a cycle: {' -> '.join(exc.args[1])}") \
-            from None
-
-
-def _quote(path: Path | str) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
 
 
 AsOf = datetime | Mapping[str, int] | None  # a time, or versions of some tables
@@ -169,32 +120,8 @@ def erasures_since(lake: Lake, table: str, pinned: datetime | int) -> str:
 def lake_source(files: list[str]) -> str:
     """The read_parquet call a view reads a lake table's snapshot through: its file list,
     so a view costs what its rows cost, whatever the number of records."""
-    listed = ", ".join(_quote(f.removeprefix("file://")) for f in files)
+    listed = ", ".join(quote(f.removeprefix("file://")) for f in files)
     return f"read_parquet([{listed}], union_by_name = true)"
-
-
-def duckdb_type(t: pa.DataType) -> str:
-    """The DuckDB type a Parquet column of Arrow type `t` reads as."""
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "varchar"
-    if pa.types.is_decimal(t):
-        return f"decimal({t.precision},{t.scale})"
-    if pa.types.is_timestamp(t):
-        return "timestamptz" if t.tz else "timestamp"
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return duckdb_type(t.value_type) + "[]"
-    simple = {pa.bool_(): "boolean", pa.int32(): "integer", pa.int64(): "bigint",
-              pa.binary(): "blob", pa.float64(): "double", pa.date32(): "date"}
-    if t in simple:
-        return simple[t]
-    raise ValueError(f"no DuckDB type known for the lake's Arrow type {t}")
-
-
-def stand_in(table: str) -> str:
-    """An empty relation with the lake table's columns, for a table not in the lake yet."""
-    cols = ", ".join(f'null::{duckdb_type(c.type)} as "{name}"'
-                     for name, c in columns(table).items())
-    return f"(select {cols} limit 0)"
 
 
 def lake_sources(lake: Lake, tables: Iterable[str] = LAKE_TABLES,
@@ -210,18 +137,11 @@ def lake_sources(lake: Lake, tables: Iterable[str] = LAKE_TABLES,
             for t, files in found.items() if files}
 
 
-def render(view: View, sources: dict[str, str], timezone: str = DEFAULT_TIMEZONE) -> str:
-    """The view's SQL, each lake table read through its relation in `sources`, or stood in
-    for when it has none."""
-    def sub(m: re.Match) -> str:
-        return sources.get(m[1]) or stand_in(m[1])
-
-    return _LAKE_REF.sub(sub, view.sql).replace("{timezone}", _quote(timezone))
-
-
 def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIMEZONE,
-          sources: dict[str, str] | None = None, as_of: AsOf = None) -> list[str]:
-    """Publish at `target` a DuckDB file with every view, over any lake; return their names.
+          sources: dict[str, str] | None = None, as_of: AsOf = None,
+          only: Collection[str] | None = None) -> list[str]:
+    """Publish at `target` a DuckDB file with every view, over any lake; return the names of
+    those built: all, or `only` these (and any the published file lacks), the others kept.
 
     The views read each table's current snapshot (or the one `as_of` names), or `sources`: the
     relation each lake table is read through (a table missing from it is stood in for). The
@@ -231,19 +151,26 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
     target = Path(target).resolve()
     views = load_views()
     reads = {v.name: (set(v.tables | v.optional), v.needs) for v in views}
-    if sources is None:
-        sources = lake_sources(Lake(root=str(lake_root)),
-                               {t for v in views for t in v.tables | v.optional}, as_of)
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(target)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    kept = set()
+    if only is not None and target.exists():  # a copy of a file at rest: no reader blocks it
+        shutil.copyfile(target, tmp)
+        with duckdb.connect(str(tmp), read_only=True) as con:
+            kept = {n for (n,) in con.execute("select view_name from duckdb_views() "
+                                              "where not internal").fetchall()} - set(only)
+    views = [v for v in views if v.name not in kept]
+    if sources is None:
+        sources = lake_sources(Lake(root=str(lake_root)),
+                               {t for v in views for t in v.tables | v.optional}, as_of)
     created: list[str] = []
     try:
         with object_store.connect(str(tmp), str(lake_root), config=FILE_CONFIG) as con:
             check_timezone(con, timezone)
             con.execute("begin")  # one commit for every view and comment: ~0.1 s less
             for view in views:  # a view is built once the views it reads are
-                if not set(view.needs) <= set(created):
+                if not set(view.needs) <= kept | set(created):
                     continue
                 try:
                     con.execute(render(view, sources, timezone))
@@ -269,13 +196,13 @@ def describe_view(con: duckdb.DuckDBPyConnection, view: View,
     """COMMENT ON the view and each of its columns (assets/catalog.py): any DuckDB client
     reads them from duckdb_views() and duckdb_columns(), DuckDB 1.0 included."""
     told = view_descriptions(view.name, reads)
-    statements = [f'comment on view "{view.name}" is {_quote(view.comment)}'] if \
+    statements = [f'comment on view "{view.name}" is {quote(view.comment)}'] if \
         view.comment else []
     for (column,) in con.execute("select column_name from duckdb_columns() where "
                                  "table_name = ? order by column_index", [view.name]).fetchall():
         if told.get(column):
             statements.append(f'comment on column "{view.name}"."{column}" is '
-                              f'{_quote(told[column])}')
+                              f'{quote(told[column])}')
     if statements:
         con.execute(";\n".join(statements))
 
@@ -327,24 +254,66 @@ def _locked(path: Path) -> bool | None:
         os.close(fd)
 
 
-# the views read what these write; the warehouse is rebuilt after them, never during
-# after maintenance too: compaction retires the files the views name, vacuum removes them
-@asset(deps=[*PRODUCT_ASSETS, record_status, "lake_maintenance"],
-       pool="duckdb", group_name="warehouse", kinds={"duckdb"}, owners=OWNERS)
-def warehouse(context: AssetExecutionContext, lake: Lake,
-              warehouse_db: Warehouse) -> MaterializeResult:
+VIEWS = load_views()
+# the assets that write each lake table, where not the asset of its name; every product's
+# landing writes `landings` and `checks`; forget and reveal (no assets) the last two
+WRITERS = {"balance_history": ["balances"], "balance_periodic": ["balances"],
+           "income_streams": ["income"], "records": ["record_status"],
+           "landings": PRODUCT_ASSETS, "checks": PRODUCT_ASSETS, "erasures": [], "reveals": []}
+
+
+def view_key(name: str) -> AssetKey:
+    return AssetKey(["warehouse", name])
+
+
+def view_reads(view: View) -> list[str]:
+    return sorted(view.tables | view.optional)
+
+
+def _spec(view: View) -> AssetSpec:
+    writers = sorted({a for t in view_reads(view) for a in WRITERS.get(t, [t])})
+    return AssetSpec(view_key(view.name), description=view.comment or None, kinds={"duckdb"},
+                     group_name="warehouse", owners=OWNERS, skippable=True,
+                     deps=[*writers, *map(view_key, view.needs)])
+
+
+def lineage(view: View, shown: Mapping[str, list]) -> TableColumnLineage:
+    """Each column of the view from the lake columns, or the columns of the views it reads,
+    of its name: what the view passes on; a column it derives names none."""
+    deps: dict[str, list[TableColumnDep]] = {}
+    for column, _, _ in shown[view.name]:
+        deps[column] = [TableColumnDep(a, column) for t in view_reads(view)
+                        if column in columns(t) for a in WRITERS.get(t, [t])] + \
+            [TableColumnDep(view_key(n), column) for n in view.needs
+             if any(c == column for c, _, _ in shown.get(n, []))]
+    return TableColumnLineage({c: d for c, d in deps.items() if d})
+
+
+# Each view its own asset, rebuilt alone when the lake tables it reads move (pipeline/sensors.py)
+# or when picked in the UI: the others stay as published. One build at a time (the pool).
+@multi_asset(specs=[_spec(v) for v in VIEWS], can_subset=True, pool="duckdb",
+             name="warehouse")
+def warehouse(context: AssetExecutionContext, lake: Lake, warehouse_db: Warehouse):
     """DuckDB views over the lake, for analysts (`ledgerlake sql`)."""
     target = Path(warehouse_db.path).resolve()
-    versions = {t: lake.version(t) for t in LAKE_TABLES}  # read before the snapshots: at most
-    views = build(lake.root, target, warehouse_db.timezone)  # as new as what the views read
-    empty = sorted(t for t, v in versions.items() if v is None)
-    context.log.info("published %s with views %s", target, views)
-    return MaterializeResult(metadata={
-        "path": str(target),
-        "views": ", ".join(views),
-        "lake_tables_not_landed": ", ".join(empty),  # their views exist, empty
-        "lake_versions": MetadataValue.json({t: v for t, v in versions.items() if v is not None}),
-    })
+    picked = {k.path[-1] for k in context.selected_asset_keys}
+    # read before the snapshots: at most as new as what the views read
+    versions = {t: lake.version(t) for t in LAKE_TABLES}
+    built = build(lake.root, target, warehouse_db.timezone, only=picked)
+    context.log.info("published %s with views %s", target, ", ".join(built))
+    shown = warehouse_columns(target)
+    for view in VIEWS:
+        if view.name not in picked:
+            continue
+        read = {t: versions[t] for t in view_reads(view)}
+        yield MaterializeResult(asset_key=view_key(view.name), metadata={
+            "path": str(target),
+            "lake_tables_not_landed": ", ".join(t for t, v in read.items() if v is None),
+            "lake_versions": MetadataValue.json({t: v for t, v in read.items() if v is not None}),
+            "dagster/column_schema": TableSchema([TableColumn(c, t.lower(), d or None)
+                                                  for c, t, d in shown[view.name]]),
+            "dagster/column_lineage": lineage(view, shown),
+            **summary_chart(context, target, view.name)})
 
 
 def markdown() -> str:

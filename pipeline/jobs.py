@@ -18,7 +18,8 @@ ingest_job = define_asset_job(
 refresh_job = define_asset_job(
     "refresh_job", selection=AssetSelection.assets("balances", "transactions") - FRESHNESS)
 # record statuses and the views over the lake (also kept up by automation: pipeline/sensors.py)
-warehouse_job = define_asset_job("warehouse_job", selection=["record_status", "warehouse"])
+warehouse_job = define_asset_job("warehouse_job", selection=AssetSelection.assets(
+    "record_status") | AssetSelection.key_prefixes("warehouse"))
 
 
 @job(description="Ask the service to re-send callbacks that never arrived (pipeline/replay.py)")

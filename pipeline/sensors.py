@@ -13,15 +13,15 @@ reported as observations of the product, a tick's failures of one asset in one, 
 the Dagster UI beside the data they concern. A connection event (a disconnect, a
 reauthentication) refreshes `record_status`, and with it the warehouse.
 
-The warehouse follows the lake by itself: `warehouse_follows_lake` rebuilds `record_status`
-and `warehouse` when a lake table has moved past the version the last build read (its
-`lake_versions`), one build at a time, so a thousand landed records cause a handful of builds
+The warehouse follows the lake by itself: `warehouse_follows_lake` rebuilds `record_status`,
+and each view whose lake tables moved past the versions its last build read (its
+`lake_versions`), with the views that read it, one build at a time, so a thousand landed records cause a handful of builds
 and a record that lands while a build runs is in the next one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from dagster import (
     AssetKey,
@@ -40,7 +40,7 @@ from dagster import (
 
 from assets.batch import RECORDS_PER_RUN, batch_config
 from assets.publish import named
-from assets.warehouse import LAKE_TABLES
+from assets.warehouse import LAKE_TABLES, VIEWS, view_key, view_reads
 from resources.config import Settings
 from resources.inbox import CONNECTED, Event
 from resources.inbox.resource import InboxResource
@@ -251,13 +251,31 @@ def lake_versions(lake: Lake) -> dict[str, int]:
     return {t: v for t in LAKE_TABLES if (v := lake.version(t)) is not None}
 
 
-def built_versions(instance: DagsterInstance) -> dict[str, int] | None:
-    """The lake table versions the last published warehouse read, None if it was never
-    built (or its build named none)."""
-    event = instance.get_latest_materialization_event(AssetKey("warehouse"))
-    meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
-    versions = getattr(meta.get("lake_versions"), "value", None)
-    return versions if isinstance(versions, dict) else None
+def built_versions(instance: DagsterInstance) -> dict[str, dict[str, int] | None]:
+    """Per view, the versions of the lake tables it reads that its last build read, None if
+    it was never built."""
+    events = instance.get_latest_materialization_events([view_key(v.name) for v in VIEWS])
+    out = {}
+    for view in VIEWS:
+        event = events.get(view_key(view.name))
+        meta = event.asset_materialization.metadata if event and event.asset_materialization \
+            else {}
+        versions = getattr(meta.get("lake_versions"), "value", None)
+        out[view.name] = versions if isinstance(versions, dict) else None
+    return out
+
+
+def stale_views(now: Mapping[str, int], built: Mapping[str, dict | None],
+                rewritten: Collection[str] = ()) -> list[str]:
+    """The views never built or built over other versions of the tables they read, or
+    reading a table in `rewritten`, with the views that read them (in dependency order)."""
+    stale: list[str] = []
+    for view in VIEWS:  # each after the views it needs
+        was, reads = built.get(view.name), view_reads(view)
+        if was is None or any(was.get(t) != now.get(t) for t in reads) or \
+                set(view.needs) & set(stale) or set(reads) & set(rewritten):
+            stale.append(view.name)
+    return stale
 
 
 # New lake data reaches the views without a click. Versions, not times, say what is stale: the
@@ -268,15 +286,20 @@ def built_versions(instance: DagsterInstance) -> dict[str, int] | None:
 @sensor(job=warehouse_job, minimum_interval_seconds=30,
         default_status=DefaultSensorStatus.RUNNING)
 def warehouse_follows_lake(context: SensorEvaluationContext, lake: Lake):
-    """Rebuild record_status and the warehouse when the lake moved past the last build."""
+    """Rebuild record_status, and the views whose lake tables moved past their last build."""
     if context.instance.get_run_records(RunsFilter(job_name=warehouse_job.name,
                                                    statuses=BUILDING), limit=1):
         return SkipReason("a build is queued or running; the next tick compares again")
     now = lake_versions(lake)
     built = built_versions(context.instance)
-    moved = sorted(t for t in now if built is None or built.get(t) != now[t])
-    if built is not None and not moved:
-        return SkipReason("the warehouse was built over the lake's latest versions")
+    if not stale_views(now, built):
+        return SkipReason("every view was built over the lake's latest versions")
+    # record_status rewrites `records` in the run: the views reading it are rebuilt after it
+    stale = stale_views(now, built, rewritten={"records"})
     # never built: the views exist (empty) before anything lands
-    return RunRequest(tags={"ledgerlake/lake_moved": ",".join(
-        f"{t}={now[t]}" for t in moved)[:1000] or "never built"})
+    moved = sorted({f"{t}={now[t]}" for v in VIEWS if v.name in stale
+                    and (was := built[v.name]) is not None
+                    for t in view_reads(v) if t in now and was.get(t) != now[t]})
+    return RunRequest(asset_selection=[AssetKey(STATUS_ASSET), *map(view_key, stale)], tags={
+        "ledgerlake/lake_moved": ",".join(moved)[:1000] or "never built",
+        "ledgerlake/views": ",".join(stale)[:1000]})

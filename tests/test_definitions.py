@@ -18,7 +18,7 @@ def test_definitions_validate():
 
     dg.Definitions.validate_loadable(defs)
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    assert {"accounts", "warehouse"} <= keys
+    assert {"accounts", "warehouse/daily_balances", "warehouse/records"} <= keys
     assert defs.resolve_sensor_def("inbox_sensor").default_status == dg.DefaultSensorStatus.RUNNING
 
 
@@ -54,14 +54,14 @@ def test_duckdb_pool_limited_to_one():
     from pipeline.definitions import defs
 
     pools = {n.key.to_user_string(): n.pools for n in defs.resolve_asset_graph().asset_nodes}
-    assert pools["warehouse"] == {"duckdb"}
+    assert pools["warehouse/daily_balances"] == {"duckdb"}
     assert pools["lake_maintenance"] == {"lake_maintenance"}  # one pass at a time
     # every asset that calls the service shares its pool (its limit is set per instance:
     # pipeline/local.py one_box_pools, docs/operations.md); no other asset is in a pool
     products = {"accounts", "balances", "transactions", "income", "identity", "payments"}
     assert all(pools[k] == {"connection_service"} for k in products)
     assert all(not p for k, p in pools.items()
-               if k not in {"warehouse", "lake_maintenance", *products})
+               if not k.startswith("warehouse/") and k not in {"lake_maintenance", *products})
 
 
 @pytest.mark.parametrize("zone", ["Mars/Olympus", "", "../../etc/localtime"])

@@ -215,7 +215,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     lake = str(local_path(settings.lake) or settings.lake)
     try:
-        record = report.check_record(args.record)
+        record = args.record
+        if record.startswith("#"):  # a number, as Dagster names the record
+            from pipeline.status import by_id
+
+            with _inbox(settings) as inbox:
+                record = by_id(inbox, [record])[0]
+        record = report.check_record(record)
         output = Path(args.output or f"report-{record}.html")
         if output.suffix.lower() not in (".html", ".htm"):
             raise report.ReportError(f"--output {output} must end in .html")
@@ -525,7 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the lake's retention (docs/lake.md)")
 
     p = command("report", cmd_report, "one record on one self-contained HTML page")
-    p.add_argument("record", help="the record id")
+    p.add_argument("record", help="the record: its id, or #N, its number in the Dagster UI")
     p.add_argument("--output", metavar="FILE",
                    help="where to write (default report-RECORD.html; written aside and "
                         "renamed)")

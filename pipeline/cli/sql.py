@@ -77,7 +77,7 @@ def open_warehouse(path: Path, lake_root: str | None = None) -> duckdb.DuckDBPyC
 
     if not path.is_file():
         raise FileNotFoundError(f"no warehouse at {path} (run `make demo`, or materialize the "
-                                "warehouse asset)")
+                                "warehouse's views: warehouse_job)")
     con = connect(str(path), lake_root, read_only=True, config=NO_DOWNLOADS)
     con.execute("set TimeZone = 'UTC'")  # the lake's and the service's time; SET to change
     return con
@@ -94,7 +94,7 @@ def _why(exc: duckdb.Error) -> str:
     text = str(exc)
     if "read-only" in text:
         return (f"the warehouse is read-only; it holds views over the lake and is rebuilt by "
-                f"the warehouse asset ({text})")
+                f"its view assets ({text})")
     if "httpfs" in text:
         return ("the warehouse's views read the lake on S3: set LEDGERLAKE_LAKE to the s3:// "
                 "lake it was built over (ledgerlake reads it through pyarrow, without DuckDB's "

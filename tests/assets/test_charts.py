@@ -63,16 +63,19 @@ def published(*records: str) -> list[Landing]:
     return [Landing(r, published=True, number=i) for i, r in enumerate(records, 1)]
 
 
-def test_a_small_run_gets_a_chart_per_record_a_large_one_none(lake):
+def test_a_small_run_gets_a_chart_per_record_a_large_one_says_where(lake):
     """A batch of at most CHART_RECORDS records is drawn, a chart per published record with
-    rows, in one Markdown value of the batch's materialization; a larger one is not."""
+    rows, in one Markdown value of the batch's materialization; a larger one says how to draw
+    any of its records, by number."""
     few = [*published("r1", "r2"), Landing("r3", error="ApiError: down", number=3)]
     text = charts.chart_metadata(Context(), lake, few)["daily_balance"].value
     drawn = re.findall(r"!\[daily balance of record #(\d+)\]\(data:image/png;base64,", text)
     assert drawn == ["1", "2"]  # by their numbers; not the record that failed
     assert text.count("data:image/png;") == 2
     many = published("r1", "r2", *[f"n{i}" for i in range(charts.CHART_RECORDS)])
-    assert charts.chart_metadata(Context(), lake, many) == {}
+    told = charts.chart_metadata(Context(), lake, many)["daily_balance"].value
+    assert f"{len(many)} records landed" in told and "`ledgerlake report '#1'`" in told
+    assert "r1" not in told and "data:image" not in told
     assert charts.chart_metadata(Context(), lake, published("n1")) == {}  # nothing to draw
 
 
@@ -82,7 +85,8 @@ def test_a_chart_that_fails_is_a_warning_not_a_failed_landing(lake):
             raise OSError("the store went away")
 
     ctx, landings = Context(), published("r1")
-    assert charts.chart_metadata(ctx, Broken(root=lake.root), landings) == {}
+    told = charts.chart_metadata(ctx, Broken(root=lake.root), landings)["daily_balance"]
+    assert told.value == "No chart this run: OSError (the run's log says more)."
     assert landings[0].published and landings[0].error is None
     assert ctx.log.warnings == ["no balance chart this run: OSError: the store went away"]
 

@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from dagster import TableColumnDep
 from deltalake import DeltaTable
 
 from assets.warehouse import build, load_views
@@ -92,12 +93,13 @@ def sandbox_lake(shared_sandbox, tmp_path_factory):
         assert out.success
         out = materialize([warehouse], resources=resources)
         assert out.success
-        views = out.asset_materializations_for_node("warehouse")[0].metadata["views"].text
+        views = {m.asset_key.path[-1]: m.metadata  # each view's materialization
+                 for m in out.asset_materializations_for_node("warehouse")}
         served = {record: {
             "balances": _pages(api, "balance/get", {"record": record}, "balance"),
             "transactions": _pages(api, "transactions/get", {"record": record}, "transaction"),
         } for record in record_ids}
-    return target, views.split(", "), root / "lake", served
+    return target, views, root / "lake", served
 
 
 def lake_frame(lake_root: Path, table: str) -> pd.DataFrame:
@@ -126,6 +128,11 @@ def test_every_view_built_over_a_lake_the_assets_filled(sandbox_lake):
     assert set(views) == set(VIEWS)  # payments and records too, empty: none landed
     assert view_columns(target, "payments") == VIEWS["payments"]
     assert query(target, "select count(*) as n from payments")["n"][0] == 0
+    # a chart over every record on the views that have one, drawn from the view's rows
+    for name in ("daily_balances", "monthly_cashflow"):
+        assert views[name]["summary"].value.startswith(
+            f"![{name} of every record](data:image/png;base64,")
+    assert "summary" not in views["payments"]
 
 
 def test_the_landings_and_checks_views_tell_each_record_of_the_run(sandbox_lake):
@@ -533,7 +540,7 @@ def test_records_view_reads_the_table_not_kept_by_record(tmp_path):
 
 
 def test_a_view_that_fails_leaves_the_published_file_as_it_was(tmp_path, monkeypatch):
-    import assets.warehouse as wh
+    import assets.views as views
 
     lake = Lake(root=str(tmp_path / "lake"))
     lake.write("accounts", "r1", accounts_table(["a"]))
@@ -544,7 +551,7 @@ def test_a_view_that_fails_leaves_the_published_file_as_it_was(tmp_path, monkeyp
     sql_dir.mkdir()
     (sql_dir / "accounts.sql").write_text(
         "create view accounts as select no_such_column from {lake:accounts};")
-    monkeypatch.setattr(wh, "SQL_DIR", sql_dir)
+    monkeypatch.setattr(views, "SQL_DIR", sql_dir)
     with pytest.raises(RuntimeError, match="view accounts .*no_such_column"):
         build(lake.root, target)
     assert target.read_bytes() == before
@@ -673,13 +680,50 @@ def test_the_warehouse_asset_materializes_with_its_resources(tmp_path):
     result = materialize([warehouse], resources={
         "lake": lake, "warehouse_db": Warehouse(path=str(target))})
     assert result.success
-    meta = result.asset_materializations_for_node("warehouse")[0].metadata
-    assert set(meta["views"].value.split(", ")) == set(VIEWS)
-    assert "transactions" in meta["lake_tables_not_landed"].value.split(", ")
-    assert "accounts" not in meta["lake_tables_not_landed"].value.split(", ")
+    metas = {m.asset_key.path[-1]: m.metadata
+             for m in result.asset_materializations_for_node("warehouse")}
+    assert set(metas) == set(VIEWS)  # each view its own asset
+    meta = metas["accounts"]
+    assert meta["lake_tables_not_landed"].value == ""
     assert meta["lake_versions"].value == {"accounts": lake.version("accounts")}
     assert meta["path"].value == str(target.resolve())  # the warehouse file's
+    assert metas["transactions"]["lake_tables_not_landed"].value == "transactions"
     assert query(target, "select count(*) as n from accounts")["n"][0] == 2
+    # the UI's column table and lineage: a column of the view from the lake's of its name
+    assert [c.name for c in meta["dagster/column_schema"].schema.columns][:2] == [
+        "account_id", "nuban"]
+    deps = meta["dagster/column_lineage"].lineage.deps_by_column
+    assert deps["account_id"] == [TableColumnDep("accounts", "account_id")]
+    monthly = metas["monthly_cashflow"]["dagster/column_lineage"].lineage.deps_by_column
+    assert monthly["account_id"] == [TableColumnDep(["warehouse", "transactions"], "account_id")]
+    assert "inflow" not in monthly  # derived: from no column of its name
+
+
+def test_a_view_picked_alone_is_rebuilt_alone(tmp_path):
+    """Materializing one view rebuilds it over the lake as it is now; the others stay as
+    published, reading the snapshot they were built over."""
+    from dagster import AssetKey, materialize
+
+    from assets.warehouse import Warehouse, warehouse
+
+    lake = Lake(root=str(tmp_path / "lake"))
+    lake.write("accounts", "r1", accounts_table(["a", "b"]))
+    target = tmp_path / "w.duckdb"
+    resources = {"lake": lake, "warehouse_db": Warehouse(path=str(target))}
+    assert materialize([warehouse], resources=resources).success
+    lake.write("accounts", "r2", accounts_table(["c"]))
+    lake.write("transactions", "r2", pa.table({"transaction_id": ["t1"]}),
+               pa.schema([("transaction_id", pa.string())]))
+    result = materialize([warehouse], resources=resources,
+                         selection=[AssetKey(["warehouse", "accounts"])])
+    assert result.success
+    assert [m.asset_key.path[-1] for m in result.asset_materializations_for_node(
+        "warehouse")] == ["accounts"]
+    assert query(target, "select count(*) as n from accounts")["n"][0] == 3
+    assert query(target, "select count(*) as n from transactions")["n"][0] == 0  # as built
+    with duckdb.connect(str(target), read_only=True) as con:  # described again
+        assert con.execute("select comment from duckdb_views() where view_name = "
+                           "'accounts'").fetchone()[0]
 
 
 # -- the customer's days, exact money ------------------------------------------------------------

@@ -21,7 +21,7 @@ def test_webserver_loads_code_location(webserver):
         assert loc["__typename"] == "RepositoryLocation", loc
     repo = entries[0]["locationOrLoadError"]["repositories"][0]
     assets = {"/".join(n["assetKey"]["path"]) for n in repo["assetNodes"]}
-    assert {"accounts", "warehouse"} <= assets
+    assert {"accounts", "warehouse/daily_balances"} <= assets
     assert "inbox_sensor" in {s["name"] for s in repo["sensors"]}
     assert {"ingest_job", "refresh_job", "warehouse_job", "freshness_job"} <= {
         j["name"] for j in repo["jobs"]}

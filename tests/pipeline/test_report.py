@@ -100,6 +100,11 @@ def test_one_page_with_a_chart_per_account(env, capsys):
     assert landed["income"] < landed["transactions"]  # held since: its last landing stays
 
 
+def test_a_record_named_by_its_number_as_dagster_names_it(env):
+    assert main(["report", "#1"]) == 0
+    assert "ACME LTD" in (env / "report-rec1.html").read_text()
+
+
 def test_without_an_inbox_the_checks_are_unknown_never_guessed(env, capsys, monkeypatch):
     monkeypatch.setenv("LEDGERLAKE_INBOX", str(env / "no-inbox.sqlite3"))
     assert main(["report", "rec1"]) == 0
@@ -111,6 +116,7 @@ def test_without_an_inbox_the_checks_are_unknown_never_guessed(env, capsys, monk
 @pytest.mark.parametrize("args, message", [
     (["report", "../etc"], "a record id matches"),
     (["report", "nobody"], "record nobody is not in the warehouse"),
+    (["report", "#99"], "no record has number #99"),
     (["report", "rec1", "--warehouse", "missing.duckdb"], "no warehouse at"),
     (["report", "rec1", "--output", "page.pdf"], "must end in .html"),
     (["report", "rec1", "--output", "no/such/folder/x.html"], "no folder"),
