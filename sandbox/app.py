@@ -28,18 +28,12 @@ from .bulk import Bulk
 from .clock import Clock, iso
 from .connect import Connect
 from .errors import ServiceError, check_fields, invalid, json_body, one_of
-from .faults import REFUSALS, Faults
+from .faults import REFUSALS, Faults, ResetResponse
 from .products import INTERNAL, Products
 from .store import Store
 from .webhooks import METHODS, PRODUCT_MEMBERS, Dispatcher
 
 log = logging.getLogger("sandbox")
-
-
-def _split(path: str) -> tuple[str, str] | None:
-    """(environment, what follows its base) of a path under /v2/ or /sandbox/v2/."""
-    return next(((env, path[len(base):]) for env, base in BASES.items()
-                 if path.startswith(base)), None)
 
 
 # -- body rules --------------------------------------------------------------------------------
@@ -190,11 +184,9 @@ class Service(Products, Bulk):
               {**target, "customer": _string}, "record|access_token|customer"),
             E("identity/get", self.identity_get, "Identity the bank holds on the customer",
               {**target, "customer": _string}, "record|access_token|customer"),
-            E("record/get", self.record_get, "A connection record", target,
-              "record|access_token"),
+            E("record/get", self.record_get, "A connection record", target, "record|access_token"),
             E("record/remove", self.record_remove,
-              "Remove a record; its access tokens die, USER_DISCONNECT is sent", record,
-              "record"),
+              "Remove a record; its access tokens die, USER_DISCONNECT is sent", record, "record"),
             E("item/get", self.item_get, "Products supported and enabled, status, last webhook",
               target, "record|access_token"),
             E("token/exchange", self.token_exchange,
@@ -212,8 +204,7 @@ class Service(Products, Bulk):
               "Serve one posted line's running balance 1.00 naira off",
               {"record": _string, "account": _string, "line": _any}, "record"),
             E("sandbox/records/ledger", self.records_ledger,
-              "What a full pull of a record would hold now, in exact figures", record,
-              "record"),
+              "What a full pull of a record would hold now, in exact figures", record, "record"),
             E("sandbox/banks/status", self.banks_status,
               "Set a bank's status (down, unavailable...)",
               {"bank": _string, "status": _string}, "bank status"),
@@ -332,7 +323,10 @@ class Service(Products, Bulk):
     async def handle(self, request: Request) -> Response:
         if not self.public_base:
             self.public_base = str(request.base_url).rstrip("/")
-        where = _split(request.scope["path"])  # as sent, without building a URL object
+        path = request.scope["path"]  # as sent, without building a URL object
+        # (environment, what follows its base) of a path under /v2/ or /sandbox/v2/
+        where = next(((env, path[len(base):]) for env, base in BASES.items()
+                      if path.startswith(base)), None)
         if where and (where[1] == "connect" or where[1].startswith("connect/")):  # public key
             return await self.connect.handle(request, where[0], where[1].strip("/"))
         request_id = secrets.token_hex(12)
@@ -347,20 +341,20 @@ class Service(Products, Bulk):
             log.exception("request %s failed", request_id)
             err = ServiceError("INTERNAL_SERVER_ERROR", "internal failure")
             status, body = 500, err.body(request_id)
-        log.info("%s %s %s %d %.1fms", request_id, request.method, request.scope["path"], status,
+        log.info("%s %s %s %d %.1fms", request_id, request.method, path, status,
                  (time.perf_counter() - started) * 1000)
         content = orjson.dumps(body)
         fault = request.scope.get("sandbox.fault")
         if fault is not None:  # the call was carried out; its answer is broken on the way
             log.info("%s fault %s", request_id, fault.kind)
             if fault.kind == "reset":
-                return self.faults.reset(content, status, headers)
+                return ResetResponse(content, status_code=status, media_type="application/json",
+                                     headers=headers)
             if fault.kind == "truncate":  # any proper prefix of an object is invalid JSON
                 return Response(content[:len(content) // 2], status_code=200,
                                 media_type="application/json", headers=headers)
             await asyncio.sleep(fault.seconds)  # stall: other requests go on meanwhile
-        return Response(content, status_code=status, media_type="application/json",
-                        headers=headers)
+        return Response(content, status_code=status, media_type="application/json", headers=headers)
 
     def openapi(self) -> dict:
         """OpenAPI 3.1 of every route, both environments, made from the endpoint table."""
@@ -387,17 +381,14 @@ class Service(Products, Bulk):
                 paths.setdefault(BASES[env] + ep.path, {})[ep.method.lower()] = {
                     **op, "operationId": f"{SHORT[env]}_{op['operationId']}"}
         return {"openapi": "3.1.0",
-                "info": {"title": "ledgerlake sandbox of the connection service",
-                         "version": "2"},
-                "paths": paths,
-                "components": {
+                "info": {"title": "ledgerlake sandbox of the connection service", "version": "2"},
+                "paths": paths, "components": {
                     "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
                     "schemas": {"Error": {"type": "object", "required": [
                         "error_type", "error_code", "error_message", "display_message",
                         "http_code", "request_id"]}}}}
 
-    async def _dispatch(self, request: Request, where: tuple[str, str] | None
-                        ) -> tuple[int, dict]:
+    async def _dispatch(self, request: Request, where: tuple[str, str] | None) -> tuple[int, dict]:
         path = request.scope["path"]
         if path == "/openapi.json" and request.method == "GET":
             return 200, self.openapi()
@@ -410,10 +401,9 @@ class Service(Products, Bulk):
         if ep.sandbox_only and env != SANDBOX:
             raise ServiceError("SANDBOX_ONLY", f"{sub} exists only in the sandbox environment")
         if self.maintenance_on and sub != "sandbox/maintenance":
-            raise ServiceError("PLANNED_MAINTENANCE", "maintenance mode: API operations are "
-                                                      "disabled")
-        fault = None if ep.sandbox_only else self.faults.for_request(env, sub)
-        if fault is not None:
+            raise ServiceError("PLANNED_MAINTENANCE",
+                               "maintenance mode: API operations are disabled")
+        if not ep.sandbox_only and (fault := self.faults.for_request(env, sub)) is not None:
             if fault.kind in REFUSALS:
                 raise self.faults.error(fault, sub)
             request.scope["sandbox.fault"] = fault

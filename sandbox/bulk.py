@@ -68,11 +68,8 @@ class Bulk:
 
     def _bulk_customer(self, env: str, customer_id: str) -> dict | None:
         b, _ = self._bulk_of(env, customer_id, "b1")
-        if b is None:
-            return None
-        return customer_doc(env, b["seed"], customer_id,
-                            datagen.person(b["seed"], customer_id)["name"],
-                            iso(b["created_ts"]))
+        name = b and datagen.person(b["seed"], customer_id)["name"]
+        return b and customer_doc(env, b["seed"], customer_id, name, iso(b["created_ts"]))
 
     def _bulk_records_of(self, env: str, customer_id: str) -> list[dict]:
         """A bulk customer's record, unless it is stored (the store then lists it)."""
@@ -95,9 +92,8 @@ class Bulk:
         """A bulk record's access token is `access-<env>-<record>`; it dies with the record."""
         prefix = f"access-{SHORT[env]}-"
         rec = self._find(env, token[len(prefix):]) if token.startswith(prefix) else None
-        if rec is None or "bulk" not in rec[INTERNAL] or rec[INTERNAL]["state"] == "removed":
-            return None
-        return rec
+        alive = rec is not None and "bulk" in rec[INTERNAL] and rec[INTERNAL]["state"] != "removed"
+        return rec if alive else None
 
     # -- the control -------------------------------------------------------------------------
     def records_bulk_create(self, env: str, body: dict) -> dict:
@@ -118,14 +114,12 @@ class Bulk:
             raise invalid("rate", "is for callbacks: paced only")
         self._check_addition(env, count)
         n = len(self.batches) + 1
-        b.update(batch=n, start=sum(x["count"] for x in self.batches),
-                 created_ts=self.clock.now())
+        b.update(batch=n, start=sum(x["count"] for x in self.batches), created_ts=self.clock.now())
         self.batches.append(b)
         self.store.set_meta("bulk_batches", self.batches)
         return {"batch": n, "count": count, "first": self._bulk_id(b, "b0", 0),
-                "last": self._bulk_id(b, "b0", count - 1),
-                "records": ([self._bulk_id(b, "b0", i) for i in range(count)]
-                            if count <= LISTED else None)}
+                "last": self._bulk_id(b, "b0", count - 1), "records": (
+                    [self._bulk_id(b, "b0", i) for i in range(count)] if count <= LISTED else None)}
 
     # -- paced callbacks ---------------------------------------------------------------------
     async def pace(self) -> None:

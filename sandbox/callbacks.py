@@ -52,7 +52,7 @@ def balance_member(balance: dict) -> dict:
 
 def payment_object(*, pid: str, rec: dict, bank: dict, amount: int, ok: bool,
                    debit_account: dict, available: float | None, now: float, env: str,
-                   ref: str, schedule: dict | None, dest_name: str) -> dict:
+                   ref: str, schedule: dict | None) -> dict:
     stamp = iso(now)
     return {
         "_id": pid, "record": rec["_id"], "amount": amount,
@@ -63,7 +63,7 @@ def payment_object(*, pid: str, rec: dict, bank: dict, amount: int, ok: bool,
             "SESSIONID": ref, "ERROR": None if ok else "INSUFFICIENT_FUNDS",
             "STATUSCODE": "00" if ok else "51",
             "STATUSMESSAGE": "SUCCESS" if ok else "FAILED",
-            "BANKDOWNTIMEMESSAGE": None, "DestAccName": dest_name,
+            "BANKDOWNTIMEMESSAGE": None, "DestAccName": "SANDBOX MERCHANT",
             "NIBSSRESPONSECODE": "00" if ok else "51",
         },
         "created_at": stamp, "credit_account": "0000000000",

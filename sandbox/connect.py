@@ -176,8 +176,7 @@ class Connect:
         if conf["plan"] != "active":
             raise WidgetError({"none": 1004, "expired": 1007}[conf["plan"]])
         products = self._products(body.get("products"))
-        account_type = body.get("account_type")
-        if account_type is not None and account_type not in ("personal", "business"):
+        if (account_type := body.get("account_type")) not in (None, "personal", "business"):
             raise invalid("account_type", "must be personal or business")
         if (amount := body.get("payment_amount")) is not None:
             _kobo("payment_amount", amount, 1)
@@ -196,7 +195,9 @@ class Connect:
                 "hint": HINT, "returning": None}
         rec = returning and customer and self._latest_record(env, customer)
         if rec:  # known: no bank choice, no login, the accounts the record already has
-            sess.update(step="accounts", record=rec["_id"], offers=self._record_offers(rec))
+            offers = [[a["name"], a["type"], a["nuban"]] for a in (
+                self.s.store.get("accounts", env, x) for x in rec[INTERNAL]["accounts"])]
+            sess.update(step="accounts", record=rec["_id"], offers=offers)
             data["returning"] = {"customer": self._customer_view(env, customer),
                                  "bank": self._bank_view(self.s.bank_by_id[rec["bank"]]),
                                  "accounts": self._offer_view(sess["offers"])}
@@ -229,7 +230,9 @@ class Connect:
         who = self._check_credentials(login_type, body["credentials"])
         known = sess["customer"] or (who if self.s._customer(env, who) else None) or \
             self.s.store.get_meta(f"connect_login:{env}:{login_type}:{who.lower()}")
-        if known and self._locked(env, known, bank["_id"], login_type):  # the spec's advice
+        if known and any(r[INTERNAL]["state"] == "locked" and r["bank"] == bank["_id"]
+                         and r["login_type"] == login_type  # the spec's advice
+                         for r in self.s.store.find("records", env, "customer", known)):
             raise ServiceError("TOO_MANY_VERIFICATION_ATTEMPTS", f"this login at {bank['name']} "
                                "is locked after failed micro-deposit checks: link another bank")
         name = (self.s._customer(env, known)["name"] if known else
@@ -289,8 +292,7 @@ class Connect:
         self.sessions.pop(body["session"], None)
         if sess["payment"]:
             payment = self.s._pay(env, rec, sess["payment"], None, self.s.clock.now())
-            out["payment"] = {"_id": payment["_id"], "amount": payment["amount"],
-                              "status": payment["status"]}
+            out["payment"] = {k: payment[k] for k in ("_id", "amount", "status")}
             if payment["status"] != "success":
                 raise WidgetError(1013, f"The account is linked as record {rec['_id']}; the "
                                         f"debit of {sess['payment']} kobo failed")
@@ -341,8 +343,7 @@ class Connect:
             return list(datagen.PRODUCTS)
         if isinstance(value, str):
             value = [p.strip() for p in value.split(",") if p.strip()]
-        if not isinstance(value, list) or not value or not all(isinstance(p, str)
-                                                                for p in value):
+        if not isinstance(value, list) or not value or not all(isinstance(p, str) for p in value):
             raise invalid("products", "must be a list of product names")
         return known_products(["auth", *value])  # auth always: it makes the record
 
@@ -387,15 +388,6 @@ class Connect:
                      and r["bank"] == sess["bank"] and r["login_type"] == sess["login_type"]), None)
         return same and self.s._record(env, same["_id"])
 
-    def _locked(self, env: str, customer: str, bank: str, login_type: str) -> bool:
-        return any(r[INTERNAL]["state"] == "locked" and r["bank"] == bank
-                   and r["login_type"] == login_type
-                   for r in self.s.store.find("records", env, "customer", customer))
-
-    def _record_offers(self, rec: dict) -> list[list[str]]:
-        return [[a["name"], a["type"], a["nuban"]] for a in (
-            self.s.store.get("accounts", rec["env"], x) for x in rec[INTERNAL]["accounts"])]
-
     @staticmethod
     def _offer_view(offers: list) -> list[dict]:
         return [{"index": k, "name": o[0], "type": o[1],
@@ -418,15 +410,12 @@ class Connect:
         accounts = [self.s.store.get("accounts", env, a) for a in account_ids]
         methods = [m for m, (product, *_rest) in METHODS.items()
                    if product in rec["products"] and not m.startswith("PERIODIC")]
-        return {
-            "type": "success", "status": True, "env": env, "record": rec["_id"],
-            "public_token": public_token or self.s._token(env, "public", rec["_id"]),
-            "customer": self._customer_view(env, rec["customer"]),
-            "bank": {"_id": bank["_id"], "name": bank["name"], "slug": bank["slug"]},
-            "login_type": rec["login_type"], "account_type": rec["account_type"],
-            "verified": rec["verified"], "returning": returning, "products": rec["products"],
-            "accounts": [{k: a[k] for k in ("_id", "nuban", "name", "type", "currency")}
-                         for a in accounts],
-            "callbacks": {m: self.s._callback_url(rec, m) for m in methods},
-            "payment": None,
-        }
+        return {"type": "success", "status": True, "env": env, "record": rec["_id"],
+                "public_token": public_token or self.s._token(env, "public", rec["_id"]),
+                "customer": self._customer_view(env, rec["customer"]),
+                "bank": {"_id": bank["_id"], "name": bank["name"], "slug": bank["slug"]},
+                "login_type": rec["login_type"], "account_type": rec["account_type"],
+                "verified": rec["verified"], "returning": returning, "products": rec["products"],
+                "accounts": [{k: a[k] for k in ("_id", "nuban", "name", "type", "currency")}
+                             for a in accounts],
+                "callbacks": {m: self.s._callback_url(rec, m) for m in methods}, "payment": None}

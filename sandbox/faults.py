@@ -155,8 +155,7 @@ class Faults:
         now = time.monotonic()
         return {"seed": self.seed, "rules": [r.public(now) for r in self.rules],
                 "injected": {k: self.injected[k] for k in KINDS},
-                "requests_seen": self.seen["requests"],
-                "deliveries_seen": self.seen["deliveries"],
+                "requests_seen": self.seen["requests"], "deliveries_seen": self.seen["deliveries"],
                 "deliveries": list(self.deliveries)}
 
     # -- deciding --------------------------------------------------------------------------
@@ -212,13 +211,8 @@ class Faults:
                                 error_type="API_ERROR", http_code=503)
         return ServiceError("INTERNAL_SERVER_ERROR", f"{path} failed {note}")
 
-    @staticmethod
-    def reset(content: bytes, status: int, headers: dict) -> Response:
-        return _ResetResponse(content, status_code=status, media_type="application/json",
-                              headers=headers)
 
-
-class _ResetResponse(Response):
+class ResetResponse(Response):
     """The status line, the headers (with the whole body's Content-Length) and half the body;
     then the connection is reset (RST, not a clean close), as a dying proxy would do it."""
 

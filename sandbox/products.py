@@ -35,9 +35,8 @@ CUSTOMER_DEFAULTS = {"accounts": 1, "months": 6, "volume": 4, "login_type": "ban
                      "seed": None, "bank": None}
 CUSTOMER_INTS = {"accounts": (1, 5), "months": (1, 60), "volume": (1, 200), "seed": (0, 2**32 - 1)}
 # products whose endpoint sandbox/records/fail can make fail, and that endpoint
-FAILABLE = {"accounts": "accounts/get", "balance": "balance/get",
-            "transactions": "transactions/get", "income": "income/get",
-            "identity": "identity/get", "auth": "auth/get"}
+FAILABLE = {p: f"{p}/get" for p in ("accounts", "balance", "transactions", "income", "identity",
+                                    "auth")}
 CORRUPT_KOBO = 100  # records/corrupt: the served running balance is off by 1.00 naira
 INTERNAL = "_sandbox"  # record members the API never shows
 
@@ -91,16 +90,14 @@ def customer_doc(env: str, seed: int, customer_id: str, name: str, stamp: str) -
             "created_at": stamp, "identity": datagen.identity(seed, customer_id, name)}
 
 
-def account_doc(env: str, seed: int, account_id: str, name_type: list | None,
-                account_type: str, bank: dict, customer: dict, record_id: str,
-                stamp: str) -> dict:
+def account_doc(env: str, seed: int, account_id: str, name_type: list | None, account_type: str,
+                bank: dict, customer: dict, record_id: str, stamp: str) -> dict:
     """`name_type`: the account's name and type as the connect page offered them, if it did."""
     name, kind = name_type[:2] if name_type else datagen.account_name_type(
         seed, account_id, customer["name"], account_type)
     nuban = name_type[2] if name_type and len(name_type) > 2 else datagen.nuban(seed, account_id)
-    return {"_id": account_id, "id": account_id, "nuban": nuban,
-            "name": name, "type": kind, "currency": "NGN", "bank": bank["_id"],
-            "customer": customer, "record": record_id,
+    return {"_id": account_id, "id": account_id, "nuban": nuban, "name": name, "type": kind,
+            "currency": "NGN", "bank": bank["_id"], "customer": customer, "record": record_id,
             "balance": datagen.object_id(seed, "balance", account_id), "env": env,
             "created_at": stamp, "last_updated": stamp}
 
@@ -111,15 +108,13 @@ def record_doc(env: str, record_id: str, customer_id: str, bank: dict, spec: dic
     """A record of `spec`'s login_type, account_type and products; its products `status`."""
     verified = spec["login_type"] != "account_number"  # manual: micro-deposits first
     stamp = iso(now)
-    return {
-        "_id": record_id, "id": record_id, "customer": customer_id, "bank": bank["_id"],
-        "env": env, "login_type": spec["login_type"], "account_type": spec["account_type"],
-        "products": spec["products"], "status": {p: status for p in spec["products"]},
-        "verified": verified, "created_at": stamp, "last_updated": stamp,
-        INTERNAL: {"state": "active" if verified else "unverified", "error": error,
-                   "accounts": account_ids, "created_ts": now, "verify_failures": 0,
-                   "auth": auth, "gen": gen, **internal},
-    }
+    return {"_id": record_id, "id": record_id, "customer": customer_id, "bank": bank["_id"],
+            "env": env, "login_type": spec["login_type"], "account_type": spec["account_type"],
+            "products": spec["products"], "status": {p: status for p in spec["products"]},
+            "verified": verified, "created_at": stamp, "last_updated": stamp,
+            INTERNAL: {"state": "active" if verified else "unverified", "error": error,
+                       "accounts": account_ids, "created_ts": now, "verify_failures": 0,
+                       "auth": auth, "gen": gen, **internal}}
 
 
 class Products:
@@ -129,10 +124,7 @@ class Products:
         self.bank_by_id = {b["_id"]: b for b in self.banks}
         self.records = {(r["env"], r["_id"]): r for r in self.store.all("records")}
         self.tokens = {t["_id"]: t for t in self.store.all("tokens")}
-        self._views: dict = {}
-        self._customers: dict = {}
-        self._specs: dict = {}
-        self._bank_status: dict[str, dict] = {}
+        self._views, self._customers, self._specs, self._bank_status = {}, {}, {}, {}
         self.maintenance_on = bool(self.store.get_meta("maintenance", False))
         if self.store.get_meta("periodic_day") is None:
             self.store.set_meta("periodic_day", int(self.clock.now() // DAY))
@@ -161,9 +153,8 @@ class Products:
 
     def _customer(self, env: str, customer_id: str) -> dict | None:
         """Customers never change once made, so they are kept after the first read."""
-        return _kept(self._customers, 50_000, (env, customer_id),
-                     lambda: (self.store.get("customers", env, customer_id)
-                              or self._bulk_customer(env, customer_id)))
+        return _kept(self._customers, 50_000, (env, customer_id), lambda: (
+            self.store.get("customers", env, customer_id) or self._bulk_customer(env, customer_id)))
 
     def _account_doc(self, env: str, account_id: str) -> dict | None:
         return self._bulk_account(env, account_id) or self.store.get("accounts", env, account_id)
@@ -280,11 +271,9 @@ class Products:
 
     def _patches(self, rec: dict, k: int | None) -> tuple:
         """records/corrupt's patches as (part of the view, posted index, kobo)."""
-        if not (bad := rec[INTERNAL].get("corrupt")):
-            return ()
         accounts = rec[INTERNAL]["accounts"]
         return tuple(sorted((accounts.index(c["account"]) if k is None else 0, c["index"],
-                             CORRUPT_KOBO) for c in bad
+                             CORRUPT_KOBO) for c in rec[INTERNAL].get("corrupt", ())
                             if k is None or c["account"] == accounts[k]))
 
     def _inject(self, rec: dict, product: str) -> None:
@@ -303,23 +292,19 @@ class Products:
                    if code == "VERIFICATION_EXPIRED" else None),
             headers={"Retry-After": "1"} if CODES[code][0] == "RATE_LIMIT_EXCEEDED" else None)
 
-    def _balance_doc(self, rec: dict, account: dict, h: datagen.History, upto: int,
-                     with_periodic: bool = True) -> dict:
+    def _balance_doc(self, rec: dict, account: dict, h: datagen.History, upto: int) -> dict:
+        """balance/get's document but its daily history (`periodic`)."""
         amount = h.closing(upto) / 100
         stamp = iso(int(h.ts[upto - 1])) if upto else rec["created_at"]
-        doc = {"_id": account["balance"], "account": account["_id"],
-               "available_balance": amount, "ledger_balance": amount, "currency": "NGN",
-               "customer": rec["customer"], "record": rec["_id"], "env": rec["env"],
-               "created_at": rec["created_at"], "last_updated": stamp}
-        if with_periodic:
-            doc["periodic"] = datagen.periodic(h, upto)
-        return doc
+        return {"_id": account["balance"], "account": account["_id"],
+                "available_balance": amount, "ledger_balance": amount, "currency": "NGN",
+                "customer": rec["customer"], "record": rec["_id"], "env": rec["env"],
+                "created_at": rec["created_at"], "last_updated": stamp}
 
     def _balance_members(self, rec: dict, account: dict, h: datagen.History, upto: int) -> dict:
         """A balance callback's own members."""
-        bal = self._balance_doc(rec, account, h, upto, with_periodic=False)
         return {"accountId": account["_id"], "nuban": account["nuban"],
-                "balance": callbacks.balance_member(bal)}
+                "balance": callbacks.balance_member(self._balance_doc(rec, account, h, upto))}
 
     # -- data endpoints --------------------------------------------------------------------
     def accounts_get(self, env: str, body: dict) -> dict:
@@ -346,7 +331,8 @@ class Products:
     def balance_get(self, env: str, body: dict) -> dict:
         rec, k = self._named(env, body, "balance")
         self._check(rec, "balance")
-        docs = [self._balance_doc(rec, self._account_doc(env, account_id), h, upto)
+        docs = [{**self._balance_doc(rec, self._account_doc(env, account_id), h, upto),
+                 "periodic": datagen.periodic(h, upto)}
                 for i, (account_id, h, upto) in enumerate(self._histories(rec, self.clock.now()))
                 if k is None or i == k]
         return paged("balance", docs, body)
@@ -519,8 +505,8 @@ class Products:
             if code := BANK_STATUS[self.bank_status(env).get(out["bank"], "healthy")]:
                 raise ServiceError(code, f"the bank reports {code}")
         if (pw := out["password"]) and pw.startswith("error_") and pw[6:] not in CONNECTION_ERRORS:
-            raise invalid(f"{where}.password", "error_<CODE> needs a RECORD_ERROR or BANK_ERROR "
-                                               "code")
+            raise invalid(f"{where}.password",
+                          "error_<CODE> needs a RECORD_ERROR or BANK_ERROR code")
         return out
 
     def _create_customer(self, env: str, spec: dict) -> dict:
@@ -592,9 +578,8 @@ class Products:
         if sorted(round(a, 2) for a in amounts) != sorted(MICRO_DEPOSITS):
             st["verify_failures"] += 1
             self._save(rec)
-            raise ServiceError("INCORRECT_DEPOSIT_AMOUNTS",
-                               f"the amounts do not match ({st['verify_failures']} of "
-                               f"{MAX_VERIFY_FAILURES} failed attempts)")
+            raise ServiceError("INCORRECT_DEPOSIT_AMOUNTS", f"the amounts do not match ("
+                               f"{st['verify_failures']} of {MAX_VERIFY_FAILURES} failed attempts)")
         rec["verified"] = True
         st["state"] = "active"
         self._save(rec)
@@ -608,8 +593,7 @@ class Products:
         if (code := body.get("error_code", "INTERNAL_SERVER_ERROR")) not in CODES:
             raise invalid("error_code", "must be an error code the sandbox answers "
                                         "(docs/interface.md lists them)")
-        rec[INTERNAL].setdefault("fail", {})[product] = {"error_code": code,
-                                                         "remaining": times}
+        rec[INTERNAL].setdefault("fail", {})[product] = {"error_code": code, "remaining": times}
         self._save(rec)
         return {"record": rec["_id"], "product": product, "remaining": times}
 
@@ -658,8 +642,7 @@ class Products:
         recurring, schedule = body.get("recurring"), None
         if recurring is not None:
             if set(recurring) - {"interval", "start_date", "end_date"}:
-                raise invalid("recurring", "must be an object of interval, start_date and "
-                                           "end_date")
+                raise invalid("recurring", "must be an object of interval, start_date and end_date")
             if recurring.get("interval") not in ("daily", "weekly", "monthly"):
                 raise invalid("recurring.interval", "must be daily, weekly or monthly")
             _date("recurring.start_date", recurring.get("start_date"))
@@ -671,8 +654,7 @@ class Products:
         self._check(rec, "payment")
         return {"payment": self._pay(env, rec, amount, schedule, self.clock.now())}
 
-    def _pay(self, env: str, rec: dict, amount: int, schedule: dict | None,
-             now: float) -> dict:
+    def _pay(self, env: str, rec: dict, amount: int, schedule: dict | None, now: float) -> dict:
         """Make one payment (of a schedule, if given) and send its callbacks."""
         n = self.store.get_meta(f"payments:{env}", 0) + 1
         self.store.set_meta(f"payments:{env}", n)
@@ -686,8 +668,7 @@ class Products:
         payment = callbacks.payment_object(
             pid=pid, rec=rec, bank=self.bank_by_id[rec["bank"]], amount=amount, ok=ok,
             debit_account=self._account_doc(env, account_id), available=available,
-            now=now, env=env, ref=f"PAY{n:010d}", schedule=schedule,
-            dest_name="SANDBOX MERCHANT")
+            now=now, env=env, ref=f"PAY{n:010d}", schedule=schedule)
         self.store.put("payments", {**payment, "env": env}, record=rec["_id"])
         if schedule is not None:
             first = self.store.get("payments", env, schedule["paymentId"])
@@ -724,8 +705,7 @@ class Products:
             if not due or rec is None or rec[INTERNAL]["state"] != "active":
                 continue
             try:
-                self._pay(doc["env"], rec, sched["current_amount"], sched,
-                          day * DAY + 9 * 3600)
+                self._pay(doc["env"], rec, sched["current_amount"], sched, day * DAY + 9 * 3600)
             except Exception:  # the next schedule still pays
                 log.exception("recurring payment %s failed", doc["_id"])
 
@@ -742,12 +722,11 @@ class Products:
     def callback(self, env: str, rec: dict, method: str, code: str, *, callback_type=None,
                  message: str = "", status: str = "is_success", **members) -> dict:
         """A product callback payload: the spec's common members, then the product's."""
-        conf = self.webhooks.settings(env) or {}
-        cust = self._customer(env, rec["customer"])
         return {**callbacks.common(
             env=env, rec=rec, bank=self.bank_by_id[rec["bank"]], method=method, code=code,
             now=self.clock.now(), callback_url=self._callback_url(rec, method),
-            webhook_url=conf.get("url"), customer=cust, callback_type=callback_type,
+            webhook_url=(self.webhooks.settings(env) or {}).get("url"),
+            customer=self._customer(env, rec["customer"]), callback_type=callback_type,
             status=status, message=message), **members}
 
     def _complete_connection(self, env: str, record_id: str) -> None:
@@ -780,8 +759,7 @@ class Products:
         out: list[tuple[str, dict]] = []
 
         def add(method: str, code: str, message: str, **members) -> None:
-            out.append((method, self.callback(env, rec, method, code, message=message,
-                                              **members)))
+            out.append((method, self.callback(env, rec, method, code, message=message, **members)))
 
         if "auth" in products:
             add("AUTH", "AUTH_SUCCESS", "Authentication successful")
@@ -805,9 +783,7 @@ class Products:
 
     def daily(self, now: float) -> None:
         """What the calendar does: periodic products once a day, the 7-day verification window.
-
-        Called when the clock moves and now and then; each sandbox day is handled once.
-        """
+        Called when the clock moves and now and then; each sandbox day is handled once."""
         today = int(now // DAY)
         last = self.store.get_meta("periodic_day", today)
         for (env, _), rec in list(self.records.items()):

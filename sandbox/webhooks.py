@@ -95,13 +95,11 @@ class Deliveries(SqliteFile):
         with self._lock:
             return self._db.execute(
                 "insert into deliveries (env, record, method, event_key, code, url, target,"
-                " payload, raised_at, next_attempt, state, urls)"
-                " values (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " payload, raised_at, next_attempt, state, urls) values (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (env, record, method, _event_key(method, payload), code, url,
                  _target(url) if url else None, orjson.dumps(payload), now,
                  now if url else None, "pending" if url else "unsent",
-                 orjson.dumps(urls) if urls else None),
-            ).lastrowid
+                 orjson.dumps(urls) if urls else None)).lastrowid
 
     def due_targets(self, now: float) -> list[str]:
         return [r[0] for r in self._run("select distinct target from deliveries "
@@ -176,16 +174,14 @@ class Dispatcher:
         unsent, for GET /callback to show and callback/trigger to send."""
         conf = self.settings(env) or {}
         target, urls = url or conf.get("url"), None
-        if not url and conf.get("urls"):  # delivery i goes to URL i mod n
-            urls = conf["urls"]
+        if not url and (urls := conf.get("urls")):  # delivery i goes to URL i mod n
             turn = self._turn.get(env, 0)
             self._turn[env] = turn + 1
             target = urls[turn % len(urls)]
         payload = {k: v for k, v in payload.items() if k != "serverResponse"}
         if target and "callbackURL" in payload:
             payload["callbackURL"] = target
-        delivery_id = self.db.add(env, record, method, target, payload, self.clock.now(),
-                                  urls)
+        delivery_id = self.db.add(env, record, method, target, payload, self.clock.now(), urls)
         if not target:
             log.info("no webhook set for %s; %s of %s kept unsent", env, method, record)
         self.kick()
@@ -204,8 +200,7 @@ class Dispatcher:
         with self.db.transaction():  # a trigger of 100 records is one commit
             for record in dict.fromkeys(records):
                 for d in self.db.latest_per_event(env, record):
-                    self.enqueue(env, d["payload"], record=record, method=d["method"],
-                                 url=url)
+                    self.enqueue(env, d["payload"], record=record, method=d["method"], url=url)
 
     def callback_status(self, env: str, record: str, method: str) -> dict | None:
         """The latest event of `method`'s family (BALANCE covers PERIODIC_BALANCE...)."""
@@ -338,8 +333,7 @@ class Dispatcher:
     async def _post(self, url: str, content: bytes, headers: dict) -> tuple[bool, dict]:
         try:
             async with asyncio.timeout(self.timeout_s):
-                async with self._http.stream("POST", url, content=content,
-                                             headers=headers) as resp:
+                async with self._http.stream("POST", url, content=content, headers=headers) as resp:
                     ok = 200 <= resp.status_code < 300  # the body is ignored
                     return ok, {"status": resp.status_code, "message": resp.reason_phrase}
         except (TimeoutError, httpx.TimeoutException):
@@ -368,11 +362,9 @@ class Dispatcher:
         state = "acknowledged" if ok else "pending" if due <= first + WINDOW else "dropped"
         due = due if state == "pending" else None
         url = d["url"]
-        if state == "pending" and d["urls"]:  # the next attempt tries the next receiver
-            urls = d["urls"]
+        if state == "pending" and (urls := d["urls"]):  # the next attempt: the next receiver
             url = urls[(urls.index(url) + 1) % len(urls)] if url in urls else urls[0]
         self.db.finish(d["id"], first_attempt=first, last_attempt=now, attempts=attempts,
                        state=state, next_attempt=due, url=url)
         log.info("callback %s of %s, attempt %d to %s: %s -> %s", d["method"], d["record"],
-                 len(attempts) - 1, d["target"], result.get("status", result.get("error")),
-                 state)
+                 len(attempts) - 1, d["target"], result.get("status", result.get("error")), state)
