@@ -91,7 +91,9 @@ def test_records_scale_measures_every_figure(tmp_path):
             if isinstance(value, dict):
                 positive(value, f"{where}.{key}")
             elif key != "pulled_whole":  # a few records may all be pulled by window
-                assert isinstance(value, int | float) and value > 0, f"{where}.{key}: {value}"
+                # a time, in hundredths, may round to 0 at these sizes; its rate may not
+                low = 0 if key == "seconds" else 1e-12
+                assert isinstance(value, int | float) and value >= low, f"{where}.{key}: {value}"
 
     sizes = result["instances"]["sqlite"]
     assert list(sizes) == ["10", "30"]
