@@ -15,10 +15,8 @@ BASES = {SANDBOX: "/sandbox/v2/", PRODUCTION: "/v2/"}  # the longer prefix first
 
 class Keys:
     def __init__(self, production_key: str | None, sandbox_key: str | None) -> None:
-        self.by_env = {
-            PRODUCTION: production_key or "sk_live_" + secrets.token_hex(16),
-            SANDBOX: sandbox_key or "sk_test_" + secrets.token_hex(16),
-        }
+        self.by_env = {PRODUCTION: production_key or "sk_live_" + secrets.token_hex(16),
+                       SANDBOX: sandbox_key or "sk_test_" + secrets.token_hex(16)}
 
     def __repr__(self) -> str:  # keys never show up in a repr
         return "Keys(<redacted>)"

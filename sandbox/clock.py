@@ -19,10 +19,8 @@ class Clock:
         self._listeners: list[Callable[[float], None]] = []
 
     def on_advance(self, listener: Callable[[float], None]) -> None:
-        """Call `listener(now)` after every advance (webhook redelivery, periodic products).
-
-        Listeners run on the caller's thread and must be quick: schedule work, not do it.
-        """
+        """Call `listener(now)` after every advance (webhook redelivery, periodic products), on
+        the caller's thread: a listener must be quick, and schedule work rather than do it."""
         self._listeners.append(listener)
 
     def now(self) -> float:

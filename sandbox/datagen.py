@@ -30,10 +30,9 @@ from .clock import iso
 
 # names, places, employers, shops and banks: the vocabulary the data is drawn from
 WORDS = tomllib.loads(Path(__file__).with_name("vocabulary.toml").read_text())
-FIRST_NAMES, LAST_NAMES = WORDS["first_names"], WORDS["last_names"]
-EMPLOYERS, CLIENTS, PLACES, SHOPS = (WORDS[k] for k in ("employers", "clients", "places",
-                                                        "shops"))
-NETWORKS, STATES, LGAS, STREETS = (WORDS[k] for k in ("networks", "states", "lgas", "streets"))
+FIRST_NAMES, LAST_NAMES, EMPLOYERS, CLIENTS, PLACES, SHOPS, NETWORKS, STATES, LGAS, STREETS = (
+    WORDS[k] for k in ("first_names", "last_names", "employers", "clients", "places", "shops",
+                       "networks", "states", "lgas", "streets"))
 ACCOUNT_TYPES, BANKS = WORDS["account_types"], WORDS["banks"]
 LOGIN_TYPES = ["bank", "mobile", "bvn", "account_number"]
 PRODUCTS = ["auth", "identity", "accounts", "balance", "transactions", "income", "payment"]
@@ -89,8 +88,7 @@ def bank_objects(seed: int) -> list[dict]:
 def person(seed: int, customer_id: str) -> dict:
     rng = random.Random(object_id(seed, "person", customer_id))
     first, middle, last = rng.choice(FIRST_NAMES), rng.choice(FIRST_NAMES), rng.choice(LAST_NAMES)
-    return {"firstname": first, "middlename": middle, "lastname": last,
-            "name": f"{first} {last}"}
+    return {"firstname": first, "middlename": middle, "lastname": last, "name": f"{first} {last}"}
 
 
 def identity(seed: int, customer_id: str, name: str) -> dict:
@@ -103,21 +101,19 @@ def identity(seed: int, customer_id: str, name: str) -> dict:
     phone = "+234" + rng.choice(["803", "806", "813", "703", "802", "808", "905", "816"]) + \
         _digits(rng, 7)
     state_o, state_r = rng.choice(STATES), rng.choice(STATES)
-    return {
-        "bvn": "22" + _digits(rng, 9), "nin": _digits(rng, 11),
-        "firstname": first, "middlename": who["middlename"], "lastname": last,
-        "name": name, "fullname": f"{first} {who['middlename']} {last}",
-        "dob": birth.isoformat(), "gender": rng.choice(["Male", "Female"]),
-        "marital_status": rng.choice(["Single", "Married", "Married", "Divorced"]),
-        "phone": [phone],
-        "email": [f"{first}.{last}{rng.randint(1, 99)}@example.com".lower()],
-        "address": [f"{rng.randint(1, 120)} {rng.choice(STREETS)}, {rng.choice(LGAS)}, "
-                    f"{state_r}"],
-        "aliases": [f"{last} {first}".upper()], "photo_id": [],
-        "verification_country": "NG", "lga_of_origin": rng.choice(LGAS),
-        "lga_of_residence": rng.choice(LGAS), "nationality": "Nigerian",
-        "state_of_origin": state_o, "state_of_residence": state_r,
-    }
+    return {"bvn": "22" + _digits(rng, 9), "nin": _digits(rng, 11),
+            "firstname": first, "middlename": who["middlename"], "lastname": last,
+            "name": name, "fullname": f"{first} {who['middlename']} {last}",
+            "dob": birth.isoformat(), "gender": rng.choice(["Male", "Female"]),
+            "marital_status": rng.choice(["Single", "Married", "Married", "Divorced"]),
+            "phone": [phone],
+            "email": [f"{first}.{last}{rng.randint(1, 99)}@example.com".lower()],
+            "address": [f"{rng.randint(1, 120)} {rng.choice(STREETS)}, {rng.choice(LGAS)}, "
+                        f"{state_r}"],
+            "aliases": [f"{last} {first}".upper()], "photo_id": [],
+            "verification_country": "NG", "lga_of_origin": rng.choice(LGAS),
+            "lga_of_residence": rng.choice(LGAS), "nationality": "Nigerian",
+            "state_of_origin": state_o, "state_of_residence": state_r}
 
 
 def nuban(seed: int, account_id: str) -> str:
@@ -344,8 +340,7 @@ def _settle(spec: AccountSpec, m: int) -> dict:
     rng = np.random.default_rng([spec.seed & 0xFFFFFFFF, _int(spec.account_id) & 0xFFFFFFFF,
                                  m, 0x5E771E])
     k = int(rng.binomial(len(ts), REVERSED))
-    rts = np.sort(month_start(m) + rng.integers(0, month_days(m), k) * DAY
-                  + time_of_day(rng, k))
+    rts = np.sort(month_start(m) + rng.integers(0, month_days(m), k) * DAY + time_of_day(rng, k))
     cat = (BUSINESS if spec.business else PERSONAL)[_pos_category(spec)]
     amount = np.maximum(100, np.round(cat["median"] * np.exp(rng.standard_normal(k) * cat["sigma"])) * 100)
     return {"trans": trans, "pending": pending, "reversed_ts": rts,
@@ -380,9 +375,7 @@ def _pending(spec: AccountSpec, last_month: int, lead: bool) -> Pending:
     the next month's first lines, already pending in the last two days of this one."""
     pools = _profile(spec)["pools"]
     pos = _pos_category(spec)
-    chunks: list[dict] = []  # a month's precursors, then its reversals
-    ids: list[str] = []
-    descs: list[str] = []
+    chunks, ids, descs = [], [], []  # a month's precursors, then its reversals; ids, narrations
     for m in range(spec.first_month, last_month + 1 + lead):
         mo, st = _month(spec, m), _settle(spec, m)
         p = st["pending"]
@@ -397,8 +390,7 @@ def _pending(spec: AccountSpec, last_month: int, lead: bool) -> Pending:
                        "order": seq * 2 + 1,  # after the posted line of the same sequence
                        "ref": seq})
         ids.extend(object_id(spec.seed, "pending", spec.account_id, q) for q in seq.tolist())
-        descs.extend(pools[c][q] for c, q in zip(cat.tolist(), mo["pool"][p].tolist(),
-                                                   strict=True))
+        descs.extend(pools[c][q] for c, q in zip(cat.tolist(), mo["pool"][p].tolist(), strict=True))
         if m > last_month:
             continue
         rts = st["reversed_ts"]
@@ -406,8 +398,7 @@ def _pending(spec: AccountSpec, last_month: int, lead: bool) -> Pending:
         chunks.append({"start": rts, "until": rts + PENDING_S, "signed": st["reversed_signed"],
                        "cat": np.full(len(rts), pos, dtype=np.int64), "order": rseq * 2,
                        "ref": rseq})
-        ids.extend(object_id(spec.seed, "reversed", spec.account_id, m, j)
-                   for j in range(len(rts)))
+        ids.extend(object_id(spec.seed, "reversed", spec.account_id, m, j) for j in range(len(rts)))
         descs.extend(pools[pos][q] for q in st["reversed_pool"].tolist())
     arrays = {k: np.concatenate([c[k] for c in chunks]).astype(np.int64) if chunks
               else np.zeros(0, np.int64) for k in ("start", "until", "signed", "cat", "order",
@@ -623,18 +614,14 @@ def income(parts: list[tuple[str, History, int]], now: float) -> dict | None:
     past = {n: list(range(current - n, current)) for n in (3, 6, 12)}
     complete = list(range(first_month, current)) or [current]
     observed = sum(1 for m in complete if monthly.get(m))
-    return {
-        "confidence": round(min(99.0, 40.0 + 60.0 * observed / max(1, len(complete))), 1),
-        "number_of_transactions": sum(s["number_of_transactions"] for s in streams),
-        "summary": {
-            "average_monthly_income": round(sum(monthly.get(m, 0) for m in complete)
-                                            / len(complete) / 100, 2),
-            "last_year_income": sum(monthly.get(m, 0) for m in past[12]) / 100,
-            "account_age_months": current - first_month,
-            "number_of_streams": len(streams),
-            "past_three_months": _window(monthly, past[3], count),
-            "past_six_months": _window(monthly, past[6], count),
-            "past_twelve_months": _window(monthly, past[12], count),
-        },
-        "streams": streams,
-    }
+    return {"confidence": round(min(99.0, 40.0 + 60.0 * observed / max(1, len(complete))), 1),
+            "number_of_transactions": sum(s["number_of_transactions"] for s in streams),
+            "summary": {
+                "average_monthly_income": round(sum(monthly.get(m, 0) for m in complete)
+                                                / len(complete) / 100, 2),
+                "last_year_income": sum(monthly.get(m, 0) for m in past[12]) / 100,
+                "account_age_months": current - first_month, "number_of_streams": len(streams),
+                "past_three_months": _window(monthly, past[3], count),
+                "past_six_months": _window(monthly, past[6], count),
+                "past_twelve_months": _window(monthly, past[12], count)},
+            "streams": streams}

@@ -48,8 +48,7 @@ class View:
         order = np.lexsort((c["order"], c["rank"], c["tkey"]))
         offsets = np.cumsum([0] + [len(r) for _, _, r in parts]).tolist()
         # one part: its (shared) list as it is; several: one list, joined at C speed
-        rows = parts[0][2] if len(parts) == 1 else list(chain.from_iterable(
-            r for _, _, r in parts))
+        rows = parts[0][2] if len(parts) == 1 else list(chain.from_iterable(r for _, _, r in parts))
         return cls([h for _, h, _ in parts], rows, c["tkey"][order], c["start"][order],
                    c["until"][order], order, offsets)
 
@@ -78,18 +77,14 @@ def ledger(account_id: str, h: History, now: float) -> tuple[dict, list[str]]:
     mask = h.pending.visible(now)
     posted, pending = h.signed[:upto], h.pending.signed[mask]
     ids = h.ids(upto) + [i for i, v in zip(h.pending.ids, mask.tolist(), strict=True) if v]
-    return {
-        "account": account_id,
-        "lines": len(ids), "posted": upto, "pending": int(mask.sum()),
-        "credit_kobo": int(posted[posted > 0].sum() + pending[pending > 0].sum()),
-        "debit_kobo": int(-posted[posted < 0].sum() - pending[pending < 0].sum()),
-        "net_kobo": int(posted.sum() + pending.sum()),
-        "pending_credit_kobo": int(pending[pending > 0].sum()),
-        "pending_debit_kobo": int(-pending[pending < 0].sum()),
-        "opening_balance_kobo": int(h.opening),
-        "ledger_balance_kobo": h.closing(upto),
-        "ids_sha256": ids_sha256(ids),
-    }, ids
+    return {"account": account_id, "lines": len(ids), "posted": upto, "pending": int(mask.sum()),
+            "credit_kobo": int(posted[posted > 0].sum() + pending[pending > 0].sum()),
+            "debit_kobo": int(-posted[posted < 0].sum() - pending[pending < 0].sum()),
+            "net_kobo": int(posted.sum() + pending.sum()),
+            "pending_credit_kobo": int(pending[pending > 0].sum()),
+            "pending_debit_kobo": int(-pending[pending < 0].sum()),
+            "opening_balance_kobo": int(h.opening), "ledger_balance_kobo": h.closing(upto),
+            "ids_sha256": ids_sha256(ids)}, ids
 
 
 def ids_sha256(ids: list[str]) -> str:

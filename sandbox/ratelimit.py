@@ -11,15 +11,10 @@ import threading
 import time
 
 # endpoint -> the spec's code for too many calls to it; everything else is RATE_LIMIT
-CODES = {
-    "accounts/get": "ACCOUNTS_LIMIT",
-    "auth/get": "AUTH_LIMIT",
-    "auth/getByCustomer": "AUTH_LIMIT",
-    "identity/get": "IDENTITY_LIMIT",
-    "income/get": "INCOME_LIMIT",
-    "record/get": "RECORD_GET_LIMIT",
-    "transactions/get": "TRANSACTIONS_LIMIT",
-}
+CODES = {"accounts/get": "ACCOUNTS_LIMIT", "auth/get": "AUTH_LIMIT",
+         "auth/getByCustomer": "AUTH_LIMIT", "identity/get": "IDENTITY_LIMIT",
+         "income/get": "INCOME_LIMIT", "record/get": "RECORD_GET_LIMIT",
+         "transactions/get": "TRANSACTIONS_LIMIT"}
 
 
 class RateLimiter:
