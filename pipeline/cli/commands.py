@@ -265,6 +265,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_dev(args: argparse.Namespace) -> int:
     from .demo import run_dev
 
+    logging.getLogger().setLevel(logging.WARNING)  # the instance's migrations are not news
     return run_dev(port=args.port, customers=args.customers, sandbox_port=args.sandbox_port,
                    receiver_port=args.receiver_port)
 

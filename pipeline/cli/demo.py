@@ -211,7 +211,9 @@ def run_dev(port: int = 3000, customers: int = 3, sandbox_port: int = 0,
           f"  curl -s -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' "
           f"-d '{{\"customers\": [{{\"accounts\": 2}}]}}' "
           f"{sandbox.url}/sandbox/v2/sandbox/customers/create", flush=True)
-    child_env = {**os.environ, **env, "DAGSTER_HOME": str(dagster_home(home))}
+    child_env = {**os.environ, **env, "DAGSTER_HOME": str(dagster_home(home)),
+                 # `dagster dev` is what the README and workspace.yaml serve, not yet `dg dev`
+                 "PYTHONWARNINGS": "ignore:Function `dev_command` is superseded"}
     new_key(child_env, exist_ok=True)
     # its own process group: a signal to us reaches dagster dev (and the webserver, daemon and
     # code servers it starts) as a SIGINT, its own way to stop them all; a shell's background
