@@ -11,7 +11,7 @@ export UV_PROJECT_ENVIRONMENT := $(CURDIR)/$(VENV)
 # it every process (each server a test starts, each launched run) compiles Dagster anew
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: all setup chromium test test-all demo lint bench chaos dev mutation clean
+.PHONY: all setup chromium test test-all demo lint bench chaos dev mutation screenshots clean
 
 all: test
 
@@ -65,6 +65,10 @@ chaos: setup
 # each with its own tests (mutation/run.py); not part of `make test`. MODULES=... picks some.
 # Figures and how long it takes: docs/testing.md; the equivalent mutants it leaves out of
 # the score: mutation/equivalents.toml
+# the README's pictures of the Dagster UI, taken over `ledgerlake dev` by its browser test
+screenshots: setup chromium
+	LEDGERLAKE_SCREENSHOTS=docs $(VENV)/bin/pytest -p no:cacheprovider tests/e2e/test_dev_ui.py
+
 mutation: setup
 	$(VENV)/bin/python mutation/run.py $(MODULES)
 

@@ -100,9 +100,12 @@ def dev(tmp_path_factory):
     try:
         wait("the UI", lambda: httpx.get(f"{url}/server_info", timeout=5).is_success, log, proc)
         # the daemon's sensors: the records land, then the views are built over them
-        wait("the records and views", lambda: all(
-            n["assetMaterializations"] for k, n in nodes(url, ASSETS).items()
-            if k in ("transactions", "payments", "warehouse/daily_balances")), log, proc)
+        def landed() -> bool:
+            got = nodes(url, ASSETS)
+            return bool(got["payments"]["assetMaterializations"]) and "](data:image" in (
+                metadata(got["warehouse/daily_balances"]).get("summary") or "")
+
+        wait("the records and views", landed, log, proc)
         # the hourly freshness run, launched as the UI's "Materialize" does
         launched = ask(url, LAUNCH, job="freshness_job")["launchRun"]
         assert launched["__typename"] == "LaunchRunSuccess", launched
