@@ -147,8 +147,7 @@ class Service(Products, Bulk):
                  webhook_timeout_s: float = 10.0, rate_limit: float = 1000.0,
                  addition_limit: int = 100_000, freeze_clock: bool = False) -> None:
         self.store = Store(data_dir)
-        self.keys = keys
-        self.seed = seed
+        self.keys, self.seed = keys, seed
         self.clock = Clock(self.store.get_meta("clock_offset", 0.0), frozen=freeze_clock)
         self.faults = Faults()
         self.webhooks = Dispatcher(self.store, self.clock, timeout_s=webhook_timeout_s,
@@ -410,11 +409,9 @@ class Service(Products, Bulk):
         if wait := self.limiter.take(env, sub):
             raise ServiceError(self.limiter.code(sub), f"too many requests to {sub}; retry in "
                                f"{wait:.2f}s", headers={"Retry-After": self.limiter.retry_after(wait)})
-        body = (await json_body(request) if request.method == "POST"
-                else dict(request.query_params))
-        data = ep.handler(env, ep.validate(body))
+        body = await json_body(request) if request.method == "POST" else dict(request.query_params)
         key, text = ep.message
-        return 200, {"status": "success", key: text, "data": data}
+        return 200, {"status": "success", key: text, "data": ep.handler(env, ep.validate(body))}
 
 
 class _App(Starlette):

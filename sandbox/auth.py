@@ -29,7 +29,6 @@ class Keys:
         return prefix + mac.hexdigest()[:32]
 
     def env_of_public(self, key: str) -> str | None:
-        """The environment whose public key `key` is, or None."""
         return next((env for env in (PRODUCTION, SANDBOX)
                      if hmac.compare_digest(key.encode(), self.public(env).encode())), None)
 

@@ -193,8 +193,10 @@ class Connect:
         data = {"session": sid, "env": env, "products": products, "idle_timeout_s": IDLE_S,
                 "banks": [self._bank_view(b) for b in self.s.banks_of(env)],
                 "hint": HINT, "returning": None}
-        rec = returning and customer and self._latest_record(env, customer)
-        if rec:  # known: no bank choice, no login, the accounts the record already has
+        active = [r for r in self.s.store.find("records", env, "customer", customer)
+                  if r[INTERNAL]["state"] == "active"] if returning and customer else []
+        if active:  # known: no bank choice, no login, the accounts the record already has
+            rec = self.s._record(env, active[-1]["_id"])
             offers = [[a["name"], a["type"], a["nuban"]] for a in (
                 self.s.store.get("accounts", env, x) for x in rec[INTERNAL]["accounts"])]
             sess.update(step="accounts", record=rec["_id"], offers=offers)
@@ -376,11 +378,6 @@ class Connect:
         if password != GOOD_PASSWORD:
             raise WidgetError(1000)
         return user
-
-    def _latest_record(self, env: str, customer: str) -> dict | None:
-        recs = [r for r in self.s.store.find("records", env, "customer", customer)
-                if r[INTERNAL]["state"] == "active"]
-        return self.s._record(env, recs[-1]["_id"]) if recs else None
 
     def _same_login(self, env: str, sess: dict) -> dict | None:
         same = next((r for r in self.s.store.find("records", env, "customer", sess["known"])

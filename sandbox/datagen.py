@@ -74,8 +74,7 @@ def bank_objects(seed: int) -> list[dict]:
                        "button": b["primary"]},
             "logo": f"{assets}/logo.png", "icon": f"{assets}/icon.png",
             "v2_logo": f"{assets}/v2_logo.png", "v2_icon": f"{assets}/v2_icon.png",
-            "status": "healthy", "country": "NG", "type": "ind",
-            "products": PRODUCTS,
+            "status": "healthy", "country": "NG", "type": "ind", "products": PRODUCTS,
             # what the connect page offers at this bank (the API's customers/create control
             # ignores these, so tests can still make any record)
             "login_types": b.get("login_types", LOGIN_TYPES),
@@ -196,8 +195,6 @@ def _pools(seed: int, bank_short: str, business: bool) -> list[list[str]]:
 def _profile(spec: AccountSpec) -> dict:
     """Per-account constants: narration pools, income streams, spending level."""
     rng = random.Random(object_id(spec.seed, "profile", spec.account_id))
-    cats = BUSINESS if spec.business else PERSONAL
-    pools = _pools(spec.seed, spec.bank_short, spec.business)
     streams = []
     if spec.income and spec.primary:
         if spec.business:
@@ -217,8 +214,9 @@ def _profile(spec: AccountSpec) -> dict:
                             "source_type": "Individual", "day": rng.randint(1, 6),
                             "amount": rng.randint(2, 15) * 10_000 * 100,
                             "desc": "MONTHLY ALLOWANCE {mon} FRM {src}"})
-    inflow = sum(s["amount"] for s in streams) or rng.randint(10, 60) * 10_000 * 100
-    return {"cats": cats, "pools": pools, "streams": streams, "inflow": inflow,
+    return {"cats": BUSINESS if spec.business else PERSONAL, "streams": streams,
+            "pools": _pools(spec.seed, spec.bank_short, spec.business),
+            "inflow": sum(s["amount"] for s in streams) or rng.randint(10, 60) * 10_000 * 100,
             "opening_base": rng.randint(5, 200) * 1000 * 100,
             "spend_ratio": rng.uniform(0.82, 0.97)}
 
@@ -319,8 +317,7 @@ def _settle(spec: AccountSpec, m: int) -> dict:
     `trans`: each line's value date (its posting time, or 4 to 14 days before for a
     back-dated line); `pending`: indices of lines that were pending under another id for
     two days first; `reversed_*`: authorisations of the month that never post. Which lines
-    is a hash of (seed, account, sequence); income lines are never chosen.
-    """
+    is a hash of (seed, account, sequence); income lines are never chosen."""
     mo = _month(spec, m)
     ts = mo["ts"]
     none = np.zeros(0, np.int64)
@@ -498,8 +495,7 @@ def rows(h: History, ctx: dict) -> list[bytes]:
     the posted lines in posting order, then the pending ones (`h.pending`'s order).
 
     `ctx` holds the ids every line carries (account, record, customer, bank, env). Callers
-    must not change the list: records with the same spec share it.
-    """
+    must not change the list: records with the same spec share it."""
     if h._rows is not None:
         _SERVED.move_to_end(id(h), last=True)
         return h._rows
@@ -583,8 +579,7 @@ def income(parts: list[tuple[str, History, int]], now: float) -> dict | None:
 
     `parts` holds (account id, history, visible lines) per account. None when no stream has
     a credit yet (the INCOME product then fails). Every figure is a sum or count over lines
-    whose notes.topics hold "income", so it agrees with /transactions/get.
-    """
+    whose notes.topics hold "income", so it agrees with /transactions/get."""
     streams, monthly, count = [], {}, {}
     first_month = min((h.spec.first_month for _, h, _ in parts), default=None)
     for account_id, h, upto in parts:

@@ -127,8 +127,7 @@ class Faults:
         self.injected: Counter = Counter()  # since the sandbox started: never reset
         self.seen = Counter()  # requests and deliveries looked at while rules were set
         self.deliveries: deque = deque(maxlen=KEPT)
-        self._requests = random.Random()
-        self._hooks = random.Random()
+        self._requests, self._hooks = random.Random(), random.Random()  # reseeded by set()
 
     # -- the control -------------------------------------------------------------------------
     def set(self, rules: list, seed) -> dict:

@@ -63,8 +63,7 @@ class View:
     def serve(self, positions: np.ndarray, patches: tuple = ()) -> list[bytes]:
         """The rows at `positions`; `patches` holds (part, posted index, kobo) to add to the
         running balance served for that line."""
-        rows = self.rows
-        patched = {}
+        rows, patched = self.rows, {}
         for k, i, delta in patches:  # a handful at most: cheaper to redo than to keep
             at = self.offsets[k] + i
             patched[at] = balance_patch(rows[at], int(self.histories[k].balance[i]), delta)

@@ -119,8 +119,7 @@ def record_doc(env: str, record_id: str, customer_id: str, bank: dict, spec: dic
 
 class Products:
     def _init_products(self, rate_limit: float, addition_limit: int) -> None:
-        self.limiter = RateLimiter(rate_limit)
-        self.addition_limit = addition_limit
+        self.limiter, self.addition_limit = RateLimiter(rate_limit), addition_limit
         self.bank_by_id = {b["_id"]: b for b in self.banks}
         self.records = {(r["env"], r["_id"]): r for r in self.store.all("records")}
         self.tokens = {t["_id"]: t for t in self.store.all("tokens")}
@@ -163,19 +162,17 @@ class Products:
         self.store.put("records", rec, customer=rec["customer"])
         self.records[(rec["env"], rec["_id"])] = rec
 
-    def _by_token(self, env: str, token: str) -> dict:
-        doc = self.tokens.get(token)
+    def _target(self, env: str, body: dict) -> dict:
+        """The record a data call names, by `record` or `access_token`."""
+        if "access_token" not in body:
+            return self._record(env, body["record"])
+        doc = self.tokens.get(token := body["access_token"])
         if doc is None and (rec := self._bulk_token(env, token)) is not None:
             return rec
         if doc is None or doc["kind"] != "access" or doc["env"] != env or doc.get("dead"):
             raise ServiceError("INVALID_TOKEN",
                                "access_token is invalid, of another environment or removed")
         return self.records[(env, doc["record"])]
-
-    def _target(self, env: str, body: dict) -> dict:
-        """The record a data call names, by `record` or `access_token`."""
-        return (self._by_token(env, body["access_token"]) if "access_token" in body
-                else self._record(env, body["record"]))
 
     def _named(self, env: str, body: dict, product: str) -> tuple[dict, int | None]:
         """The record a data call names, and the index of the `account` it names, if any;
@@ -192,7 +189,6 @@ class Products:
                 else self._customer_records(env, body["customer"]))
 
     def _token(self, env: str, kind: str, record_id: str) -> str:
-        """A new public or access token of the record."""
         token = f"{kind}-{SHORT[env]}-{secrets.token_hex(12)}"
         doc = {"_id": token, "env": env, "kind": kind, "record": record_id}
         self.store.put("tokens", doc, record=record_id)
@@ -302,7 +298,6 @@ class Products:
                 "created_at": rec["created_at"], "last_updated": stamp}
 
     def _balance_members(self, rec: dict, account: dict, h: datagen.History, upto: int) -> dict:
-        """A balance callback's own members."""
         return {"accountId": account["_id"], "nuban": account["nuban"],
                 "balance": callbacks.balance_member(self._balance_doc(rec, account, h, upto))}
 
@@ -674,8 +669,7 @@ class Products:
             first = self.store.get("payments", env, schedule["paymentId"])
             first["schedule"] = schedule
             self.store.put("payments", first, record=rec["_id"])
-        code = "PAYMENT_SUCCESS" if ok else "PAYMENT_FAILED"
-        status = "is_success" if ok else "is_failed"
+        code, status = ("PAYMENT_SUCCESS", "is_success") if ok else ("PAYMENT_FAILED", "is_failed")
         self._send(env, rec, "PAYMENT", code, status=status, message="Payment processed",
                    paymentId=pid, link=None, garnishment={"amount_collected": amount if ok else 0},
                    schedule={"current_amount": amount,
@@ -715,7 +709,6 @@ class Products:
                 f"?record={rec['_id']}&method={method}")
 
     def _send(self, env: str, rec: dict, method: str, code: str, **kw) -> None:
-        """Queue a product callback (see `callback`)."""
         self.webhooks.enqueue(env, self.callback(env, rec, method, code, **kw),
                               record=rec["_id"], method=method)
 

@@ -28,7 +28,6 @@ class SqliteFile:
         self._db.executescript(schema.read_text())
 
     def _run(self, sql: str, args: Iterable = ()) -> list[tuple]:
-        """Run `sql` under the lock; the rows it answers (none for a write)."""
         with self._lock:
             return self._db.execute(sql, tuple(args)).fetchall()
 

@@ -144,9 +144,7 @@ class Deliveries(SqliteFile):
 
 class Dispatcher:
     def __init__(self, store: Store, clock: Clock, timeout_s: float, faults: Faults) -> None:
-        self.store = store
-        self.clock = clock
-        self.timeout_s = timeout_s
+        self.store, self.clock, self.timeout_s, self.faults = store, clock, timeout_s, faults
         self.db = Deliveries(Path(store.path).parent / "webhooks.sqlite3")
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -155,7 +153,6 @@ class Dispatcher:
         self._tasks: set[asyncio.Task] = set()
         self._runner: asyncio.Task | None = None
         self._http: httpx.AsyncClient | None = None
-        self.faults = faults
         self._turn: dict[str, int] = {}  # env -> first deliveries sent round its URLs
         self._batch: list[dict] = []  # attempts held by a shuffle fault
         self._batch_timer: asyncio.Task | None = None
@@ -189,8 +186,7 @@ class Dispatcher:
 
     def kick(self) -> None:
         """Look for due deliveries now (after the clock moved, or something was queued)."""
-        loop = self._loop
-        if loop is not None and not loop.is_closed():  # from its thread or another
+        if (loop := self._loop) is not None and not loop.is_closed():  # from its thread or another
             loop.call_soon_threadsafe(self._wake.set)
 
     def trigger(self, env: str, records: Iterable[str], url: str | None = None) -> None:
@@ -256,8 +252,7 @@ class Dispatcher:
                 continue
             for d in self.db.due(target, now, free, self._inflight):
                 self._inflight[d["id"]] = target
-                fault = self.faults.for_delivery(d)
-                if fault is not None and fault.kind == "late":
+                if (fault := self.faults.for_delivery(d)) is not None and fault.kind == "late":
                     self._spawn(self._late(d, fault.seconds))
                 elif fault is not None and fault.kind == "shuffle":
                     self._hold(d, fault.batch, fault.seconds)
@@ -360,11 +355,10 @@ class Dispatcher:
         attempts = [*d["attempts"], {"attempt": len(d["attempts"]), "at": iso(now), **result}]
         due = first + HOUR * len(attempts)  # the next try, unless acknowledged or past the window
         state = "acknowledged" if ok else "pending" if due <= first + WINDOW else "dropped"
-        due = due if state == "pending" else None
         url = d["url"]
         if state == "pending" and (urls := d["urls"]):  # the next attempt: the next receiver
             url = urls[(urls.index(url) + 1) % len(urls)] if url in urls else urls[0]
         self.db.finish(d["id"], first_attempt=first, last_attempt=now, attempts=attempts,
-                       state=state, next_attempt=due, url=url)
+                       state=state, next_attempt=due if state == "pending" else None, url=url)
         log.info("callback %s of %s, attempt %d to %s: %s -> %s", d["method"], d["record"],
                  len(attempts) - 1, d["target"], result.get("status", result.get("error")), state)
