@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -229,15 +230,21 @@ SUMMARIES = {
 }
 
 
-def summary_chart(context, warehouse: Path, view: str) -> dict:
+def summary_chart(context, warehouse: Path, view: str, budget_s: float = 5.0) -> dict:
     """For the materialization of a view in SUMMARIES, its chart over all records (`summary`):
     the daily sum of balances over the last 92 days, or the monthly cash flow in naira. One
-    that fails is said there and logged, never the build's failure."""
+    that fails, or whose query takes more than `budget_s` (a lake of millions of records: it
+    reads every row), is said there and logged, never the build's failure."""
     if view not in SUMMARIES:
         return {}
     try:
         with duckdb.connect(str(warehouse), read_only=True) as con:
-            rows = con.execute(SUMMARIES[view]).fetchall()
+            timer = threading.Timer(budget_s, con.interrupt)
+            timer.start()
+            try:
+                rows = con.execute(SUMMARIES[view]).fetchall()
+            finally:
+                timer.cancel()
         if not rows:
             return {"summary": MetadataValue.md("No rows yet: nothing to draw.")}
         if view == "daily_balances":
@@ -247,6 +254,8 @@ def summary_chart(context, warehouse: Path, view: str) -> dict:
             png = draw_cashflow(*map(list, zip(*rows, strict=True)), fmt="png")
     except Exception as exc:  # a chart of the view, not part of building it
         context.log.warning("no summary chart of %s: %s: %s", view, type(exc).__name__, exc)
-        return {"summary": MetadataValue.md(f"No chart this build: {type(exc).__name__}.")}
+        why = f"its query took more than {budget_s:g} s" if isinstance(
+            exc, duckdb.InterruptException) else type(exc).__name__
+        return {"summary": MetadataValue.md(f"No chart this build: {why}.")}
     return {"summary": MetadataValue.md(
         f"![{view} of every record](data:image/png;base64,{base64.b64encode(png).decode()})")}

@@ -98,3 +98,18 @@ def test_a_bad_chart_limit_is_refused(monkeypatch, value):
         charts._chart_records()
     monkeypatch.setenv("LEDGERLAKE_CHART_RECORDS", "0")
     assert charts._chart_records() == 0
+
+
+def test_a_summary_chart_over_its_budget_is_said_not_waited_for(lake, tmp_path, monkeypatch):
+    """The views' summary charts read every row: over a lake too big for the budget, the
+    build says so instead of spending minutes on a picture."""
+    target = tmp_path / "w.duckdb"
+    build(lake.root, target)
+    drawn = charts.summary_chart(Context(), target, "monthly_cashflow")["summary"].value
+    assert drawn.startswith("![monthly_cashflow of every record](data:image/png;base64,")
+    monkeypatch.setitem(charts.SUMMARIES, "monthly_cashflow",
+                        "select count(*) from range(100000000000)")  # minutes of work
+    ctx = Context()
+    told = charts.summary_chart(ctx, target, "monthly_cashflow", budget_s=0.5)
+    assert told["summary"].value == "No chart this build: its query took more than 0.5 s."
+    assert ctx.log.warnings and charts.summary_chart(ctx, target, "payments") == {}
