@@ -84,7 +84,6 @@ def percentile(values: Iterable[float], q: float) -> float:
 
 
 def spread(values: Sequence[float], digits: int = 4) -> dict:
-    """Median, p90 and range of some measurements."""
     return {"n": len(values), "median": round(statistics.median(values), digits),
             "p90": round(percentile(values, 0.9), digits),
             "min": round(min(values), digits), "max": round(max(values), digits)}
@@ -134,10 +133,9 @@ def machine() -> dict:
                 Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), None)  # Linux, as family() and the rest
     installed = {d.metadata["Name"].lower(): d.version for d in md.distributions()}
-    versions = {dist: installed.get(dist) for dist in STACK}
     return {"cpu": cpu, "cpus": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "load_avg_1m": round(os.getloadavg()[0], 2),
-            "versions": versions}
+            "versions": {dist: installed.get(dist) for dist in STACK}}
 
 
 def commit() -> str | None:
@@ -155,7 +153,6 @@ def commit() -> str | None:
 # -- results -----------------------------------------------------------------------------------
 
 def arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    """--out, --readme and --no-readme, as every bench takes them."""
     parser.add_argument("--out", type=Path,
                         help=f"the result's JSON (default bench/results/{name}.json, whose "
                              "table goes to bench/README.md)")
@@ -174,25 +171,19 @@ def publish(result: dict, args: argparse.Namespace, name: str, table: str) -> di
     out = args.out or RESULTS / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    readme = args.readme or (None if args.out else README)
-    if readme and not args.no_readme:
-        write_marked(readme, name, measured(result) + "\n\n" + table)
+    if (readme := args.readme or (None if args.out else README)) and not args.no_readme:
+        m = result["machine"]
+        stamp = (f"Measured {result['measured_at']} at {result['commit'] or 'an unknown commit'}"
+                 f" on {m['cpus']} cores ({m['cpu'] or 'cpu unknown'}), load "
+                 f"{m['load_avg_1m']}: `{result['command']}`.")
+        write_marked(readme, name, stamp + "\n\n" + table)
     print(table, flush=True)
     return result
 
 
-def measured(result: dict) -> str:
-    """The line that says when and where a result was measured."""
-    m = result["machine"]
-    return (f"Measured {result['measured_at']} at {result.get('commit') or 'an unknown commit'}"
-            f" on {m['cpus']} cores ({m.get('cpu') or 'cpu unknown'}), load "
-            f"{m.get('load_avg_1m', '?')}: `{result['command']}`.")
-
-
 def table(head: Sequence[str], rows: Iterable[Sequence[object]], left: int = 1) -> str:
     """A Markdown table, its first `left` columns aligned left and the rest right."""
-    lines = ["| " + " | ".join(head) + " |",
-             "|" + "---|" * left + "---:|" * (len(head) - left)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * left + "---:|" * (len(head) - left)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 

@@ -65,15 +65,13 @@ def launched(box: harness.Sandbox, records: list[str], work: Path, timeout_s: fl
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "LEDGERLAKE_HOME": str(home),
            "LEDGERLAKE_INBOX": str(inbox_path), "LEDGERLAKE_API_URL": box.url,
            "LEDGERLAKE_ENVIRONMENT": "sandbox", "LEDGERLAKE_SECRET_KEY": box.key}
-    dagster = Path(sys.executable).with_name("dagster")
+    dagster, workspace = Path(sys.executable).with_name("dagster"), str(ROOT / "workspace.yaml")
     # the warehouse would follow the lake as it lands: real work, but not the peer's work
-    subprocess.run([str(dagster), "sensor", "stop", "warehouse_follows_lake", "-w",
-                    str(ROOT / "workspace.yaml")], cwd=home, env=env, check=True,
-                   capture_output=True)
+    subprocess.run([str(dagster), "sensor", "stop", "warehouse_follows_lake", "-w", workspace],
+                   cwd=home, env=env, check=True, capture_output=True)
     log = open(home / "daemon.log", "wb")  # noqa: SIM115
-    daemon = subprocess.Popen([str(Path(sys.executable).with_name("dagster-daemon")), "run",
-                               "-w", str(ROOT / "workspace.yaml")], cwd=home, env=env,
-                              stdout=log, stderr=log)
+    daemon = subprocess.Popen([str(dagster.with_name("dagster-daemon")), "run", "-w", workspace],
+                              cwd=home, env=env, stdout=log, stderr=log)
     lake = Lake(root=str(home / "lake"))
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     try:
@@ -134,8 +132,7 @@ def start_cost(times: int = 5) -> dict:
     for stage, code in STAGES.items():
         cpu, wall = [], []
         for _ in range(times):
-            started = time.perf_counter()
-            before = os.times()
+            started, before = time.perf_counter(), os.times()
             subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True,
                            env={**os.environ, "LEDGERLAKE_HOME": tempfile.gettempdir()})
             after = os.times()
@@ -167,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=20261123)
     ap.add_argument("--dlt", action="store_true", help="dlt too (installed with uv)")
     ap.add_argument("--concurrent-runs", type=int, default=2,
-                    help="the launched runs' max_concurrent_runs (default: this machine's 2 "
-                         "cores)")
+                    help="the launched runs' max_concurrent_runs (default: this machine's 2 cores)")
     harness.arguments(ap, "launched_runs")
     args = ap.parse_args(argv)
 
@@ -180,8 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                                      ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         with harness.sandbox(work, args.seed, *harness.STILL) as box:
-            records, total = run.make_records(box, args.records, args.rows_per_record,
-                                              args.seed)
+            records, total = run.make_records(box, args.records, args.rows_per_record, args.seed)
             result["rows"] = total
             print(f"[launched] {len(records)} records, {total:,} transactions", flush=True)
             job = {"url": box.url, "key": box.key, "records": records}

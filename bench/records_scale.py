@@ -124,10 +124,9 @@ def storage(env: dict) -> dict:
             and path.name != "index.db" else path.name
         wal = path.with_name(path.name + "-wal")
         size[part] += path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
-        con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
-        for (table,) in con.execute("select name from sqlite_master where type = 'table'"):
-            rows[table] += con.execute(f'select count(*) from "{table}"').fetchone()[0]
-        con.close()
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as con:
+            for (table,) in con.execute("select name from sqlite_master where type = 'table'"):
+                rows[table] += con.execute(f'select count(*) from "{table}"').fetchone()[0]
     size["compute logs (files)"] = folder_bytes(home / "storage")
     return {"rows": rows, "bytes": size}
 
@@ -180,8 +179,7 @@ def sensor_tick(defs, instance, inbox: str, records: list[str], k: int, repeats:
     sensor = defs.resolve_sensor_def("inbox_sensor")
 
     def evaluate():
-        with dg.build_sensor_context(instance=instance, cursor=str(min(ids) - 1),
-                                     definitions=defs,
+        with dg.build_sensor_context(instance=instance, cursor=str(min(ids) - 1), definitions=defs,
                                      resources={"inbox": defs.resources["inbox"]}) as ctx:
             return sensor(ctx)
 
@@ -270,8 +268,7 @@ def refresh_day(defs, stand_ins, instance, env, box, requests, when, real_runs) 
         done = [execute(run, instance, rr) for rr in todo]
         out[part] = summed(done)
         if part == "real":
-            out[part].update({k: sum(r[k] for r in done) for k in ("fetched_rows",
-                                                                    "pulled_whole")})
+            out[part].update({k: sum(r[k] for r in done) for k in ("fetched_rows", "pulled_whole")})
             out[part]["lake_bytes"] = folder_bytes(lake) - base[0]
             out[part]["sandbox_cpu_s"] = round(
                 harness.cpu_seconds(harness.family(box.pid)) - base[1], 2)
@@ -489,8 +486,7 @@ def extrapolate(sizes: dict, start: dict, records: int = 1_000_000) -> dict:
                      "inbox_gb": round(top["inbox_bytes"] / top["records"] * records / 1e9, 1)},
            "orchestrator_share": {"time": round(orchestrator_s / (work_s + orchestrator_s), 3),
                                   "storage": round(dagster_b / (dagster_b + lake_b), 4)},
-           "lake_bytes_per_record_day": round(lake_b),
-           "dagster_bytes_per_record_day": dagster_b}
+           "lake_bytes_per_record_day": round(lake_b), "dagster_bytes_per_record_day": dagster_b}
     if "postgres_cpu_s" in r:  # the cluster's CPU for a day, at half its cores
         pg = r["postgres_cpu_s"] / r["records"] * records + s["postgres_cpu_s"] / s["runs"] * runs
         out["fleet"]["postgres_cpu_hours"] = round(pg / 3600, 2)
@@ -530,15 +526,14 @@ def table_md(result: dict) -> str:
     rows = []
     for kind, sizes in result["instances"].items():
         for n, s in sizes.items():
-            day = s["refresh"].get("real") or s["refresh"]["stand_in"]
+            day = (s["refresh"].get("real") or s["refresh"]["stand_in"])["storage"]
             q, sc = s.get("pages", {}).get("queries", {}).values(), s["schedule"]
             rows.append((kind, f"{int(n):,}", f"{s['sensor_tick']['seconds']['median']:.3f} · "
                          f"{s['sensor_tick']['per_request_ms']:.1f}",
                          f"{sc['seconds']['median']:.2f} · {sc['requests']} · "
                          f"{sc['per_request_ms']:.1f} · {sc['serialized_bytes'] / 1e6:.1f}",
                          f"{1000 * s['run_launch']['seconds_per_run']['median']:.0f}",
-                         f"{day['storage']['bytes_per_record_day']:.0f} · "
-                         f"{day['storage']['rows_per_record_day']:.3f}",
+                         f"{day['bytes_per_record_day']:.0f} · {day['rows_per_record_day']:.3f}",
                          f"{max(x['warm_max_request_s'] for x in q):.2f} · "
                          f"{max(x['max_request_bytes'] for x in q) / 1e3:.0f} · "
                          f"{max(x['requests'] for x in q)}" if q else "",
@@ -584,13 +579,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a smoke: 10 and 30 records, to /tmp")
     harness.arguments(ap, "records_scale")
     args = ap.parse_args(argv)
-    quick = args.quick
-    if quick and not args.out:
+    if args.quick and not args.out:
         args.out = Path(tempfile.gettempdir()) / "records_scale_quick.json"
     for name, full, smoke in (("sizes", [1000, 10_000, 100_000, 1_000_000], [10, 30]),
                               ("refresh_sizes", [10_000, 100_000], [30]), ("volume", 30, 2),
                               ("repeats", 5, 2), ("launch_runs", 10, 2), ("warm", 5, 1)):
-        setattr(args, name, getattr(args, name) or (smoke if quick else full))
+        setattr(args, name, getattr(args, name) or (smoke if args.quick else full))
     result: dict = {"what": __doc__.splitlines()[0], "sizes": args.sizes,
                     "refresh_sizes": args.refresh_sizes, "real_runs_at_most": args.real_runs,
                     "records_per_run": RECORDS_PER_RUN, "tick_callbacks": TICK_CALLBACKS,
@@ -608,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
                                                         json=body).raise_for_status(), 1)
             result["sandbox"] = {**body, "accounts": 2, "days": 31, "seconds": round(took[0], 3)}
             os.environ.update({"LEDGERLAKE_API_URL": box.url, "LEDGERLAKE_SECRET_KEY": box.key})
-            result["start_cost"] = start_cost(1 if quick else 3)
+            result["start_cost"] = start_cost(1 if args.quick else 3)
             for kind in args.instances.split(","):
                 sizes = one_instance(kind, args, work, box, resp.json()["data"]["first"])
                 result["instances"][kind] = sizes

@@ -40,17 +40,11 @@ DAYS_PER_MONTH = 30.44
 
 # -- children: one contender each, JSON on the last stdout line ----------------------------------
 
-def peak_rss_mb() -> float:
-    """This process's peak resident set (VmHWM), in MiB (Linux: the bench reads /proc)."""
-    return int(re.search(r"^VmHWM:\s+(\d+)", Path("/proc/self/status").read_text(), re.M)[1]) / 1024
-
-
 def child_floor(job: dict) -> dict:
     import httpx
     import orjson
 
-    rows = pages = 0
-    t0 = time.perf_counter()
+    rows, pages, t0 = 0, 0, time.perf_counter()
     with httpx.Client(base_url=job["url"] + "/sandbox/v2/", timeout=60,
                       limits=httpx.Limits(max_keepalive_connections=1),
                       headers={"Authorization": f"Bearer {job['key']}",
@@ -89,11 +83,9 @@ def child_ledgerlake(job: dict) -> dict:
         numbered = db.numbers(records)  # what runs name records by
     numbers = [numbered[r] for r in records]
     defs = dg.Definitions(
-        assets=[transactions],
+        assets=[transactions], jobs=[dg.define_asset_job("bench", selection=["transactions"])],
         resources={"client": ConnectionClient(base_url=job["url"], secret_key=job["key"]),
-                   "lake": lake, "inbox": InboxResource(path=str(inbox)),
-                   "batch": Batch()},
-        jobs=[dg.define_asset_job("bench", selection=["transactions"])])
+                   "lake": lake, "inbox": InboxResource(path=str(inbox)), "batch": Batch()})
     ingest = defs.resolve_job_def("bench")
 
     @dg.asset
@@ -166,7 +158,8 @@ CHILDREN = {"floor": child_floor, "ledgerlake": child_ledgerlake, "dlt": child_d
 
 def child_main(name: str, job_path: str) -> None:
     result = CHILDREN[name](json.loads(Path(job_path).read_text()))
-    result["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    peak = re.search(r"^VmHWM:\s+(\d+)", Path("/proc/self/status").read_text(), re.M)[1]
+    result["peak_rss_mb"] = round(int(peak) / 1024, 1)  # the process's peak resident set
     print(json.dumps(result), flush=True)
 
 
@@ -174,10 +167,9 @@ def child_main(name: str, job_path: str) -> None:
 
 @contextmanager
 def tree_memory(pid: int, every_s: float = 0.25) -> Iterator[list[int]]:
-    """The peak of a process tree's memory, sampled into the list yielded (KiB): the sum of PSS
-    (shared pages split between the processes sharing them) over a process and all its
-    descendants, every `every_s`: a contender's own VmHWM would leave out any process it
-    starts (dlt's, uv's)."""
+    """The peak memory of a process and all its descendants, sampled every `every_s` into the
+    list yielded (KiB): their summed PSS (shared pages split between the processes sharing
+    them), as a contender's own VmHWM would leave out any process it starts (dlt's, uv's)."""
     peak, stop = [0], threading.Event()
 
     def sample() -> None:
@@ -257,9 +249,8 @@ def make_records(box: harness.Sandbox, count: int, rows_per_record: int,
     records, total = [], 0
     with box.api() as api:
         for start in range(0, count, 100):
-            specs = [{"accounts": 1, "months": months, "volume": volume,
-                      "seed": seed + start + i, "income": True}
-                     for i in range(min(100, count - start))]
+            specs = [{"accounts": 1, "months": months, "volume": volume, "seed": seed + start + i,
+                      "income": True} for i in range(min(100, count - start))]
             made = api.post("sandbox/customers/create", json={"customers": specs})
             records += [c["record"] for c in made.raise_for_status().json()["data"]["customers"]]
         deadline = time.monotonic() + 120
@@ -320,7 +311,6 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
     from pipeline.local import QUIET, Server, tick
 
     home = work / "latency"
-    shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
     token = secrets.token_hex(16)
     os.environ.update({"LEDGERLAKE_HOME": str(home), "LEDGERLAKE_INBOX":
@@ -348,9 +338,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
                        "warehouse_db": Warehouse(path=str(home / "warehouse.duckdb"))})
         api.post("settings/webhook", json={"url": receiver.url + "/callbacks/",
                                            "token": token}).raise_for_status()
-        sent: dict[str, float] = {}
-        landed: dict[str, float] = {}
-        done = threading.Event()
+        sent, landed, done = {}, {}, threading.Event()  # record -> when sent, when landed
 
         def create() -> None:  # one customer every interval/4: a few per tick
             for i in range(samples):
@@ -367,8 +355,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
                     landed.update((r, time.time()) for r in waiting if r in there)
                 time.sleep(0.05)
 
-        maker = threading.Thread(target=create, daemon=True)
-        watcher = threading.Thread(target=watch, daemon=True)
+        maker, watcher = (threading.Thread(target=f, daemon=True) for f in (create, watch))
         maker.start()
         watcher.start()
         deadline = time.monotonic() + samples * interval_s + 120
@@ -396,8 +383,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
 def table_md(result: dict) -> str:
     rows = [(label, name, f"{size['rows']:,}", f"{c['rows_per_s']:,}", c["seconds"],
              c["peak_tree_mb"], c["peak_rss_mb"], c["runs"])
-            for label, size in result["sizes"].items()
-            for name, c in size["contenders"].items()]
+            for label, size in result["sizes"].items() for name, c in size["contenders"].items()]
     text = harness.table(["size", "contender", "rows", "rows/s", "median s",
                           "peak MiB, all its processes (PSS)", "peak RSS MiB, main process",
                           "runs"], rows, left=2)
@@ -440,18 +426,14 @@ def main(argv: list[str] | None = None) -> int:
         child_main(*args.child)
         return 0
 
-    contenders = ["floor", "ledgerlake"]
-    if not args.skip_dlt:
-        if dlt_available():
-            contenders.append("dlt")
-        else:
-            print("[bench] dlt could not be installed with uv; skipping it", flush=True)
+    dlt = not args.skip_dlt and dlt_available()
+    if not args.skip_dlt and not dlt:
+        print("[bench] dlt could not be installed with uv; skipping it", flush=True)
+    contenders = ["floor", "ledgerlake"] + ["dlt"] * dlt
     started = time.perf_counter()
     result: dict = {"what": __doc__.splitlines()[0], "seed": args.seed, "runs": args.runs,
-                    "dlt_runs": {"many_records": args.dlt_runs,
-                                 "one_record": min(args.runs, 3)}
-                    if "dlt" in contenders else None,
-                    "dlt_version": DLT_VERSION if "dlt" in contenders else None,
+                    "dlt_runs": {"many_records": args.dlt_runs, "one_record": min(args.runs, 3)}
+                    if dlt else None, "dlt_version": DLT_VERSION if dlt else None,
                     "page_size": PAGE, "sizes": {}}
     sizes = [(f"{args.records} records", args.records, args.rows_per_record)] * bool(args.records)
     sizes += [("1 record", 1, args.big)] * bool(args.big)
@@ -467,8 +449,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["sizes"][label] = bench_size(label, box, records, total, contenders,
                                                     args.runs, work, dlt_runs)
         if args.latency_samples:
-            result["latency"] = latency(args.latency_samples, args.sensor_interval, work,
-                                        args.seed)
+            result["latency"] = latency(args.latency_samples, args.sensor_interval, work, args.seed)
     result["targets"] = {
         "ledgerlake_over_dlt_at_least": 4, "ledgerlake_over_floor_at_least": 0.8,
         "one_record_peak_mb_below": 1024}  # all its processes, PSS
