@@ -241,11 +241,10 @@ class Connect:
                 datagen.person(self.s.seed, datagen.object_id("login", env, who))["name"])
         ids = [datagen.object_id("offer", env, login_type, who, bank["_id"], k)
                for k in range(OFFERED)]  # each offer's number is the account's, masked
-        offers = [(*datagen.account_name_type(self.s.seed, i, name, account_type),
-                   datagen.nuban(self.s.seed, i)) for i in ids]
+        offers = [[*datagen.account_name_type(self.s.seed, i, name, account_type),
+                   datagen.nuban(self.s.seed, i)] for i in ids]
         sess.update(bank=bank["_id"], login_type=login_type, account_type=account_type,
-                    login=f"{login_type}:{who.lower()}", known=known, name=name,
-                    offers=[list(o) for o in offers])
+                    login=f"{login_type}:{who.lower()}", known=known, name=name, offers=offers)
         if not bank["mfa"]:
             return self._to_accounts(sess)
         sess["step"] = "mfa"
@@ -308,9 +307,8 @@ class Connect:
             raise WidgetError(1005, f"This connection costs {price} kobo, the wallet holds "
                                     f"{conf['wallet']}")
         spec = self.s._customer_spec(env, 0, {
-            "bank": sess["bank"], "login_type": sess["login_type"],
-            "account_type": sess["account_type"], "accounts": len(chosen),
-            "products": sess["products"], "name": sess["name"]})
+            **{k: sess[k] for k in ("bank", "login_type", "account_type", "products", "name")},
+            "accounts": len(chosen)})
         spec.update(customer=sess["known"], offers=[sess["offers"][i] for i in chosen])
         with self.s.store.transaction():
             made = self.s._create_customer(env, spec)

@@ -341,8 +341,7 @@ def _settle(spec: AccountSpec, m: int) -> dict:
     cat = (BUSINESS if spec.business else PERSONAL)[_pos_category(spec)]
     amount = np.maximum(100, np.round(cat["median"] * np.exp(rng.standard_normal(k) * cat["sigma"])) * 100)
     return {"trans": trans, "pending": pending, "reversed_ts": rts,
-            "reversed_signed": -amount.astype(np.int64),
-            "reversed_pool": rng.integers(0, POOL, k)}
+            "reversed_signed": -amount.astype(np.int64), "reversed_pool": rng.integers(0, POOL, k)}
 
 
 @dataclass
@@ -584,8 +583,7 @@ def income(parts: list[tuple[str, History, int]], now: float) -> dict | None:
     first_month = min((h.spec.first_month for _, h, _ in parts), default=None)
     for account_id, h, upto in parts:
         for k, s in enumerate(_profile(h.spec)["streams"]):
-            mask = h.stream[:upto] == k
-            if not mask.any():
+            if not (mask := h.stream[:upto] == k).any():
                 continue
             ts, amt = h.ts[:upto][mask], h.signed[:upto][mask]
             months = [month_index(t) for t in ts.tolist()]
@@ -599,9 +597,7 @@ def income(parts: list[tuple[str, History, int]], now: float) -> dict | None:
                 "number_of_transactions": int(mask.sum()),
                 "source": {"name": s["name"], "type": s["source_type"]},
                 "occurrence": {"first_date": iso(int(ts[0])), "last_date": iso(int(ts[-1])),
-                               "total_count": int(mask.sum())},
-                "primary_stream": False,
-            })
+                               "total_count": int(mask.sum())}, "primary_stream": False})
     if not streams:
         return None
     max(streams, key=lambda s: s["monthly_amount"])["primary_stream"] = True

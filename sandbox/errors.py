@@ -59,15 +59,13 @@ class ServiceError(Exception):
                  headers: dict | None = None) -> None:
         super().__init__(message)
         known_type, known_http = CODES.get(code, (None, None))
-        self.code = code
-        self.message = message
+        self.code, self.message = code, message
         self.error_type = error_type or known_type or "API_ERROR"
         self.http_code = http_code or known_http or 500
         # the spec: null for the request and input families
         self.display_message = (None if self.error_type in ("INVALID_REQUEST", "INVALID_INPUT")
                                 else DISPLAY.get(code))
-        self.extra = extra or {}
-        self.headers = headers or {}
+        self.extra, self.headers = extra or {}, headers or {}
 
     def body(self, request_id: str) -> dict:
         return {"error_type": self.error_type, "error_code": self.code,

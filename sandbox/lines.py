@@ -72,8 +72,7 @@ class View:
 
 def ledger(account_id: str, h: History, now: float) -> tuple[dict, list[str]]:
     """What a full pull of the account would hold at `now`, in exact integers, and the ids."""
-    upto = h.visible(now)
-    mask = h.pending.visible(now)
+    upto, mask = h.visible(now), h.pending.visible(now)
     posted, pending = h.signed[:upto], h.pending.signed[mask]
     ids = h.ids(upto) + [i for i, v in zip(h.pending.ids, mask.tolist(), strict=True) if v]
     return {"account": account_id, "lines": len(ids), "posted": upto, "pending": int(mask.sum()),

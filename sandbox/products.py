@@ -512,8 +512,7 @@ class Products:
         seed = spec["seed"] if spec["seed"] is not None else self.seed
         known = spec.get("customer") and self._customer(env, spec["customer"])
         customer_id = known["_id"] if known else datagen.object_id(seed, env, "customer", n)
-        name = known["name"] if known else (spec["name"]
-                                            or datagen.person(seed, customer_id)["name"])
+        name = known["name"] if known else spec["name"] or datagen.person(seed, customer_id)["name"]
         if spec["bank"] is None:  # round robin over the banks that are up
             status = self.bank_status(env)
             up = [b for b in self.banks if status.get(b["_id"], "healthy") == "healthy"]
@@ -685,8 +684,7 @@ class Products:
         """Recurring schedules due on `day` (days since the epoch) make their next payment."""
         when = date.fromordinal(day + 719163)
         for doc in self.store.all("payments"):
-            sched = doc.get("schedule")
-            if not sched or sched.get("paymentId") != doc["_id"]:
+            if not (sched := doc.get("schedule")) or sched.get("paymentId") != doc["_id"]:
                 continue
             start = date.fromisoformat(sched["startDate"])
             end = sched["endDate"] and date.fromisoformat(sched["endDate"])

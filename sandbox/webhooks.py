@@ -65,11 +65,6 @@ def _target(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname}:{parts.port or ''}"
 
 
-def _event_key(method: str | None, payload: dict) -> str:
-    return "|".join(str(x or "") for x in (method, payload.get("accountId"),
-                                          payload.get("paymentId")))
-
-
 def _not_in(column: str, values: list) -> str:
     return f" and {column} not in ({','.join('?' * len(values))})" if values else ""
 
@@ -92,11 +87,13 @@ class Deliveries(SqliteFile):
     def add(self, env: str, record: str | None, method: str | None, url: str | None,
             payload: dict, now: float, urls: list[str] | None = None) -> int:
         code = payload.get("code") or payload.get("event")
+        event_key = "|".join(str(x or "") for x in (method, payload.get("accountId"),
+                                                    payload.get("paymentId")))
         with self._lock:
             return self._db.execute(
                 "insert into deliveries (env, record, method, event_key, code, url, target,"
                 " payload, raised_at, next_attempt, state, urls) values (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (env, record, method, _event_key(method, payload), code, url,
+                (env, record, method, event_key, code, url,
                  _target(url) if url else None, orjson.dumps(payload), now,
                  now if url else None, "pending" if url else "unsent",
                  orjson.dumps(urls) if urls else None)).lastrowid
