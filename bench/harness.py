@@ -161,10 +161,9 @@ def arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def publish(result: dict, args: argparse.Namespace, name: str, table: str) -> dict:
-    """`result` stamped with when, at which commit, where and by which command it was measured,
-    written to args.out (default bench/results/<name>.json); `table` printed, and written
-    between `name`'s markers in args.readme, or in bench/README.md when the result went to
-    bench/results."""
+    """`result`, stamped with when, at which commit, where and by which command it was measured,
+    written to args.out (default bench/results/<name>.json); `table` printed, and written between
+    `name`'s markers in args.readme (default bench/README.md, unless --out was given)."""
     result = {**result, "measured_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "commit": commit(), "machine": machine(),
               "command": " ".join([f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])}

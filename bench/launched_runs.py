@@ -40,7 +40,7 @@ def ready(record: str, i: int) -> dict:
 def launched(box: harness.Sandbox, records: list[str], work: Path, timeout_s: float,
              concurrent_runs: int) -> dict:
     """The daemon launches the sensor's runs, each in its own process; seconds until landed."""
-    from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+    from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
     from pipeline.local import one_box_pools, stop_process
     from resources.inbox import Inbox, describe
@@ -103,14 +103,12 @@ def launched(box: harness.Sandbox, records: list[str], work: Path, timeout_s: fl
         failed = [r for r in runs if r.dagster_run.status != DagsterRunStatus.SUCCESS]
         start_cost, plan_cost, steps = [], [], []
         for r in runs:
-            events = {e.dagster_event.event_type: e.timestamp for e in reversed(
+            events = {e.dagster_event.event_type.name: e.timestamp for e in reversed(
                 instance.all_logs(r.dagster_run.run_id)) if e.dagster_event}
-            begun = events.get(DagsterEventType.RUN_STARTING)
-            if begun and DagsterEventType.RUN_START in events:
-                start_cost.append(events[DagsterEventType.RUN_START] - begun)
-            if DagsterEventType.STEP_START in events:
-                plan_cost.append(events[DagsterEventType.STEP_START]
-                                 - events[DagsterEventType.RUN_START])
+            if "RUN_STARTING" in events and "RUN_START" in events:
+                start_cost.append(events["RUN_START"] - events["RUN_STARTING"])
+            if "STEP_START" in events:
+                plan_cost.append(events["STEP_START"] - events["RUN_START"])
             if r.start_time and r.end_time:
                 steps.append(r.end_time - r.start_time)
     del os.environ["DAGSTER_HOME"]

@@ -51,9 +51,8 @@ def pipeline_rate(work: Path, customers: int) -> dict:
     demo.prepare_home(home)
     sandbox, receiver, api, env = demo.start_upstream(home)
     try:
-        os.environ.update(env)
+        os.environ.update({**env, "DAGSTER_HOME": str(demo.dagster_home(home))})
         os.environ.setdefault("LEDGERLAKE_PII_KEY", secrets.token_hex(32))  # a throwaway key
-        os.environ["DAGSTER_HOME"] = str(demo.dagster_home(home))
         records = demo.create_customers(api, customers)
         events = demo.wait_for_events(home / "inbox.sqlite3", len(records), timeout_s=300,
                                       settle_s=3.0)
@@ -146,8 +145,7 @@ class Sender:
                 writer.write(self.head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
                 if first := await reader.readline():
                     break
-            status = int(first.split()[1])
-            length = 0
+            status, length = int(first.split()[1]), 0
             while (line := await reader.readline()) not in (b"\r\n", b""):
                 name, _, value = line.decode("latin-1").partition(":")
                 if name.lower() == "content-length":
@@ -177,8 +175,7 @@ async def open_loop(sender: Sender, payloads: list[bytes], rate: float) -> dict:
         statuses.append(await sender.post(body))
         latencies.append(time.perf_counter() - due)
 
-    start = time.perf_counter()
-    tasks = []
+    start, tasks = time.perf_counter(), []
     for i, body in enumerate(payloads):
         due = start + i / rate
         if (wait := due - time.perf_counter()) > 0:
@@ -197,8 +194,7 @@ async def open_loop(sender: Sender, payloads: list[bytes], rate: float) -> dict:
 
 
 async def closed_loop(sender: Sender, payloads: list[bytes], senders: int) -> dict:
-    queue = list(reversed(payloads))
-    ok = 0
+    queue, ok = list(reversed(payloads)), 0
 
     async def worker() -> None:
         nonlocal ok
