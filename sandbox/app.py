@@ -328,8 +328,7 @@ class Service(Products, Bulk):
                       if path.startswith(base)), None)
         if where and (where[1] == "connect" or where[1].startswith("connect/")):  # public key
             return await self.connect.handle(request, where[0], where[1].strip("/"))
-        request_id = secrets.token_hex(12)
-        started = time.perf_counter()
+        request_id, started = secrets.token_hex(12), time.perf_counter()
         headers = {"X-Request-Id": request_id}
         try:
             status, body = await self._dispatch(request, where)
@@ -357,8 +356,7 @@ class Service(Products, Bulk):
 
     def openapi(self) -> dict:
         """OpenAPI 3.1 of every route, both environments, made from the endpoint table."""
-        paths: dict = {}
-        error = {"$ref": "#/components/schemas/Error"}
+        paths, error = {}, {"$ref": "#/components/schemas/Error"}
         for ep in self.endpoints.values():
             props = {k: SCHEMAS[v] for k, v in ep.fields.items()}
             op: dict = {"summary": ep.summary, "operationId": ep.path.replace("/", "_"),

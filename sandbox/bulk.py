@@ -19,11 +19,10 @@ from . import datagen
 from .auth import SHORT
 from .clock import iso
 from .errors import integer, invalid
-from .products import INTERNAL, account_doc, customer_doc, record_doc
+from .products import DAY, INTERNAL, account_doc, customer_doc, record_doc
 
 log = logging.getLogger("sandbox.bulk")
 
-DAY = 86400
 MAX_COUNT = 1_000_000   # records per call
 LISTED = 10_000         # a batch up to this size answers every id
 BACKLOG = 1_000         # pending deliveries beyond which paced callbacks wait for receivers

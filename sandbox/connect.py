@@ -160,8 +160,7 @@ class Connect:
                  "agreement": boolean}
         conf = self.settings_of(env) | {k: rules[k](k, v) for k, v in body.items()}
         self.s.store.set_meta(f"connect:{env}", conf)
-        key = self.s.keys.public(env)
-        page = f"{self.s.public_base}{BASES[env]}connect"
+        key, page = self.s.keys.public(env), f"{self.s.public_base}{BASES[env]}connect"
         return {**conf, "env": env, "public_key": key, "connect_url": f"{page}?key={key}",
                 "demo_url": f"{page}/demo?key={key}"}
 

@@ -92,8 +92,7 @@ def person(seed: int, customer_id: str) -> dict:
 
 def identity(seed: int, customer_id: str, name: str) -> dict:
     """The identity a bank holds on a customer (BVN, NIN, contacts), fixed by the seed."""
-    rng = random.Random(object_id(seed, "identity", customer_id))
-    who = person(seed, customer_id)
+    rng, who = random.Random(object_id(seed, "identity", customer_id)), person(seed, customer_id)
     first, *rest = name.split() or [who["firstname"]]
     last = rest[-1] if rest else who["lastname"]
     birth = date(rng.randint(1960, 2003), rng.randint(1, 12), rng.randint(1, 28))

@@ -235,8 +235,7 @@ class Products:
 
     # -- bulk data views -----------------------------------------------------------------------
     def _spec(self, rec: dict, k: int, account_id: str) -> datagen.AccountSpec:
-        g = rec[INTERNAL]["gen"]
-        bank = self.bank_by_id[rec["bank"]]
+        g, bank = rec[INTERNAL]["gen"], self.bank_by_id[rec["bank"]]
         return datagen.AccountSpec(
             seed=g["seed"], account_id=account_id, bank_short=bank["slug"][:3].upper(),
             business=rec["account_type"] == "business", income=g["income"], primary=k == 0,
