@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,3 +133,29 @@ def webserver(demo) -> Iterator[Webserver]:
     finally:
         stop_process(proc, timeout_s=30)
         log.close()
+
+
+@contextmanager
+def dagster_page(url: str, height: int = 1000):
+    """A page of headless Chromium (tests/conftest.py chromium) on the Dagster UI at `url`,
+    its first-visit dialog dismissed."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.conftest import chromium
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_context(viewport={"width": 1400, "height": height}).new_page()
+            page.set_default_timeout(60_000)
+            page.goto(f"{url}/assets")
+            skip = page.get_by_role("button", name="Skip")
+            try:  # "Join the Dagster community": shown once per browser profile
+                skip.wait_for(state="visible", timeout=10_000)
+                skip.click()
+            except Exception:
+                pass
+            yield page
+        finally:
+            browser.close()

@@ -19,13 +19,11 @@ import httpx
 import pytest
 
 from tests.conftest import chromium
-from tests.e2e.conftest import demo_env
+from tests.e2e.conftest import dagster_page, demo_env
 from tests.e2e.test_webserver import STATES
 from tests.postgres import free_port
 
-CHROMIUM = chromium()
-
-from playwright.sync_api import sync_playwright  # noqa: E402
+CHROMIUM = chromium()  # fails the module without a browser to drive
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -123,23 +121,8 @@ def dev(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(dev):
-    url, _ = dev
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
-            page.set_default_timeout(60_000)
-            page.goto(f"{url}/assets")
-            skip = page.get_by_role("button", name="Skip")
-            try:  # "Join the Dagster community": shown once per browser profile
-                skip.wait_for(state="visible", timeout=10_000)
-                skip.click()
-            except Exception:
-                pass
-            yield page
-        finally:
-            browser.close()
+    with dagster_page(dev[0], height=900) as page:
+        yield page
 
 
 @pytest.fixture(scope="module")
@@ -150,29 +133,23 @@ def shots(tmp_path_factory) -> Path:
     return folder
 
 
-def test_the_checks_pass_for_the_batch_they_judged(dev, page, shots):
+@pytest.mark.parametrize("asset, check, shot", [
+    ("transactions", "running_balance_reconciles", "ui-checks.png"),
+    ("balances", "connected_records_fresh", "ui-freshness.png")])
+def test_each_check_shows_the_verdict_on_what_it_judged(dev, page, shots, asset, check, shot):
+    """Passed, tied to the materialization it judged: never Skipped (freshness, over a run
+    of other records), never missing its target (a verdict logged without its data)."""
     url, _ = dev
     got = checks(url)
-    for key in (("accounts", "account_has_record"),
-                ("transactions", "running_balance_reconciles")):
+    for key in (("accounts", "account_has_record"), (asset, check)):
         assert got[key]["status"] == "SUCCEEDED" and got[key]["evaluation"]["success"], key
-        assert got[key]["evaluation"]["targetMaterialization"], key  # tied to its data
-    page.goto(f"{url}/assets/transactions?view=checks")
-    page.get_by_text("running_balance_reconciles", exact=True).first.click()
+        assert got[key]["evaluation"]["targetMaterialization"], key
+    page.goto(f"{url}/assets/{asset}?view=checks")
+    page.get_by_text(check, exact=True).first.click()
     page.get_by_text("Passed", exact=True).first.wait_for()
-    assert "did not yield" not in page.inner_text("body")
-    page.screenshot(path=str(shots / "ui-checks.png"))
-
-
-def test_the_freshness_check_shows_its_verdict(dev, page, shots):
-    url, _ = dev
-    fresh = checks(url)[("balances", "connected_records_fresh")]
-    assert fresh["status"] == "SUCCEEDED" and fresh["evaluation"]["success"]
-    page.goto(f"{url}/assets/balances?view=checks")
-    page.get_by_text("connected_records_fresh", exact=True).first.click()
-    page.get_by_text("Passed", exact=True).first.wait_for()
-    assert "Skipped" not in page.inner_text("body")
-    page.screenshot(path=str(shots / "ui-freshness.png"))
+    shown = page.inner_text("body")
+    assert "Skipped" not in shown and "did not yield" not in shown
+    page.screenshot(path=str(shots / shot))
 
 
 def test_a_run_of_two_records_shows_each_ones_chart(dev, page, shots):
