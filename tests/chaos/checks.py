@@ -14,7 +14,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.sensors import BUILDING, built_versions, lake_versions
+from pipeline.sensors import BUILDING, built_versions, lake_versions, stale_views
 from resources.lake import Lake
 from tests.ground_truth import duplicates, lake_rows, pictures, truth
 
@@ -84,7 +84,7 @@ def sensor_cursor(instance) -> int:
 
 def quiet(dep) -> bool | str:
     """True once the deployment has nothing left to do: its processes up, its inbox read to
-    the end, no run queued or in progress, the warehouse built over the lake's latest
+    the end, no run queued or in progress, every view built over the lake's latest
     versions. Otherwise what it is still doing."""
     from dagster import RunsFilter
 
@@ -105,8 +105,8 @@ def quiet(dep) -> bool | str:
             return f"{len(busy)} run(s) queued or in progress"
         built = built_versions(instance)
     now = lake_versions(Lake(root=str(dep.lake)))
-    if built != now:
-        return f"the warehouse was built over {built}, the lake is at {now}"
+    if stale := stale_views(now, built):
+        return f"views {', '.join(stale)} were built over older versions than the lake's {now}"
     return True
 
 
