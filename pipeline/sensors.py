@@ -15,8 +15,8 @@ reauthentication) refreshes `record_status`, and with it the warehouse.
 
 The warehouse follows the lake by itself: `warehouse_follows_lake` rebuilds `record_status`,
 and each view whose lake tables moved past the versions its last build read (its
-`lake_versions`), with the views that read it, one build at a time, so a thousand landed records cause a handful of builds
-and a record that lands while a build runs is in the next one.
+`lake_versions`), with the views that read it, one build at a time, so a thousand landed
+records cause a handful of builds and a record that lands while a build runs is in the next.
 """
 
 from __future__ import annotations
