@@ -41,13 +41,12 @@ SCHEMA = schema("transactions")  # the lake adds record_id to each row (resource
 SENT = schema("transactions", sent=True)  # as fetched, before the narrations are sealed
 OVERLAP = dt.timedelta(days=3)
 ORDER = [("trans_date", "ascending"), ("transaction_id", "ascending")]
-# Speed (bench/README.md): the next AHEAD records are fetched by FETCHERS threads, two
+# Speed (decision 5): the next AHEAD records are fetched by FETCHERS threads, three
 # requests in flight, while this one merges, validates and writes (page parsing is in
-# Arrow, off the GIL; one fetcher left the sandbox and the cores idle between pages: 2 took
-# 1,000 records from ~30 s to ~26 s); records are validated together up to VALIDATE_ROWS
-# rows (pandera's cost is per call).
+# Arrow, off the GIL; with fewer fetchers the sandbox and the cores wait between pages);
+# records are validated together up to VALIDATE_ROWS rows (pandera's cost is per call).
 AHEAD = 3
-FETCHERS = 2
+FETCHERS = 3
 VALIDATE_ROWS = 200_000
 LOG_EACH = 10  # records a run logs one by one; more get one line
 # validated columns only: to_pandas of the others (topics: a list a row) would cost time
