@@ -95,6 +95,7 @@ class Client:
         self.backoff_base_s, self.backoff_max_s = backoff_base_s, backoff_max_s
         self.page_size = page_size
         self._http: httpx.Client | None = None
+        self._urls: dict[str, httpx.URL] = {}  # a path's whole URL, merged once
 
     def __repr__(self) -> str:  # never the key
         return f"Client({self.base_url!r}, environment={self.environment!r})"
@@ -144,7 +145,7 @@ class Client:
             attempt += 1
             resp, final = None, False
             try:
-                resp = http.request(method, path, content=content, params=params)
+                resp = http.send(self._build(http, method, path, content, params))
             except httpx.RequestError as exc:
                 # An httpx error's message holds no header but its `.request` does: keep only
                 # the message, and raise after this block so the error has no __context__.
@@ -183,6 +184,15 @@ class Client:
             log.warning("retrying %s %s in %.2fs (attempt %d of %d): %s", method, path, wait,
                         attempt + 1, self.max_attempts, err)
             time.sleep(wait)
+
+    def _build(self, http: httpx.Client, method: str, path: str, content: bytes | None,
+               params: dict | None) -> httpx.Request:
+        """What `http.request` would send (`send` adds the timeout), its URL merged once a
+        path: merging it and the headers into each call cost ~0.15 of a page's ~0.7 ms of CPU."""
+        if (url := self._urls.get(path)) is None:
+            url = self._urls[path] = http.build_request(method, path).url
+        return httpx.Request(method, url, params=params, content=content, headers=http.headers,
+                             cookies=http.cookies)
 
     def _wait(self, err: ServiceError, attempt: int, idempotent: bool) -> float | None:
         """Seconds to wait before the next try, or None when `err` is not worth one."""

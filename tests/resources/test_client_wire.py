@@ -101,6 +101,20 @@ def test_a_closed_client_opens_again_and_a_run_closes_it(faulty):
     client.close()
 
 
+def test_each_request_carries_the_key_the_types_and_the_services_cookies(faulty):
+    faulty.script = [answer(200, orjson.dumps({"status": "success", "data": {"banks": []}}),
+                            {"Content-Type": "application/json", "Set-Cookie": "lb=node-2"}),
+                     success({"banks": []})]
+    with faulty.client() as c:
+        c.banks()
+        c.banks()
+    first, second = (s.headers for s in faulty.seen)
+    for h in (first, second):
+        assert (h["authorization"], h["content-type"], h["accept"]) == (
+            f"Bearer {KEY}", "application/json", "application/json")
+    assert "cookie" not in first and second["cookie"] == "lb=node-2"
+
+
 # -- each endpoint's request and answer --------------------------------------------------------
 
 def test_each_endpoint_sends_its_path_and_body_and_returns_its_member(faulty):
