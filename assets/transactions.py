@@ -175,7 +175,8 @@ def land_chunks(client: Client, lake: Lake, ids: list[str],
                 full: Collection[str] = frozenset(), say: Callable[..., None] | None = None,
                 split: bool = False) -> Iterator[list[Landing]]:
     """Fetch, window, validate and audit each record's rows, in order; each CHUNK records'
-    landings, those that hold committed together, as soon as the last of them is audited.
+    landings (fewer once they hold CHUNK_ROWS rows), those that hold committed together, as
+    soon as the last of them is audited.
 
     Threads do the waiting: FETCHERS fetch the next AHEAD records while this thread merges
     and validates (also while the caller tells Dagster of a chunk), and the audits' /balance
@@ -211,6 +212,7 @@ def land_chunks(client: Client, lake: Lake, ids: list[str],
         ahead = {r: start_fetch(r) for r in ids[:AHEAD]}
         group: dict[str, tuple[pa.Table, dt.date | None, int]] = {}
         landings: dict[str, Landing | Future] = {}
+        pending, pending_rows = [], 0  # landed since the last commit
 
         def flush() -> None:
             bad = bad_records({r: t for r, (t, _, _) in group.items()})
@@ -240,13 +242,14 @@ def land_chunks(client: Client, lake: Lake, ids: list[str],
                 if sum(t.num_rows for t, _, _ in group.values()) + table.num_rows > VALIDATE_ROWS:
                     flush()
                 group[record_id] = (table, start, fresh.num_rows)
+                pending_rows += table.num_rows
                 del existing, fresh
-            chunk = chunks[chunk_of[record_id]]
-            if record_id != chunk[-1]:
+            pending.append(record_id)
+            if record_id != chunks[chunk_of[record_id]][-1] and pending_rows < CHUNK_ROWS:
                 continue
             flush()
             out = []
-            for rid in chunk:
+            for rid in pending:
                 landing = landings.pop(rid)
                 if isinstance(landing, Future):
                     try:
@@ -254,6 +257,7 @@ def land_chunks(client: Client, lake: Lake, ids: list[str],
                     except Exception as exc:  # the audit's /balance call
                         landing = Landing.failed(rid, exc)
                 out.append(landing)
+            pending, pending_rows = [], 0
             commit(lake, out, {"transactions": SCHEMA})
             yield out
 
@@ -269,7 +273,10 @@ def land_records(client: Client, lake: Lake, ids: list[str],
 # records each) and the sensor's go to the run launcher, which starts as many at once as the
 # instance allows, each a process on one machine or a pod on Kubernetes (docs/operations.md,
 # "From one box to many"). In a run, a chunk is committed and told while the next one lands.
-CHUNK = 25
+# A commit costs the same whatever its size, so chunks are large (decision 5); its rows are
+# held until it is, so big records end a chunk sooner.
+CHUNK = 50
+CHUNK_ROWS = 500_000  # ~150 MB of Arrow
 SPLIT_ROWS = 20_000  # a lone record this big is fetched in SPLIT_RANGES page ranges at once
 SPLIT_RANGES = 2
 _warm: dict = {}

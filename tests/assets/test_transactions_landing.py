@@ -284,3 +284,16 @@ def test_many_records_land_chunk_by_chunk(box, tmp_path, monkeypatch):
         tx.FULL, f"window from {start}", tx.FULL, tx.FULL, tx.FULL]
     for rid in ids:
         assert_lake_is_truth(box, lake, rid)
+
+
+def test_a_chunk_ends_sooner_once_it_holds_chunk_rows(box, tmp_path, monkeypatch):
+    """Rows are held until their chunk commits: one that reaches CHUNK_ROWS commits early."""
+    ids = [create(box, accounts=1, months=1, volume=2, seed=90 + i) for i in range(3)]
+    monkeypatch.setattr(tx, "CHUNK_ROWS", 1)  # every record holds a row or more
+    lake = Lake(root=str(tmp_path))
+    with client(box) as c:
+        chunks = [[(x.record_id, x.published) for x in chunk]
+                  for chunk in tx.land_chunks(c, lake, ids)]
+    assert chunks == [[(rid, True)] for rid in ids]
+    for rid in ids:
+        assert_lake_is_truth(box, lake, rid)
