@@ -129,11 +129,12 @@ def worth_retrying(exc: BaseException) -> bool:
 
 def product(name: str, *, description: str, checks: Sequence[Check] = (),
             table: str | None = None, tags: Mapping[str, str] | None = None,
-            deps: Sequence[str] = ()) -> Callable:
+            first: bool = False) -> Callable:
     """A product asset that lands a run's batch of records and reports the batch (see the
-    module's docstring). Its columns are its lake table's (`table`, by default its name);
-    `deps`: products a run lands before it."""
-    spec = dg.AssetSpec(name, skippable=True, group_name="products", kinds={"delta"}, deps=deps,
+    module's docstring). Its columns are its lake table's (`table`, by default its name).
+    `first`: a run lands it before the others (a priority, not a dependency: a product that
+    failed for one record of the batch must not skip the others' products)."""
+    spec = dg.AssetSpec(name, skippable=True, group_name="products", kinds={"delta"},
                         description=description, owners=OWNERS,
                         tags={**PRODUCT_TAGS, **(tags or {})},
                         metadata={"dagster/column_schema": column_schema(
@@ -142,6 +143,7 @@ def product(name: str, *, description: str, checks: Sequence[Check] = (),
     # itself, and the others of its batch land
     return dg.multi_asset(
         name=name, specs=[spec], can_subset=True, retry_policy=FETCH_RETRY, pool=SERVICE_POOL,
+        op_tags={"dagster/priority": "1"} if first else None,
         check_specs=[dg.AssetCheckSpec(c.name, asset=name, description=c.description,
                                        blocking=False) for c in checks])
 

@@ -323,7 +323,8 @@ def full_pulls(context: AssetExecutionContext, config: PullConfig, ids: list[str
     return {r for r in ids if reconciles_on(r, when, every)}
 
 
-@product("transactions", checks=[RUNNING_BALANCE],
+# first: income's check, in the same run, then finds them in the lake (assets/income.py)
+@product("transactions", checks=[RUNNING_BALANCE], first=True,
          description="Every transaction of the record: signed amount, running balance, "
                      "narration; the source wins inside each pull's window")
 def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batch,

@@ -324,6 +324,28 @@ def test_transactions_before_income_are_checked_by_the_income_run(sandbox, tmp_p
     assert state(tmp_path, record, "income").detail["checks"] == {INCOME_MATCHES.name: 0}
 
 
+def test_a_record_removed_mid_batch_fails_alone_and_its_batch_lands_income(sandbox, tmp_path):
+    made = [create(sandbox, accounts=1, months=2, volume=4, seed=s) for s in (23, 24)]
+    kept, removed = (m["record"] for m in made)
+    res = resources(sandbox, tmp_path, [kept, removed])
+    with sandbox.api() as api:  # the user unlinks it after its callbacks were batched
+        api.post("record/remove", json={"record": removed}).raise_for_status()
+    out = run([income, transactions], [kept, removed], res)
+    assert not out.success  # the removed record's steps fail, saying why
+    failed = {e.step_key for e in out.all_events if e.is_step_failure}
+    assert failed == {"income", "transactions"}
+    # each product still landed the other record: one product's failure skips no other's
+    for product in ("transactions", "income"):
+        assert state(tmp_path, kept, product).outcome == "landed"
+        assert state(tmp_path, removed, product).outcome == "failed"
+    # a run lands transactions first, so income's check is judged in income's step
+    meta = out.asset_materializations_for_node("income")[0].metadata
+    assert "checked_when_transactions_land" not in meta
+    (verdict,) = evaluations(out, INCOME_MATCHES.name)
+    assert verdict.passed and verdict.metadata["records_checked"].value == 1
+    assert state(tmp_path, kept, "income").detail["checks"] == {INCOME_MATCHES.name: 0}
+
+
 def test_a_batched_run_reports_each_record_on_its_own(sandbox, tmp_path):
     made = [create(sandbox, accounts=1, months=1, volume=v, seed=30 + v) for v in (2, 6, 12)]
     keys = [m["record"] for m in made]
