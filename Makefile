@@ -56,8 +56,8 @@ bench: setup
 # exactly once under faults: 10 seeds of tests/chaos/run.py (both environments, a few hundred
 # records, processes SIGKILLed, the sandbox's faults), each checked against the sandbox's
 # ground truth; writes tests/chaos/results.json and the table in docs/operations.md. About
-# 25 minutes a seed on 2 cores (about 4 hours). `make test` runs one short seed
-# (tests/e2e/test_chaos.py).
+# 25 minutes a seed on 2 cores (about 4 hours). `make test-all` runs one short
+# seed (tests/e2e/test_chaos.py).
 chaos: setup
 	$(VENV)/bin/python tests/chaos/run.py --seeds 10 --records 300 --window 240 --docs $(CHAOS_ARGS)
 
