@@ -33,7 +33,9 @@ CUSTOMER_DEFAULTS = {"accounts": 1, "months": 6, "volume": 4, "login_type": "ban
                      "account_type": "personal", "products": list(datagen.PRODUCTS),
                      "income": True, "settlement": True, "name": None, "password": None,
                      "seed": None, "bank": None}
-CUSTOMER_INTS = {"accounts": (1, 5), "months": (1, 60), "volume": (1, 200), "seed": (0, 2**32 - 1)}
+# volume: up to a merchant's 2,000 lines a day, so one record can hold 2,000,000 lines
+CUSTOMER_INTS = {"accounts": (1, 5), "months": (1, 60), "volume": (1, 2000),
+                 "seed": (0, 2**32 - 1)}
 # products whose endpoint sandbox/records/fail can make fail, and that endpoint
 FAILABLE = {p: f"{p}/get" for p in ("accounts", "balance", "transactions", "income", "identity",
                                     "auth")}
