@@ -97,8 +97,10 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
                      [{"record_id": r, "lake_table": None, "rows_deleted": None,
                        "files_purged": None} for r in records])
     if inbox is not None:
-        done.tables["inbox"] = {"rows_deleted": inbox.forget(records), "files_purged": 0,
-                                "version": None}
+        # a customer's: also their events that name no record (one heard before any was)
+        done.tables["inbox"] = {"rows_deleted": inbox.forget(
+            records, customers=[customer] if customer is not None else []),
+            "files_purged": 0, "version": None}
         progress(f"inbox: {done.tables['inbox']['rows_deleted']} rows deleted")
     # the tables naming customers last: a pass stopped half-way leaves the records findable
     # (records_of) until every other table is erased, so running it again finishes it

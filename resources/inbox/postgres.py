@@ -124,6 +124,7 @@ class PostgresInbox(Inbox):
 
     IDS_IN = "record = any(?)"
     NUMBERS_IN = "number = any(?)"
+    CUSTOMERS_IN = "customer = any(?)"
 
     @staticmethod
     def _ids(ids: list[str]):

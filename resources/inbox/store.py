@@ -386,6 +386,7 @@ class Inbox:
     # beyond the build's limit)
     IDS_IN = "record in (select value from json_each(?))"
     NUMBERS_IN = "number in (select value from json_each(?))"
+    CUSTOMERS_IN = "customer in (select value from json_each(?))"
 
     @staticmethod
     def _ids(ids: list[str]):
@@ -582,20 +583,22 @@ class Inbox:
             self._db.execute("insert into dead_letters (received_at, reason, body) values (?,?,?)",
                              (time.time(), reason, body))
 
-    def forget(self, records: Sequence[str]) -> int:
+    def forget(self, records: Sequence[str], customers: Sequence[str] = ()) -> int:
         """Delete every row of `records` (`ledgerlake forget`, pipeline/forget.py), in one
         transaction: their events and bodies (a connection event naming others forgets only
         these), their number, status, products and landings, and the dead letters that name
-        them or their customers; leave their tombstones. Deleted content is overwritten
-        (`secure_delete`) and the log truncated. Waits for the landings in flight
-        (`hold_landing`). Returns the rows deleted."""
-        ids = sorted(set(records))
-        if not ids:
+        them or their customers; leave their tombstones. Of `customers` (`forget --customer`),
+        every event naming one and no record goes too, whatever records it applies to (a
+        USER_REAUTH heard before any of their records was), and the dead letters naming
+        them. Deleted content is overwritten (`secure_delete`) and the log truncated. Waits
+        for the landings in flight (`hold_landing`). Returns the rows deleted."""
+        ids, customers = sorted(set(records)), sorted(set(customers))
+        if not ids and not customers:
             return 0
         with self._erasure_lock(exclusive=True), self._lock:
             self._begin_write()
             try:
-                deleted = self._forget(ids)
+                deleted = self._forget(ids, customers)
                 self._db.execute("commit")
             except BaseException:
                 self._db.execute("rollback")
@@ -603,21 +606,25 @@ class Inbox:
             self._truncate_log()
         return deleted
 
-    def _forget(self, ids: list[str]) -> int:
+    def _forget(self, ids: list[str], customers: list[str]) -> int:
         named = [r[0] for r in self._db.execute(
             f"select customer from records where {self.IDS_IN} and customer is not null",
-            [self._ids(ids)])] + ids
-        deleted, gone = 0, set(ids)
-        for event, affects in self._db.execute("select id, affects from events where record"
-                                               " is null and affects is not null").fetchall():
-            was = orjson.loads(affects)
-            if left := [r for r in was if r not in gone]:
-                if len(left) < len(was):
-                    self._db.execute("update events set affects = ? where id = ?",
-                                     (orjson.dumps(left).decode(), event))
-            else:
+            [self._ids(ids)])] + ids + customers
+        deleted, gone, theirs = 0, set(ids), set(customers)
+        # the recordless events (few, indexed): those naming a customer forgotten, and those
+        # that applied only to records forgotten, go; the rest forget these records
+        for event, affects, customer in self._db.execute(
+                "select id, affects, customer from events where record is null and"
+                f" (affects is not null or {self.CUSTOMERS_IN})",
+                [self._ids(customers)]).fetchall():
+            was = orjson.loads(affects) if affects else []
+            left = [] if customer in theirs else [r for r in was if r not in gone]
+            if not left:
                 deleted += self._db.execute("delete from events where id = ?",
                                             (event,)).rowcount
+            elif len(left) < len(was):
+                self._db.execute("update events set affects = ? where id = ?",
+                                 (orjson.dumps(left).decode(), event))
         self._db.executemany("insert into forgotten (record, forgotten_at) values (?, ?)"
                              " on conflict (record) do nothing",
                              [(tombstone(r), time.time()) for r in ids])
@@ -653,7 +660,8 @@ class Inbox:
         self._db.execute("pragma wal_checkpoint(truncate)")
 
     def of_customer(self, customer: str) -> list[str]:
-        """The records the inbox knows of `customer`."""
+        """The records the inbox knows of `customer` (its events naming them and no record
+        go with `forget(..., customers=[customer])`)."""
         with self._lock:
             return [r[0] for r in self._db.execute(
                 "select record from records where customer = ? order by record", (customer,))]

@@ -794,3 +794,38 @@ def test_forget_deletes_every_row_of_the_records_and_keeps_the_others(inbox, mak
         wal = where.with_name(where.name + "-wal")
         assert wal.stat().st_size == 0
         assert [n for n in (b"rec-x1", b"rec-x2", b"cust-a") if n in where.read_bytes()] == []
+
+
+def test_forgetting_a_customer_reaches_their_events_that_name_no_record(inbox, make, where):
+    """A connection event heard before any record of its customer was (a USER_REAUTH, a
+    USER_DISCONNECT naming accounts no callback did), or a callback without a record, names
+    the customer and no record: forgetting the customer deletes it, with or without records
+    of theirs; another customer's stay, and forgetting only a record leaves them."""
+    early = "2026-01-01T00:00:00.000Z"
+    inbox.add(make.reauth("cust-a", early))  # before any record: it applies to none
+    inbox.add(make.disconnect("cust-a", early, ["acct-unknown"]))
+    inbox.add({k: v for k, v in make.callback("x", customer="cust-a").items()
+               if k not in ("record", "recordId")})
+    inbox.add(make.reauth("cust-b", early))
+    inbox.dead_letter("bad", b'{"customerId": "cust-a"}')
+    inbox.add(make.callback("rec-a1", "AUTH", "AUTH_SUCCESS", customer="cust-a"))
+    inbox.add(make.reauth("cust-a", "2026-01-02T00:00:00.000Z"))  # applies to rec-a1
+    inbox.add(make.callback("rec-b1", "AUTH", "AUTH_SUCCESS", customer="cust-b"))
+    assert [e.records for e in inbox.after(0) if e.record is None] == [(), (), (), (),
+                                                                       ("rec-a1",)]
+
+    def left() -> list[tuple]:
+        return [(e.method, e.record, e.body.get("customerId") or e.body["data"]["customer"])
+                for e in inbox.after(0)]
+
+    # its event, product, status and number: cust-b's connection event stays
+    assert inbox.forget(["rec-b1"]) == 4
+    assert inbox.forget([], customers=["cust-a", "cust-a"]) == 5  # 4 events, 1 dead letter
+    assert left() == [("USER_REAUTH", None, "cust-b"), ("AUTH", "rec-a1", "cust-a")]
+    # with its record (its event, product, status and number), nothing names cust-a any more
+    assert inbox.forget(["rec-a1"], customers=["cust-a"]) == 4
+    assert left() == [("USER_REAUTH", None, "cust-b")]
+    assert inbox.dead_letters() == [] and inbox.of_customer("cust-a") == []
+    assert inbox.forget([], customers=["cust-a"]) == 0
+    if not isinstance(where, str):  # SQLite: deleted content overwritten, the log emptied
+        assert b"cust-a" not in where.read_bytes()
