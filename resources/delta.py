@@ -7,6 +7,11 @@ that landed since it read the table when they cannot conflict (appends), and ref
 might (`CommitFailedError`, e.g. two predicate overwrites at once, even of different records);
 `replace` then runs the whole write again on the new version, a bounded number of times.
 Where a table lives (a path or `s3://...`) is resources/object_store.py's business.
+
+Every write (append, replace, overwrite, erase, compaction) leaves its files in the table's own
+Arrow types (`stored`: `string`, never `large_string` or `string_view`), so that any Parquet
+reader gets what the table declares; readers read each file in those types whatever it holds
+(another Delta writer's files, delta-rs's DELETE's, hold `string_view`).
 """
 
 from __future__ import annotations
@@ -95,11 +100,28 @@ def _write(uri: str, schema: pa.Schema, data: pa.Table, mode: str, predicate: st
     def write() -> int:
         table = _open_or_create(location, schema, options, stats)
         _rows_fit_table(table, data)
-        write_deltalake(table, data, mode=mode, predicate=predicate, schema_mode="merge",
-                        writer_properties=ZSTD)
+        write_deltalake(table, _as_stored(table, data), mode=mode, predicate=predicate,
+                        schema_mode="merge", writer_properties=ZSTD)
         return table.version()
 
     return _retrying(uri, write)
+
+
+def stored(table: DeltaTable) -> pa.Schema:
+    """The Arrow schema of every data file of `table`: its Delta schema, each Delta type as
+    its one Arrow type (`string`, never `large_string` or `string_view`; timestamps in
+    microseconds; a list's item named `element`)."""
+    return pa.schema(table.schema().to_arrow())
+
+
+def _as_stored(table: DeltaTable, data: pa.Table) -> pa.Table:
+    """`data` in the table's own types (`stored`), so that the file written has them:
+    delta-rs writes the Arrow types it is given (a `large_string` or `string_view` column
+    would be one in the file). A column the table lacks yet (a schema merge) stays as it is."""
+    own = stored(table)
+    names = set(own.names)
+    target = pa.schema([own.field(f.name) if f.name in names else f for f in data.schema])
+    return data if data.schema == target else data.cast(target)
 
 
 def read(uri: str, record_id: str | None = None, columns: Sequence[str] | None = None,
@@ -128,14 +150,19 @@ def _rows_of(uri: str, table: DeltaTable, ids: list[str], columns: Sequence[str]
              ) -> pa.Table:
     """Rows of the (sorted) `ids`, reading only the files whose record_id range holds one."""
     dataset = _dataset(uri, table, ids)
-    return dataset.to_table(columns=columns,
-                            filter=pc.field("record_id").isin(pa.array(ids, pa.string())))
+    # cast to the table's type: a file another writer made with `string_view` (delta-rs's
+    # own DELETE, DataFusion's) or `large_string` ids is read in the table's types, but
+    # pyarrow compares a filter with each row group's statistics in the file's type and
+    # has no kernel for mixed ones; with the cast, row groups are still skipped by them
+    record = pc.field("record_id").cast(pa.string())
+    return dataset.to_table(columns=columns, filter=record.isin(pa.array(ids, pa.string())))
 
 
 def _dataset(uri: str, table: DeltaTable, ids: list[str] | None = None) -> ds.Dataset:
     """The snapshot's Parquet files as a pyarrow dataset over pyarrow's own filesystem, not
     delta-rs's `to_pyarrow_dataset`: its Python filesystem leaves threads that abort the
-    interpreter at exit now and then ("terminate called without an active exception")."""
+    interpreter at exit now and then ("terminate called without an active exception").
+    Read in the table's own types (`stored`), whatever Arrow types a file holds."""
     _refuse_deletion_vectors(uri, table)
     adds = pa.table(table.get_add_actions(flatten=True))
     paths = adds["path"].to_pylist()
@@ -145,8 +172,7 @@ def _dataset(uri: str, table: DeltaTable, ids: list[str] | None = None) -> ds.Da
                 for lo, hi in zip(lows, highs, strict=True)]
         paths = [p for p, k in zip(paths, keep, strict=True) if k]
     filesystem, base = _filesystem(uri)
-    schema = pa.schema(table.schema().to_arrow())
-    return ds.dataset([f"{base}/{unquote(p)}" for p in paths], schema=schema,
+    return ds.dataset([f"{base}/{unquote(p)}" for p in paths], schema=stored(table),
                       format="parquet", filesystem=filesystem)
 
 
@@ -250,12 +276,19 @@ def erase(uri: str, record_ids: Sequence[str]) -> dict:
     location, options = _where(uri)
     predicate = _predicate(ids, {})
 
-    def delete() -> tuple[int, int]:
+    def delete() -> int:
+        """A predicate overwrite with no rows, not delta-rs's DELETE: both rewrite the files
+        holding a row of `ids` without it, in one commit, but DELETE writes them through
+        DataFusion, in its Arrow types (`string_view`, `binary_view`) and its own Parquet
+        settings; the writer every other write uses keeps the table's types (`stored`)."""
         table = DeltaTable(location, storage_options=options)
-        metrics = table.delete(predicate, writer_properties=ZSTD)
-        return metrics.get("num_deleted_rows", 0), table.version()
+        doomed = _rows_of(uri, table, ids, ["record_id"]).num_rows  # of this same snapshot
+        if doomed:
+            write_deltalake(table, stored(table).empty_table(), mode="overwrite",
+                            predicate=predicate, writer_properties=ZSTD)
+        return doomed
 
-    deleted, _ = _retrying(uri, delete)
+    deleted = _retrying(uri, delete)
     table = DeltaTable(location, storage_options=options)
     live = {unquote(p) for p in table.get_add_actions(flatten=True).column("path").to_pylist()}
     store, base = _filesystem(uri)

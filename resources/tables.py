@@ -340,3 +340,22 @@ def schema(table: str, *, sent: bool = False) -> pa.Schema:
     the service sends it, before protection (identity's)."""
     return pa.schema([(c.name, c.type) for c in _declared(table).columns
                       if c.only != ("lake" if sent else "sent")])
+
+
+def lake_schema(table: str) -> pa.Schema:
+    """The Arrow schema of every data file of the table in the lake, whatever wrote it (an
+    append, a replace, an erasure, a compaction): its columns as the lake keeps them, each
+    in the one Arrow type Delta stores it as (timestamps in microseconds, a list's item
+    `element`), `record_id` last and never null where the lake adds it."""
+    fields = [pa.field(c.name, _as_stored(c.type)) for c in columns(table).values()]
+    if _declared(table).by_record:
+        fields[-1] = fields[-1].with_nullable(False)
+    return pa.schema(fields)
+
+
+def _as_stored(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_list(t):
+        return pa.list_(pa.field("element", _as_stored(t.value_type)))
+    return t
