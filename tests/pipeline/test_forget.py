@@ -10,11 +10,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import duckdb
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -583,3 +585,101 @@ def test_a_forgotten_record_is_never_fetched_again(sandbox, tmp_path, monkeypatc
     assert out.success and not out.get_asset_materialization_events()
     with open_inbox(path) as inbox:
         assert landed_anywhere(lake, inbox, gone) == {}
+
+
+def test_after_a_customer_is_forgotten_every_other_record_lands_reveals_and_reports(
+        sandbox, tmp_path):
+    """The real products land three customers' records from the sandbox in one run, so every
+    table's files hold all three; `ledgerlake forget --customer` erases one, rewriting those
+    files. Then the others land again (a window pull, which reads their rows back first,
+    then whole), income's audit reads their transactions, `reveal`, `report` and `sql
+    --as-of` answer for them; every data file of every lake table keeps its declared schema,
+    and the inbox keeps no event naming the customer (their USER_REAUTH came before any of
+    their records was known)."""
+    from assets.accounts import accounts
+    from assets.balances import balances
+    from assets.identity import identity
+    from assets.income import income
+    from assets.record_status import record_status
+    from assets.transactions import transactions
+    from resources.client.resource import ConnectionClient
+    from resources.tables import lake_schema
+    from tests.conftest import land, reauth
+    from tests.resources.test_lake_files import file_schemas
+
+    made = sandbox.control("customers/create", customers=[
+        {"accounts": 1, "months": 2, "volume": 2, "seed": seed} for seed in (11, 12, 13)]
+    )["customers"]
+    with sandbox.api() as api:
+        for c in made:  # the service has processed the products
+            for _ in range(100):
+                if api.post("transactions/get", json={"record": c["record"], "limit": 1}
+                            ).status_code == 200:
+                    break
+                threading.Event().wait(0.1)
+    gone, kept = made[0]["customer"], [c["record"] for c in made[1:]]
+    path, lake = tmp_path / "inbox.sqlite3", Lake(root=str(tmp_path / "lake"))
+    with open_inbox(path, create=True) as inbox:
+        inbox.add(reauth(gone, "2026-01-01T00:00:00.000Z"))  # before any record of theirs
+        for c in made:
+            inbox.add(callback(c["record"], "AUTH", "AUTH_SUCCESS", customer=c["customer"]))
+    res = {"client": ConnectionClient(base_url=sandbox.url, secret_key=sandbox.sandbox_key,
+                                      environment="sandbox"),
+           "lake": lake, "inbox": InboxResource(path=str(path))}
+    products = [accounts, transactions, balances, identity, income]
+    assert land([*products, record_status], [c["record"] for c in made], res).success
+    warehouse = tmp_path / "warehouse.duckdb"
+    build(lake.root, warehouse)
+    env = {**os.environ, "LEDGERLAKE_HOME": str(tmp_path / "home"),
+           "LEDGERLAKE_LAKE": lake.root, "LEDGERLAKE_WAREHOUSE": str(warehouse),
+           "LEDGERLAKE_INBOX": str(path)}
+    env.pop("LEDGERLAKE_FORGET_ON_DISCONNECT", None)
+
+    out = cli(env, "forget", "--customer", gone, "--even-connected")
+    assert out.returncode == 0, out.stderr
+    assert f"forgot customer {gone}: 1 record(s)" in out.stdout
+    erased_at = {t: lake.version(t) for t in ("transactions", "accounts")}
+
+    def landed(run_id: str) -> dict[tuple[str, str], str]:
+        with open_inbox(path) as inbox:
+            return {(s.record, s.product): s.outcome for s in inbox.landings(kept)
+                    if s.run_id == run_id}
+
+    every = {(r, p.key.path[-1]): "landed" for r in kept for p in products}
+    again = land(products, kept, res, raise_on_error=False)  # transactions: a window pull
+    assert again.success and landed(again.run_id) == every
+    with open_inbox(path) as inbox:
+        pulls = {s.record: s.detail.get("pull") for s in inbox.landings(
+            kept, product="transactions")}
+    assert all(p and p.startswith("window") for p in pulls.values()), pulls
+    whole = land([transactions, income], kept, res, raise_on_error=False, run_config={
+        "ops": {"transactions": {"config": {"full_history": True}}}})
+    assert whole.success and landed(whole.run_id) == {
+        (r, p): "landed" for r in kept for p in ("transactions", "income")}
+    checks = {(r["record_id"], r["check_name"]): r["passed"] for r in lake.read(
+        "checks").to_pylist() if r["run_id"] == whole.run_id and r["product"] == "income"}
+    assert checks and all(checks.values()), checks  # income's audit read the transactions
+
+    build(lake.root, warehouse)
+    shown = cli(env, "reveal", "--customer", made[1]["customer"])
+    assert shown.returncode == 0, shown.stderr
+    assert '"bvn":' in shown.stdout
+    page = tmp_path / "report.html"
+    told = cli(env, "report", kept[0], "--output", str(page))
+    assert told.returncode == 0, told.stderr
+    assert kept[0] in page.read_text()
+    for table, version in erased_at.items():
+        past = cli(env, "sql", f"select distinct record_id from {table} order by 1",
+                   "--format", "csv", "--as-of", f"{table}={version}")
+        assert past.returncode == 0, past.stderr
+        assert past.stdout.split() == ["record_id", *sorted(kept)]
+    with open_inbox(path) as inbox:
+        assert [e for e in inbox.after(0) if gone in orjson.dumps(e.body).decode()] == []
+    # every file of every table (no payment was made: payments has none): the erasure's
+    # rewrites, the landings since, the audits
+    written = [t for t in LAKE_TABLES if lake.version(t) is not None]
+    assert written == [t for t in LAKE_TABLES if t != "payments"]
+    for table in written:
+        wrong = {f: str(s) for f, s in file_schemas(lake, table).items()
+                 if not s.equals(lake_schema(table))}
+        assert not wrong, (table, wrong)
