@@ -20,7 +20,7 @@ import random
 import re
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime
 from urllib.parse import unquote
 
@@ -50,6 +50,11 @@ MAX_BACKOFF_S = 2.0
 ZSTD = WriterProperties(compression="ZSTD",
                         default_column_properties=ColumnProperties(dictionary_enabled=False))
 DEFAULT_TARGET = 100 * 2**20  # delta-rs's own default file size for compaction
+# a streamed write's row groups: the writer holds one, encoded, until it is full (by default a
+# million rows: hundreds of MB of a huge record); reads skip by row group too
+STREAMED = WriterProperties(compression="ZSTD", max_row_group_size=128 * 1024,
+                            default_column_properties=ColumnProperties(dictionary_enabled=False))
+SCAN_ROWS = 32 * 1024  # rows a batch of `scan` holds
 
 
 class CommitConflict(RuntimeError):
@@ -74,6 +79,80 @@ def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
     # sorted by record: each file's record ids span a narrow range, so a lookup skips it
     data = pa.concat_tables([_conform(parts[r], schema, r, window.get(r)) for r in sorted(ids)])
     return _write(uri, schema, data, "overwrite", _predicate(ids, window), stats)
+
+
+def replace_batches(uri: str, schema: pa.Schema,
+                    parts: Mapping[str, Callable[[], Iterable[pa.RecordBatch]]], *,
+                    window: Mapping[str, date | datetime] | None = None,
+                    stats: Sequence[str] | None = None) -> int:
+    """`replace`, the rows not held: `parts[record]()` gives a record's rows batch by batch
+    (again at each try of the commit), each conformed to `schema` on its way into the one
+    commit. Memory is a few batches', whatever the records' size."""
+    window = dict(window or {})
+    ids = [check_record_id(r) for r in parts]
+    if not ids:
+        raise ValueError("replace needs at least one record")
+    if stray := sorted(set(window) - set(ids)):
+        raise ValueError(f"window names records with no rows given: {stray}")
+    schema = with_record_id(schema)
+    location, options = _where(uri)
+
+    def write() -> int:
+        table = _open_or_create(location, schema, options, stats)
+        _rows_fit_table(table, schema.empty_table())
+        failed: list[BaseException] = []
+
+        def rows() -> Iterator[pa.RecordBatch]:
+            try:
+                for rid in sorted(ids):  # by record, as `replace` writes them
+                    for batch in parts[rid]():
+                        yield from _conform(pa.Table.from_batches([batch]), schema, rid,
+                                            window.get(rid)).to_batches()
+            except BaseException as exc:  # raised to the caller as it is, not as delta-rs's
+                failed.append(exc)
+                raise
+
+        try:
+            write_deltalake(table, pa.RecordBatchReader.from_batches(schema, rows()),
+                            mode="overwrite", predicate=_predicate(ids, window),
+                            schema_mode="merge", writer_properties=STREAMED)
+        except Exception:
+            if failed:
+                raise failed[0] from None
+            raise
+        return table.version()
+
+    return _retrying(uri, write)
+
+
+def scan(uri: str, record_id: str, columns: Sequence[str] | None = None,
+         where: pc.Expression | None = None) -> Iterator[pa.RecordBatch]:
+    """One record's rows (those `where` keeps), batch by batch, at the latest version: a
+    record read without being held. Nothing if the table does not exist."""
+    table = _open(uri, None)
+    if table is None:
+        return
+    rid = check_record_id(record_id)
+    keep = pc.field("record_id") == rid
+    yield from _dataset(uri, table, [rid]).to_batches(
+        columns=columns, filter=keep if where is None else keep & where,
+        batch_size=SCAN_ROWS, batch_readahead=1, fragment_readahead=1)
+
+
+def count_rows(uri: str, record_ids: Sequence[str]) -> dict[str, int]:
+    """How many rows each of `record_ids` has (those with none are left out), read a batch
+    of their ids at a time."""
+    table = _open(uri, None)
+    ids = sorted({check_record_id(r) for r in record_ids})
+    if table is None or not ids:
+        return {}
+    counts: dict[str, int] = {}
+    for batch in _dataset(uri, table, ids).to_batches(
+            columns=["record_id"], filter=pc.field("record_id").isin(pa.array(ids, pa.string())),
+            batch_size=SCAN_ROWS, batch_readahead=1, fragment_readahead=1):
+        for item in pc.value_counts(batch["record_id"]).to_pylist():
+            counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+    return counts
 
 
 def append(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] | None = None

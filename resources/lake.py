@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime
 from pathlib import Path
 
@@ -56,6 +56,26 @@ class Lake(ConfigurableResource):
             schema = next(iter(parts.values())).schema
         return delta.replace(self.table_uri(table), schema, parts, window=window,
                              stats=stats_columns(table))
+
+    def replace_batches(self, table: str,
+                        parts: Mapping[str, Callable[[], Iterable[pa.RecordBatch]]],
+                        schema: pa.Schema, window: Mapping[str, date | datetime] | None = None
+                        ) -> int:
+        """`replace`, each record's rows read batch by batch from `parts[record]()` (again
+        if the commit is tried again), never held at once; one commit, the version."""
+        return delta.replace_batches(self.table_uri(table), schema, parts, window=window,
+                                     stats=stats_columns(table))
+
+    def scan(self, table: str, record_id: str, schema: pa.Schema,
+             where: pc.Expression | None = None) -> Iterator[pa.RecordBatch]:
+        """One record's rows that `where` keeps, batch by batch, in `schema`'s columns and
+        types (nothing if the table does not exist yet)."""
+        for batch in delta.scan(self.table_uri(table), record_id, schema.names, where):
+            yield batch.cast(schema)
+
+    def row_counts(self, table: str, record_ids: Sequence[str]) -> dict[str, int]:
+        """How many rows each of `record_ids` has in `table` (none: left out)."""
+        return delta.count_rows(self.table_uri(table), record_ids)
 
     def write(self, table: str, record_id: str | None, data: pa.Table,
               schema: pa.Schema | None = None) -> int:
