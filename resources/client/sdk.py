@@ -290,7 +290,17 @@ class Client:
                      to_date: dt.date | str | None = None, first_page: int = 1,
                      last_page: int | None = None) -> pa.Table:
         """All transactions of a record (or `account=`), `from_date`/`to_date` inclusive;
-        or those of pages `first_page` to `last_page`.
+        or those of pages `first_page` to `last_page` (`transaction_groups`, held at once)."""
+        return pa.Table.from_batches(list(self.transaction_groups(
+            record, account=account, from_date=from_date, to_date=to_date,
+            first_page=first_page, last_page=last_page)), schema=TRANSACTION_SCHEMA)
+
+    def transaction_groups(self, record: str | None = None, *, account: str | None = None,
+                           from_date: dt.date | str | None = None,
+                           to_date: dt.date | str | None = None, first_page: int = 1,
+                           last_page: int | None = None) -> Iterator[pa.RecordBatch]:
+        """The rows of `transactions` as they are read, PARSE_PAGES pages a batch (at least
+        one batch, maybe empty): a record's lines need never be held at once.
 
         The pages' bytes go to Arrow's JSON reader PARSE_PAGES at a time, not through orjson
         and Python dicts (~4 against ~7 us of CPU a row). Once a page has said how many pages
@@ -301,7 +311,6 @@ class Client:
         """
         body = self._transactions_body(record, account, from_date, to_date)
         path = "transactions/get"
-        batches: list[pa.RecordBatch] = []
         page, pages_in_all = first_page, None
         group: list[tuple[int, RawAnswer]] = []
         while True:
@@ -322,10 +331,10 @@ class Client:
                 page = _following(pagination, number, last_page, path)
                 if page != number + 1:
                     break  # the end, or the pages asked for after this one are not next
-            batches.append(rows.slice(0, kept))
             group = []
+            yield rows.slice(0, kept)
             if page is None:
-                return pa.Table.from_batches(batches, schema=TRANSACTION_SCHEMA)
+                return
             total = pagination.get("totalPages")
             pages_in_all = total if type(total) is int else None
 
