@@ -7,6 +7,7 @@ import datetime as dt
 import io
 import json
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -58,9 +59,14 @@ def warehouse(tmp_path_factory) -> Path:
 
 def sql(*args: str, stdin: str | None = None, env: dict | None = None,
         cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`ledgerlake sql ARGS` in a process. SQL reads only the lake LEDGERLAKE_LAKE names:
+    with --warehouse W and no lake or home in `env`, the lake beside W, where it was built."""
+    env = dict(env or {})
+    if "--warehouse" in args and not {"LEDGERLAKE_LAKE", "LEDGERLAKE_HOME"} & set(env):
+        env["LEDGERLAKE_LAKE"] = str(Path(args[args.index("--warehouse") + 1]).parent / "lake")
     return subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", *args],
                           input=stdin, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})}, cwd=cwd)
+                          env={**os.environ, **env}, cwd=cwd)
 
 
 def test_prints_a_readable_table(warehouse):
@@ -180,17 +186,18 @@ def test_a_file_holds_what_stdout_prints(warehouse, tmp_path):
 def test_pipes_into_a_json_reader_and_into_head(warehouse):
     me = shlex.join([sys.executable, "-m", "pipeline.cli", "sql"])
     w = shlex.quote(str(warehouse))
+    env = {**os.environ, "LEDGERLAKE_LAKE": str(warehouse.parent / "lake")}
     out = subprocess.run(
         ["bash", "-c", f"set -o pipefail; {me} 'select * from accounts' --warehouse {w} "
          f"--format json | {shlex.quote(sys.executable)} -c 'import json,sys; print(len(json.load(sys.stdin)))'"],
-        capture_output=True, text=True, timeout=120)
+        capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "2"
     # far more than a pipe holds: the writer meets a closed pipe once head has its line
     out = subprocess.run(
         ["bash", "-c", f"{me} 'select range as n from range(300000)' --warehouse {w} "
          "--format jsonl | head -n 1; echo \"exit ${PIPESTATUS[0]}\""],
-        capture_output=True, text=True, timeout=120)
+        capture_output=True, text=True, timeout=120, env=env)
     assert out.stdout.splitlines() == ['{"n":0}', "exit 0"]
     assert "Traceback" not in out.stderr and "Broken pipe" not in out.stderr, out.stderr
 
@@ -256,6 +263,180 @@ def test_clear_errors(warehouse, tmp_path, args, code, message):
     assert "Traceback" not in out.stderr
     assert warehouse.read_bytes() == before
     assert not (tmp_path / "x.xml").exists()
+
+
+# -- analysts' SQL reads the lake and the warehouse, and nothing else ----------------------------
+
+@pytest.fixture(scope="module")
+def guarded(warehouse) -> Path:
+    """The warehouse's home, as `make demo` leaves one: lake/, warehouse.duckdb and the
+    personal-data key file beside them, pii.key."""
+    home = warehouse.parent
+    key = home / "pii.key"
+    key.write_text(secrets.token_hex(32) + "\n")
+    key.chmod(0o600)
+    return home
+
+
+def lake_files(home: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(home)): p.read_bytes() for p in sorted(home.rglob("*"))
+            if p.is_file()}
+
+
+def delta_commit_emptying(home: Path, table: str) -> str:
+    """COPY writing the table's next Delta commit: a `remove` of each of its data files, so
+    that a reader of the log finds the table empty."""
+    log = home / "lake" / table / "_delta_log"
+    version = max(int(p.stem) for p in log.glob("*.json")) + 1
+    return (f"copy (select {{'path': parse_filename(file), 'dataChange': true, "
+            f"'deletionTimestamp': 0}} as remove from glob('{home}/lake/{table}/*.parquet')) "
+            f"to '{log}/{version:020d}.json' (format json)")
+
+
+REFUSED = {  # a statement from the issue (its home's paths as {home}), what the refusal names
+    "read the key": ("select content from read_text('{home}/pii.key')",
+                     "refused: reading {home}/pii.key;"),
+    "read the key as a blob": ("select content from read_blob('{home}/lake/../pii.key')",
+                               "refused: reading {home}/lake/../pii.key;"),
+    "list the data home": ("select * from glob('{home}/*')", "refused: reading {home}/*;"),
+    "read /etc/passwd": ("select * from read_csv('/etc/passwd', sep = ':')",
+                         "refused: reading /etc/passwd;"),
+    "read the environment": ("select content from read_text('/proc/self/environ')",
+                             "refused: reading /proc/self/environ;"),
+    "copy to a file": ("copy (select * from accounts) to '{home}/stolen.csv'", "refused: COPY"),
+    "copy into the lake": ("copy (select 1 as n) to '{home}/lake/accounts/x.csv'",
+                           "refused: COPY"),
+    "export the database": ("export database '{home}/lake/accounts/dump'",
+                            "refused: EXPORT DATABASE"),
+    "explain analyze a copy": ("explain analyze copy (select 1 as n) to '{home}/lake/x.csv'",
+                               "refused: EXPLAIN of a statement that is not a query"),
+    "a copy after a query": ("select 1 as n; copy (select 1 as n) to '{home}/lake/x.csv'",
+                             "refused: COPY"),
+    "attach": ("attach '{home}/lake/other.duckdb' as other", "refused: ATTACH"),
+    "install": ("install httpfs", "refused: INSTALL"),
+    "load": ("load httpfs", "refused: LOAD"),
+    "autoinstall extensions": ("set autoinstall_known_extensions = true", "refused: SET"),
+    "enable external access": ("set enable_external_access = true", "refused: SET"),
+    "allow every directory": ("set allowed_directories = ['/']", "refused: SET"),
+    "unlock the settings": ("set lock_configuration = false", "refused: SET"),
+    "reset the lock": ("reset lock_configuration", "refused: RESET"),
+    "pragma external access": ("pragma enable_external_access = true", "refused: PRAGMA"),
+    "a function that sets": ("select * from enable_logging(storage = 'file', "
+                             "storage_config = {{'path': '{home}/lake/log'}})",
+                             "refused: changing the setting enable_logging;"),
+    "create a secret": ("create secret s3key (type s3, key_id 'k', secret 's')",
+                        "refused: CREATE"),
+    "call": ("call pragma_version()", "refused: CALL"),
+    "a table": ("create table stolen as select 1", "read-only"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_statement_beyond_the_lake_and_the_warehouse_is_refused(guarded, tmp_path, case):
+    """Each refusal: exit 1, one line on stderr naming what was refused, nothing written."""
+    home = guarded
+    statement, named = (text.format(home=home) for text in REFUSED[case])
+    before = lake_files(home)
+    out = sql(statement, "--warehouse", str(home / "warehouse.duckdb"), cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stderr.splitlines() == [out.stderr.rstrip("\n")]  # one line
+    assert out.stderr.startswith("ledgerlake: ") and named in out.stderr, out.stderr
+    assert "ledgerlake sql only reads the lake and the warehouse" in out.stderr or \
+        "read-only" in out.stderr
+    assert out.stdout == ""
+    assert (home / "pii.key").read_text().strip() not in out.stdout + out.stderr
+    assert lake_files(home) == before  # nothing written, in the lake or beside it
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_delta_commit_into_a_lake_table_is_refused_and_the_table_reads_whole(guarded,
+                                                                                tmp_path):
+    home = guarded
+    before = lake_files(home)
+    out = sql(delta_commit_emptying(home, "transactions"), "--warehouse",
+              str(home / "warehouse.duckdb"), cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.strip() == ("ledgerlake: refused: COPY reads or writes files; ledgerlake "
+                                  "sql only reads the lake and the warehouse")
+    assert lake_files(home) == before
+    assert Lake(root=str(home / "lake")).read("transactions").num_rows == 9
+    count = sql("select count(*) as n from transactions", "--format", "csv",
+                "--warehouse", str(home / "warehouse.duckdb"))
+    assert count.stdout.splitlines() == ["n", "9"], count.stderr
+
+
+@pytest.mark.parametrize("query", ["select getenv('LEDGERLAKE_PII_KEY') as key",
+                                   "select current_setting('s3_secret_access_key') as key",
+                                   "select * from duckdb_secrets(redact = false)"])
+def test_sql_reads_no_secret_of_the_environment(guarded, query):
+    secret = secrets.token_hex(32)
+    out = sql(query, "--warehouse", str(guarded / "warehouse.duckdb"),
+              env={"LEDGERLAKE_PII_KEY": secret, "AWS_SECRET_ACCESS_KEY": secret})
+    assert out.returncode == 1, out.stdout
+    assert out.stderr.splitlines() == [out.stderr.rstrip("\n")]
+    assert secret not in out.stdout + out.stderr
+
+
+def test_the_key_file_inside_a_lake_table_folder_is_refused_before_any_sql(guarded, tmp_path):
+    key = guarded / "lake" / "accounts" / "pii.key"
+    key.write_text("0" * 64)
+    try:
+        out = sql("select 1", "--warehouse", str(guarded / "warehouse.duckdb"),
+                  env={"LEDGERLAKE_PII_KEY_FILE": str(key)}, cwd=tmp_path)
+    finally:
+        key.unlink()
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"ledgerlake: the personal-data key file {key} is inside the lake's folder "
+        f"{guarded / 'lake' / 'accounts'}/, which SQL reads: move it out "
+        "(LEDGERLAKE_PII_KEY_FILE)")
+
+
+def test_a_warehouse_built_over_another_lake_is_read_only_with_that_lake(guarded, tmp_path):
+    out = sql("select count(*) from accounts", "--warehouse", str(guarded / "warehouse.duckdb"),
+              env={"LEDGERLAKE_LAKE": str(tmp_path / "lake")})
+    assert out.returncode == 1
+    assert out.stderr.startswith(f"ledgerlake: refused: reading {guarded}/lake/accounts/")
+    assert out.stderr.rstrip().endswith(
+        "ledgerlake sql only reads the lake and the warehouse (if a view reads it: set "
+        "LEDGERLAKE_LAKE to the lake the warehouse was built over)")
+
+
+def test_queries_of_every_kind_still_answer_and_refusals_do_not_end_a_session(guarded):
+    home = guarded
+    script = (f"copy (select * from accounts) to '{home}/lake/stolen.csv';\n"
+              "set lock_configuration = false;\n"
+              "describe accounts;\n"
+              "summarize select balance from transactions;\n"
+              "show tables;\n"
+              "explain analyze select count(*) from transactions;\n"
+              "pivot (select account_id, month from monthly_cashflow) on month;\n"
+              "from accounts select count(*) as from_first;\n"
+              # the lake's own files are the lake: read as they are
+              f"select count(*) as lake_files from glob('{home}/lake/transactions/*.parquet');\n"
+              "set TimeZone = 'Africa/Lagos';\n"
+              "select min(trans_date) as lagos from transactions;\n")
+    before = lake_files(home)
+    out = sql("--warehouse", str(home / "warehouse.duckdb"), stdin=script)
+    assert out.returncode == 1  # two statements were refused
+    assert out.stderr.splitlines() == [
+        "ledgerlake: refused: COPY reads or writes files; ledgerlake sql only reads the lake "
+        "and the warehouse",
+        "ledgerlake: refused: SET changes a setting (only SET TimeZone may); ledgerlake sql "
+        "only reads the lake and the warehouse"]
+    for shown in ("column_name", "approx_unique", "monthly_cashflow", "analyzed_plan",
+                  "2025-01", "from_first", "lake_files", "2025-01-30 13:00:00+01"):
+        assert shown in out.stdout, shown
+    assert lake_files(home) == before
+
+
+def test_the_sessions_time_zone_reaches_a_written_file(guarded, tmp_path):
+    out = sql("set TimeZone = 'Africa/Lagos'; select min(trans_date) as first from transactions",
+              "--warehouse", str(guarded / "warehouse.duckdb"), "--output",
+              str(tmp_path / "first.csv"))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "first.csv").read_text().splitlines() == [
+        "first", "2025-01-30T13:00:00+01:00"]
 
 
 # -- --as-of: the views over the lake as it stood then -------------------------------------------

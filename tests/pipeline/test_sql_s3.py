@@ -8,10 +8,12 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
 from assets.warehouse import build
+from resources import object_store
 from tests.assets.test_warehouse_s3 import (  # noqa: F401  (s3, landed: fixtures)
     S3,
     TRANSACTIONS,
@@ -20,6 +22,7 @@ from tests.assets.test_warehouse_s3 import (  # noqa: F401  (s3, landed: fixture
     refusals,
     s3,
 )
+from tests.s3 import BUCKET
 
 
 @pytest.fixture(scope="module")
@@ -86,10 +89,53 @@ def test_a_lake_setting_that_is_not_the_warehouses_lake_says_so(s3, home, tmp_pa
     out = sql(s3, home, "select count(*) from transactions",
               LEDGERLAKE_LAKE=str(tmp_path / "lake"))
     assert out.returncode == 1
-    assert out.stderr.strip() == (
-        "ledgerlake: the warehouse's views read the lake on S3: set LEDGERLAKE_LAKE to the "
-        "s3:// lake it was built over (ledgerlake reads it through pyarrow, without DuckDB's "
-        "httpfs extension)")
+    assert out.stderr.startswith(f"ledgerlake: refused: reading s3://{BUCKET}/lake/transactions/")
+    assert out.stderr.splitlines()[0].endswith(
+        "ledgerlake sql only reads the lake and the warehouse (if the warehouse's views read "
+        "the lake on S3: set LEDGERLAKE_LAKE to the s3:// lake it was built over)")
+    assert len(out.stderr.splitlines()) == 1
+
+
+def objects(landed: Landed) -> dict[str, int]:  # noqa: F811
+    """Every object of the lake's bucket, and its size."""
+    store, base = object_store.filesystem(landed.lake.root)
+    return {i.path: i.size for i in store.get_file_info(
+        pafs.FileSelector(base.split("/", 1)[0], recursive=True))}
+
+
+REFUSED = {  # over the S3 lake: a statement, what its refusal names
+    "a Delta commit into the lake": (
+        "copy (select {{'path': parse_filename(file), 'dataChange': true, "
+        "'deletionTimestamp': 0}} as remove from glob('{lake}/transactions/*.parquet')) "
+        "to '{lake}/transactions/_delta_log/{next:020d}.json' (format json)",
+        "refused: COPY reads or writes files"),
+    "the bucket beyond the lake": ("select * from glob('s3://{bucket}/*')",
+                                   "refused: reading s3://{bucket}/*;"),
+    "another prefix": ("select content from read_text('s3://{bucket}/elsewhere/key')",
+                       "refused: reading s3://{bucket}/elsewhere/key;"),
+    "a local file": ("select * from read_csv('/etc/passwd', sep = ':')",
+                     "refused: reading /etc/passwd;"),
+    "external access": ("set enable_external_access = true", "refused: SET"),
+    "install": ("install httpfs", "refused: INSTALL"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_sql_over_s3_reads_the_lake_and_nothing_else(s3, landed: Landed, home, case):  # noqa: F811
+    lake = f"s3://{BUCKET}/lake"
+    values = {"lake": lake, "bucket": BUCKET,
+              "next": landed.lake.version("transactions") + 1}
+    statement, named = (text.format(**values) for text in REFUSED[case])
+    before = objects(landed)
+    out = sql(s3, home, statement)  # the secret in neither output: sql() checks
+    assert out.returncode == 1
+    assert out.stderr.splitlines() == [out.stderr.rstrip("\n")]
+    assert out.stderr.startswith("ledgerlake: " + named)
+    assert "ledgerlake sql only reads the lake and the warehouse" in out.stderr
+    assert objects(landed) == before
+    whole = sql(s3, home, TRANSACTIONS, "--format", "csv")
+    assert rows(whole.stdout) == [(r, n, total) for r, (n, total)
+                                  in sorted(landed.transactions.items())]
 
 
 @pytest.mark.parametrize("case", ["wrong secret", "unknown key", "no bucket", "no endpoint"])
