@@ -33,7 +33,7 @@ from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import CLASSES, PUBLIC, Keys, protect, protect_narrations
 from sandbox import datagen
-from tests.conftest import callback, disconnect
+from tests.conftest import callback, disconnect, reauth
 from tests.resources.test_privacy import found
 
 REPO = Path(__file__).resolve().parents[2]
@@ -273,12 +273,15 @@ def test_time_travel_to_before_an_erasure_names_it(home):
 
 @pytest.mark.parametrize("store", ["sqlite", "postgres"])
 def test_forget_empties_the_inbox_of_the_records_and_keeps_the_others(home, request, store):
-    """Events and their bodies, statuses, products, landing states, dead letters: none of A's
-    records left; B's all there; the audit counts them. The SQLite file keeps no byte of them."""
+    """Events and their bodies (A's that names no record too), statuses, products, landing
+    states, dead letters: none of A's records left; B's all there; the audit counts them. The
+    SQLite file keeps no byte of them."""
     env = home["env"]
     if store == "postgres":
         env = {**env, "LEDGERLAKE_INBOX": request.getfixturevalue("postgres_url")}
     with open_inbox(env["LEDGERLAKE_INBOX"], create=True) as inbox:
+        # before any record of A was known: it names A and applies to no record
+        inbox.add(reauth(A, "2026-01-01T00:00:00.000Z"))
         for record in (R1, R2, R3):
             inbox.add(callback(record, "AUTH", "AUTH_SUCCESS", customer=OWNER[record]))
             inbox.add(callback(record, "BALANCE", "BALANCE_SUCCESS", customer=OWNER[record],
@@ -294,8 +297,8 @@ def test_forget_empties_the_inbox_of_the_records_and_keeps_the_others(home, requ
         if store == "sqlite":  # deleted content overwritten, the write-ahead log emptied
             hits = found(home["root"], [A, R1, R2])
             assert [p for p in hits if p.startswith("inbox.sqlite3")] == []
-    # 5 events, 2 statuses, 2 numbers, 4 products, 2 landing states, 2 dead letters
-    assert "  inbox: 17 rows deleted" in out.stderr
+    # 6 events, 2 statuses, 2 numbers, 4 products, 2 landing states, 2 dead letters
+    assert "  inbox: 18 rows deleted" in out.stderr
     with open_inbox(env["LEDGERLAKE_INBOX"]) as inbox:
         assert [(e.record, e.records) for e in inbox.after(0)] == [(R3, (R3,))] * 2 + [
             (None, (R3,))]
@@ -304,7 +307,7 @@ def test_forget_empties_the_inbox_of_the_records_and_keeps_the_others(home, requ
         assert inbox.dead_letters() == [("bad", f'{{"recordId": "{R3}"}}'.encode())]
     inboxes = {(r["record_id"], r["rows_deleted"]) for r in erasures_of(home["lake"], A)
                if r["lake_table"] == "inbox"}
-    assert inboxes == {(R1, 17), (R2, 0)}  # the counts on the first record's row
+    assert inboxes == {(R1, 18), (R2, 0)}  # the counts on the first record's row
     assert of(counts(home["lake"]), R1, R2) == {}  # the lake's `records` table too
     assert in_views(home["warehouse"])["records"] == {R3}
 
@@ -604,7 +607,7 @@ def test_after_a_customer_is_forgotten_every_other_record_lands_reveals_and_repo
     from assets.transactions import transactions
     from resources.client.resource import ConnectionClient
     from resources.tables import lake_schema
-    from tests.conftest import land, reauth
+    from tests.conftest import land
     from tests.resources.test_lake_files import file_schemas
 
     made = sandbox.control("customers/create", customers=[
