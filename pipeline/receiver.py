@@ -6,10 +6,17 @@ checks the token and the size; a writer thread reads the bodies and commits them
 the callbacks that arrive while it commits one group share the next commit (one disk sync).
 
 Answers: 200 stored (or already stored), 400 not an event (kept as a dead letter), 401 wrong
-or missing token, 413 body too large, 503 only when the inbox itself cannot write.
+or missing token, 413 body too large, 503 when the inbox cannot write or too many callbacks
+are in flight. Whatever a body holds, it gets one of these: a fault in reading or storing one
+group of callbacks refuses that group and the writer goes on. Should the writer thread die
+anyway, the process exits at once (EXIT_WRITER_DIED), so that its supervisor restarts it.
 
 `GET /health` (and HEAD), for load balancers, needs no token: 200 while the writer thread
-runs and the inbox (its file, or its database) answers a read, 503 otherwise.
+runs, the inbox takes a write (the last one, or a probe when none succeeded lately: a full
+disk or a database refusing writes fails it) and answers a read; 503 otherwise.
+
+Slow and idle clients are the server's to close (pipeline/serve.py); this app bounds the
+callbacks in flight, not the connections.
 """
 
 from __future__ import annotations
@@ -19,8 +26,12 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import os
 import queue
+import sys
 import threading
+import time
+from collections.abc import Callable
 
 import anyio
 import orjson
@@ -42,8 +53,15 @@ log = logging.getLogger("ledgerlake.receiver")
 
 MAX_BODY = 1 << 20  # 1 MiB: a callback is a few KiB
 JSON = "application/json"
-MAX_CONNECTIONS = 256  # uvicorn answers 503 beyond: with MAX_BODY, what a flood can hold
+# callbacks being read or stored at once; beyond, 503 at once: with MAX_BODY, what a flood
+# of bodies can hold in memory. Idle connections do not count (the server closes them).
+MAX_IN_FLIGHT = 256
 MAX_GROUP = 256  # callbacks a commit takes: within the inbox's bound on a statement's ids
+# /health writes a probe when no write succeeded for this long, and waits this long for it
+PROBE_AFTER_S = 10.0
+PROBE_TIMEOUT_S = 5.0
+EXIT_WRITER_DIED = 70  # EX_SOFTWARE: the process ends so that a supervisor restarts it
+PROBE = object()  # a queued write probe, in place of a body
 
 
 class NotStored(RuntimeError):
@@ -54,15 +72,34 @@ class NotAnEvent(ValueError):
     """The body is not an event we can act on (kept as a dead letter): the reason."""
 
 
+def _exit_now() -> None:
+    """End the process at once, non-zero: its supervisor (systemd, Kubernetes, compose)
+    starts a new receiver, whose writer reopens the inbox."""
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    sys.stderr.flush()
+    os._exit(EXIT_WRITER_DIED)
+
+
 class Writer:
     """A thread that stores callbacks in groups: each waiting callback's future is settled,
-    on the event loop, with (event id, new), NotAnEvent or NotStored."""
+    on the event loop, with (event id, new), NotAnEvent or NotStored.
 
-    def __init__(self, location: str) -> None:
+    It also keeps how its writes went, for /health: when the last one succeeded, and whether
+    the last one failed."""
+
+    def __init__(self, location: str, *, on_death: Callable[[], None] = _exit_now) -> None:
         self.location = location
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_death = on_death
+        self.dead = False
+        # set by the writer thread, read by the loop's /health (a float or bool, read whole)
+        self.last_ok: float | None = None  # monotonic time of the last write that committed
+        self.failing = False  # the last write failed
+        self._probing: asyncio.Future | None = None
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -72,7 +109,7 @@ class Writer:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return not self.dead and self._thread is not None and self._thread.is_alive()
 
     async def add(self, raw: bytes) -> tuple[int, bool]:
         if not self.running:
@@ -81,6 +118,22 @@ class Writer:
         # a sender that hangs up cancels only its wait: the write, queued, still happens
         self._queue.put((raw, fut))
         return await fut
+
+    async def probe(self) -> None:
+        """Raise NotStored unless the inbox takes writes: the last write's outcome when one
+        committed lately, else a probe written now (one at a time, however many ask)."""
+        recent = self.last_ok is not None and time.monotonic() - self.last_ok < PROBE_AFTER_S
+        if recent and not self.failing:
+            return
+        if not self.running:
+            raise NotStored("the inbox writer has stopped")
+        if self._probing is None or self._probing.done():
+            self._probing = self._loop.create_future()
+            self._queue.put((PROBE, self._probing))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._probing), PROBE_TIMEOUT_S)
+        except TimeoutError:
+            raise NotStored(f"a probe write took over {PROBE_TIMEOUT_S:g} s") from None
 
     async def stop(self) -> None:
         """Store what is queued, then end the thread."""
@@ -100,19 +153,60 @@ class Writer:
                         break
                 stop = any(item is None for item in group)
                 group = [item for item in group if item is not None]
-                if inbox is None:
-                    try:
-                        inbox = open_inbox(self.location)
-                    except Exception as exc:  # down for now: these are refused, the next tried
-                        log.error("inbox write failed: %s", exc)
-                        self._settle(group, [NotStored(str(exc))] * len(group))
-                        continue
-                self._settle(group, _store(inbox, [raw for raw, _ in group]))
+                inbox = self._write(inbox, group)
                 if stop:
                     break
+        except BaseException:
+            self._die()
+            raise
         finally:
             if inbox is not None:
-                inbox.close()
+                with contextlib.suppress(Exception):
+                    inbox.close()
+
+    def _write(self, inbox, group: list):
+        """Store one group and settle each of its futures; the inbox, opened if it was not.
+        Nothing a group holds ends the thread: a fault refuses that group (503)."""
+        probes = [item for item in group if item[0] is PROBE]
+        bodies = [item for item in group if item[0] is not PROBE]
+        try:
+            if inbox is None:
+                inbox = open_inbox(self.location)
+            answers = _store(inbox, [raw for raw, _ in bodies]) if bodies else []
+            failed = any(isinstance(a, NotStored) for a in answers)
+            if probes:
+                try:
+                    inbox.probe_write()
+                except Exception as exc:
+                    log.error("inbox probe write failed: %s", exc)
+                    failed = True
+        except Exception as exc:  # the inbox down, or a fault of ours: refused, the next tried
+            if isinstance(exc, InboxUnavailable):
+                log.error("inbox write failed: %s", exc)
+            else:
+                log.exception("inbox write failed")
+            answers, failed = [NotStored(str(exc) or type(exc).__name__)] * len(bodies), True
+        self.failing = failed
+        if not failed:
+            self.last_ok = time.monotonic()
+        down = NotStored("the inbox refuses writes")
+        self._settle(bodies + probes, answers + [down if failed else None] * len(probes))
+        return inbox
+
+    def _die(self) -> None:
+        """The thread is ending on an error nothing caught: refuse what waits, then exit."""
+        self.dead = True  # /health answers 503 from now on
+        log.critical("the inbox writer stopped on an unexpected error: exiting (%d) so that "
+                     "a supervisor restarts the receiver", EXIT_WRITER_DIED, exc_info=True)
+        waiting = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                item = self._queue.get_nowait()
+                if item is not None:
+                    waiting.append(item)
+        with contextlib.suppress(Exception):
+            self._settle(waiting, [NotStored("the inbox writer has stopped")] * len(waiting))
+        self._on_death()
 
     def _settle(self, group: list, answers: list) -> None:
         def settle() -> None:
@@ -128,15 +222,16 @@ def _read(raw: bytes) -> tuple[dict, bytes] | str:
     an event."""
     try:
         payload = orjson.loads(raw)
-        info = describe(payload)
+        return describe(payload), kept_body(payload)
     except orjson.JSONDecodeError as exc:
         return f"body is not JSON: {exc}"
     except InvalidEvent as exc:
         return str(exc)
+    except orjson.JSONEncodeError:  # orjson reads 1,024 levels but writes 255
+        return "body is nested deeper than 255 levels: no callback is"
     except Exception:  # a body we failed to read is still the sender's fault, never a 500
         log.exception("could not read a callback body")
         return "body could not be read as an event"
-    return info, kept_body(payload)
 
 
 def _store(inbox, group: list[bytes]) -> list:
@@ -186,7 +281,8 @@ def _digest(value: str) -> bytes:
 
 
 def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
-               auth_header: str | None = None, max_body: int = MAX_BODY) -> Starlette:
+               auth_header: str | None = None, max_body: int = MAX_BODY,
+               max_in_flight: int = MAX_IN_FLIGHT) -> Starlette:
     if not token:
         raise ValueError("the receiver needs a token: callbacks without one are refused")
     inbox = open_inbox(inbox_path, create=True)  # InboxUnavailable when its database is down
@@ -224,9 +320,22 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
             if not message.get("more_body", False):
                 return body
 
+    in_flight = 0
+
     async def receive(request: Request) -> JSONResponse:
+        nonlocal in_flight
         if not authorized(request):
             return refuse(401, "missing or wrong token")
+        if in_flight >= max_in_flight:  # the body unread: a flood holds no more memory
+            log.warning("callback refused: %d already in flight", in_flight)
+            return refuse(503, "too many callbacks at once", {"Retry-After": "10"})
+        in_flight += 1
+        try:
+            return await store(request)
+        finally:
+            in_flight -= 1
+
+    async def store(request: Request) -> Response:
         try:
             raw = await read_body(request)
         except ClientDisconnect:
@@ -248,6 +357,11 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
         if not writer.running:
             log.error("health: the inbox writer has stopped")
             return refuse(503, "inbox writer stopped")
+        try:
+            await writer.probe()
+        except NotStored as exc:  # a full disk, a read-only file, a database refusing writes
+            log.error("health: the inbox takes no writes: %s", exc)
+            return refuse(503, "inbox refuses writes")
         try:
             await anyio.to_thread.run_sync(inbox.check)  # a dropped database is reconnected
         except Exception as exc:  # InboxUnavailable names the inbox, other errors do not

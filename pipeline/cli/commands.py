@@ -7,36 +7,11 @@ import contextlib
 import ipaddress
 import logging
 import os
-import socket
 import sys
 import tempfile
 from pathlib import Path
 
-
-def _serve(app, host: str, port: int, ready: str, limit_concurrency: int | None = None) -> None:
-    """Bind first (port 0 picks a free one), print the ready line, then serve until stopped.
-
-    `limit_concurrency` bounds open connections (beyond it uvicorn answers 503 at once), so
-    a flood of large bodies cannot exhaust memory.
-    """
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        raise SystemExit(f"ledgerlake: cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
-    url = f"http://{host}:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(
-        app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=30,
-        limit_concurrency=limit_concurrency,
-        timeout_graceful_shutdown=5))  # a stuck client never holds a stop
-    print(f"READY {url}", flush=True)
-    for line in ready.format(url=url).splitlines():
-        print(line, flush=True)
-    server.run(sockets=[sock])
+from pipeline.serve import HEADER_S, MIN_RATE, serve
 
 
 def _number(kind: type, lo: float, hi: float | None, what: str, *, above_lo: bool = False):
@@ -104,16 +79,37 @@ def cmd_sandbox(args: argparse.Namespace) -> int:
     for (env, key), secret in zip(given.items(), keys.by_env.values(), strict=True):
         if not key:  # keys we invented must be told, or nobody could call us
             ready += f"\ngenerated {env} key: {secret}"
-    _serve(app, args.host, args.port, ready)
+    serve(app, args.host, args.port, ready)
     return 0
 
 
-def cmd_receiver(args: argparse.Namespace) -> int:
-    from pipeline.receiver import MAX_CONNECTIONS, create_app
+def _receiver_token(args: argparse.Namespace) -> str | None:
+    """The webhook token: LEDGERLAKE_RECEIVER_TOKEN, or the first line of --token-file (a
+    mounted secret), never a command-line value, which every user of the machine can see in
+    the process list."""
+    if args.token_file:
+        try:
+            return Path(args.token_file).read_text().strip() or None
+        except OSError as exc:
+            raise ValueError(f"--token-file {args.token_file}: {exc.strerror}") from None
+    return os.environ.get("LEDGERLAKE_RECEIVER_TOKEN") or None
 
-    if not (token := args.token or os.environ.get("LEDGERLAKE_RECEIVER_TOKEN")):
-        return _fail("the receiver needs --token or LEDGERLAKE_RECEIVER_TOKEN (the webhook "
-                     "token the service sends)")
+
+def cmd_receiver(args: argparse.Namespace) -> int:
+    from pipeline.receiver import create_app
+    from pipeline.serve import deadlines
+
+    if args.token is not None:
+        return _fail("--token shows the token in the process list: set "
+                     "LEDGERLAKE_RECEIVER_TOKEN or use --token-file")
+    try:
+        token = _receiver_token(args)
+    except ValueError as exc:
+        return _fail(exc)
+    if not token:
+        return _fail(("the token file is empty" if args.token_file else
+                      "the receiver needs LEDGERLAKE_RECEIVER_TOKEN or --token-file")
+                     + " (the webhook token the service sends)")
     from resources.config import inbox_from_env
     from resources.inbox import InboxUnavailable
 
@@ -122,9 +118,10 @@ def cmd_receiver(args: argparse.Namespace) -> int:
                          auth_header=args.auth_header)
     except InboxUnavailable as exc:  # down: one line (a database's without its password)
         return _fail(exc, 1)
-    _serve(app, args.host, args.port,
-           f"receiver ready: POST {{url}}{args.path}  inbox {app.state.inbox.shown}",
-           limit_concurrency=MAX_CONNECTIONS)
+    serve(app, args.host, args.port,
+          f"receiver ready: POST {{url}}{args.path}  inbox {app.state.inbox.shown}",
+          protocol=deadlines(header_s=args.header_timeout, body_s=args.header_timeout,
+                             min_rate=args.min_body_rate))
     return 0
 
 
@@ -499,8 +496,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inbox", help="SQLite inbox file, or a postgresql:// URL that several "
                                    "receivers share (default $LEDGERLAKE_INBOX, else "
                                    "$LEDGERLAKE_HOME/inbox.sqlite3)")
-    p.add_argument("--token", help="bearer token callbacks must carry "
-                                   "(or LEDGERLAKE_RECEIVER_TOKEN)")
+    p.add_argument("--token", help=argparse.SUPPRESS)  # refused: argv is public
+    p.add_argument("--token-file", metavar="PATH",
+                   help="file whose first line is the bearer token callbacks must carry "
+                        "(default: the LEDGERLAKE_RECEIVER_TOKEN setting)")
+    p.add_argument("--header-timeout", type=_seconds, default=HEADER_S, metavar="S",
+                   help="seconds a connection has to send a request's headers, and its "
+                        "body's first part (default %(default)g)")
+    p.add_argument("--min-body-rate", type=_number(float, 1, None, "bytes a second"),
+                   default=MIN_RATE, metavar="BYTES",
+                   help="bytes a second a body must keep up after that, or the connection "
+                        "is closed (default %(default)g)")
     p.add_argument("--path", default="/callbacks/", help="route (default %(default)s)")
     p.add_argument("--auth-header", help="also accept the token in this header, "
                                          "e.g. Service-Auth")
@@ -595,8 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from resources.config import ConfigError
+    from resources.config import ConfigError, keep_files_private
 
+    keep_files_private()  # before anything is written, by this process or its children
     logging.basicConfig(level=os.environ.get("LEDGERLAKE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     args = build_parser().parse_args(argv)

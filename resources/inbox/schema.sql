@@ -79,4 +79,10 @@ create table if not exists record_numbers (
 create table if not exists forgotten (
     record text primary key,
     forgotten_at real not null
-)
+);
+-- One row the receiver's /health rewrites when no callback was stored lately: a write the
+-- inbox refuses (a full disk, a read-only file, a database refusing writes) makes it 503.
+create table if not exists write_probe (
+    id integer primary key check (id = 1),
+    at real not null
+);

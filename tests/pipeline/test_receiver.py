@@ -81,7 +81,9 @@ def test_a_wrong_or_missing_token_is_401_and_stores_nothing(receiver, make):
 def test_the_configured_auth_header_is_accepted(tmp_path, make):
     token = secrets.token_hex(16)
     inbox = tmp_path / "inbox.sqlite3"
-    with Server("receiver", "--inbox", str(inbox), "--token", token,
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    with Server("receiver", "--inbox", str(inbox), "--token-file", str(token_file),
                 "--auth-header", "Service-Auth", "--path", "/hooks/in/") as server:
         url = server.url + "/hooks/in"
         ok = HTTP.post(url, json=make.callback("r1"), headers={"service-auth": token})
@@ -251,8 +253,8 @@ def test_killed_and_restarted_between_deliveries_loses_and_doubles_nothing(tmp_p
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(one, indices))
 
-    first = Server("receiver", "--inbox", str(inbox_path), "--token", token,
-                   log_path=tmp_path / "r1.log").start()
+    first = Server("receiver", "--inbox", str(inbox_path),
+                   env={"LEDGERLAKE_RECEIVER_TOKEN": token}, log_path=tmp_path / "r1.log").start()
     try:
         url = first.url + "/callbacks/"
         deliver(url, list(range(200)))
@@ -274,8 +276,8 @@ def test_killed_and_restarted_between_deliveries_loses_and_doubles_nothing(tmp_p
         present = {e.record for e in inbox.after(0, 10_000)}
     assert {f"rec{i:04d}" for i in acked_before_kill} <= present
 
-    with Server("receiver", "--inbox", str(inbox_path), "--token", token,
-                log_path=tmp_path / "r2.log") as second:
+    with Server("receiver", "--inbox", str(inbox_path),
+                env={"LEDGERLAKE_RECEIVER_TOKEN": token}, log_path=tmp_path / "r2.log") as second:
         url = second.url + "/callbacks/"
         unacked = [i for i in range(600) if i not in acked_before_kill]
         # the hourly redelivery sends the unacknowledged ones; a flaky network repeats some
@@ -311,8 +313,8 @@ def test_the_sandbox_redelivers_to_a_receiver_killed_and_restarted(sandbox, tmp_
         while not pred() and time.monotonic() < deadline:
             time.sleep(0.1)
 
-    first = Server("receiver", "--inbox", str(inbox_path), "--token", token,
-                   log_path=tmp_path / "r1.log").start()
+    first = Server("receiver", "--inbox", str(inbox_path),
+                   env={"LEDGERLAKE_RECEIVER_TOKEN": token}, log_path=tmp_path / "r1.log").start()
     port = first.url.rsplit(":", 1)[1]
     with sandbox.api() as api:
         # the sandbox's day turns at UTC midnight and sends every record's periodic callbacks:
@@ -341,8 +343,8 @@ def test_the_sandbox_redelivers_to_a_receiver_killed_and_restarted(sandbox, tmp_
             for d in deliveries(sandbox, b, expected).values()), 30, every_s=0.1)
         assert methods() == {a: expected}
 
-        with Server("receiver", "--inbox", str(inbox_path), "--token", token, "--port", port,
-                    log_path=tmp_path / "r2.log"):
+        with Server("receiver", "--inbox", str(inbox_path), "--port", port,
+                    env={"LEDGERLAKE_RECEIVER_TOKEN": token}, log_path=tmp_path / "r2.log"):
             # and A's callbacks are sent again on top: duplicates
             api.post("callback/trigger", json={"records": [a]}).raise_for_status()
             api.post("sandbox/clock/advance", json={"seconds": 3600}).raise_for_status()
