@@ -66,6 +66,7 @@ def main(argv: list[str]) -> int:
         print(problem, file=sys.stderr)
         return 2
     sys.stdout.flush()
+    os.umask(0o077)  # what the command creates is its user's alone (resources/config.py)
     os.execvp(argv[0], argv)  # the command takes this process's place (PID 1 in a container)
 
 

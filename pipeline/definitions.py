@@ -19,7 +19,7 @@ from assets.record_status import record_status
 from assets.transactions import transactions
 from assets.warehouse import Warehouse, warehouse
 from resources.client.resource import ConnectionClient
-from resources.config import ConfigError, Settings, check_lake, local_path
+from resources.config import ConfigError, Settings, check_lake, keep_files_private, local_path
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import KeyUnusable, check_key
@@ -29,6 +29,7 @@ from .jobs import forget_job, ingest_job, refresh_job, replay_job, warehouse_job
 from .schedules import daily_refresh, hourly_replay
 from .sensors import inbox_sensor, warehouse_follows_lake
 
+keep_files_private()  # the code server's runs and sensors write the lake and the inbox
 settings = Settings.from_env()
 # an s3:// lake that refuses us fails the load, with the cause, so the daemon launches no run
 # against it and the UI shows why; each run's process loads this too, and checks again

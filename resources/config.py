@@ -36,6 +36,17 @@ LAKE = ("file", "s3")
 DATABASE = ("postgresql", "postgres")
 
 
+PRIVATE = 0o077  # the umask: directories ledgerlake makes are 0700, its files 0600
+
+
+def keep_files_private() -> None:
+    """Make what this process creates its user's alone: the data home, the inbox, the lake,
+    the warehouse, the key, logs. A process-wide umask, since SQLite, DuckDB, delta-rs and
+    pyarrow each create files of their own; every entry point calls it (the command line,
+    the Dagster code location, and so each run it launches)."""
+    os.umask(PRIVATE)
+
+
 class ConfigError(ValueError):
     """A setting ledgerlake cannot use; the message names the variable and what it takes."""
 

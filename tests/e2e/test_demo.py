@@ -45,6 +45,10 @@ def test_demo_end_to_end(demo, tmp_path):
     ours = [p for p in home.rglob("*") if p.is_file()
             and p.relative_to(home).parts[0] != "sandbox" and p.name != "sandbox.log"]
     assert len(ours) > 20
+    # the home and all in it, the lake its runs wrote included, are the user's alone
+    loose = [str(p) for p in [home, *home.rglob("*")]
+             if p.stat().st_mode & 0o777 != (0o700 if p.is_dir() else 0o600)]
+    assert loose == []
     assert [str(p) for p in ours if any(n in p.read_bytes() for n in needles)] == []
     # and no query of the default views can return the number: `ledgerlake sql` on identity
     views = subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", "--format", "csv",
