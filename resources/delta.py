@@ -102,18 +102,20 @@ def replace_batches(uri: str, schema: pa.Schema,
         _rows_fit_table(table, schema.empty_table())
         failed: list[BaseException] = []
 
+        own = _stored_for(table, schema)  # the file in the table's types, as `_write`'s
+
         def rows() -> Iterator[pa.RecordBatch]:
             try:
                 for rid in sorted(ids):  # by record, as `replace` writes them
                     for batch in parts[rid]():
                         yield from _conform(pa.Table.from_batches([batch]), schema, rid,
-                                            window.get(rid)).to_batches()
+                                            window.get(rid)).cast(own).to_batches()
             except BaseException as exc:  # raised to the caller as it is, not as delta-rs's
                 failed.append(exc)
                 raise
 
         try:
-            write_deltalake(table, pa.RecordBatchReader.from_batches(schema, rows()),
+            write_deltalake(table, pa.RecordBatchReader.from_batches(own, rows()),
                             mode="overwrite", predicate=_predicate(ids, window),
                             schema_mode="merge", writer_properties=STREAMED)
         except Exception:
@@ -133,7 +135,7 @@ def scan(uri: str, record_id: str, columns: Sequence[str] | None = None,
     if table is None:
         return
     rid = check_record_id(record_id)
-    keep = pc.field("record_id") == rid
+    keep = _of_records([rid])
     yield from _dataset(uri, table, [rid]).to_batches(
         columns=columns, filter=keep if where is None else keep & where,
         batch_size=SCAN_ROWS, batch_readahead=1, fragment_readahead=1)
@@ -148,7 +150,7 @@ def count_rows(uri: str, record_ids: Sequence[str]) -> dict[str, int]:
         return {}
     counts: dict[str, int] = {}
     for batch in _dataset(uri, table, ids).to_batches(
-            columns=["record_id"], filter=pc.field("record_id").isin(pa.array(ids, pa.string())),
+            columns=["record_id"], filter=_of_records(ids),
             batch_size=SCAN_ROWS, batch_readahead=1, fragment_readahead=1):
         for item in pc.value_counts(batch["record_id"]).to_pylist():
             counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
@@ -193,13 +195,18 @@ def stored(table: DeltaTable) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
 
 
-def _as_stored(table: DeltaTable, data: pa.Table) -> pa.Table:
-    """`data` in the table's own types (`stored`), so that the file written has them:
-    delta-rs writes the Arrow types it is given (a `large_string` or `string_view` column
-    would be one in the file). A column the table lacks yet (a schema merge) stays as it is."""
+def _stored_for(table: DeltaTable, schema: pa.Schema) -> pa.Schema:
+    """`schema`'s columns in the table's own types (`stored`): delta-rs writes the Arrow
+    types it is given (a `large_string` or `string_view` column would be one in the file).
+    A column the table lacks yet (a schema merge) stays as it is."""
     own = stored(table)
     names = set(own.names)
-    target = pa.schema([own.field(f.name) if f.name in names else f for f in data.schema])
+    return pa.schema([own.field(f.name) if f.name in names else f for f in schema])
+
+
+def _as_stored(table: DeltaTable, data: pa.Table) -> pa.Table:
+    """`data` in the table's own types, so that the file written has them (`_stored_for`)."""
+    target = _stored_for(table, data.schema)
     return data if data.schema == target else data.cast(target)
 
 
@@ -229,12 +236,16 @@ def _rows_of(uri: str, table: DeltaTable, ids: list[str], columns: Sequence[str]
              ) -> pa.Table:
     """Rows of the (sorted) `ids`, reading only the files whose record_id range holds one."""
     dataset = _dataset(uri, table, ids)
-    # cast to the table's type: a file another writer made with `string_view` (delta-rs's
-    # own DELETE, DataFusion's) or `large_string` ids is read in the table's types, but
-    # pyarrow compares a filter with each row group's statistics in the file's type and
-    # has no kernel for mixed ones; with the cast, row groups are still skipped by them
-    record = pc.field("record_id").cast(pa.string())
-    return dataset.to_table(columns=columns, filter=record.isin(pa.array(ids, pa.string())))
+    return dataset.to_table(columns=columns, filter=_of_records(ids))
+
+
+def _of_records(ids: list[str]) -> pc.Expression:
+    """The filter of a read of `ids`' rows. `record_id` cast to the table's type: a file
+    another writer made with `string_view` (delta-rs's own DELETE, DataFusion's) or
+    `large_string` ids is read in the table's types, but pyarrow compares a filter with each
+    row group's statistics in the file's type and has no kernel for mixed ones; with the
+    cast, row groups are still skipped by their statistics."""
+    return pc.field("record_id").cast(pa.string()).isin(pa.array(ids, pa.string()))
 
 
 def _dataset(uri: str, table: DeltaTable, ids: list[str] | None = None) -> ds.Dataset:

@@ -1,6 +1,6 @@
 """Every data file of every lake table keeps the table's declared Arrow schema
-(`resources.tables.lake_schema`) after every kind of write: append, replace (whole and
-windowed), overwrite, erase, compaction (bin-packing and Z-order) and vacuum. And a file
+(`resources.tables.lake_schema`) after every kind of write: append, replace (whole,
+windowed and streamed), overwrite, erase, compaction (bin-packing and Z-order) and vacuum. And a file
 another Delta writer made in other Arrow types (delta-rs's own DELETE writes `string_view`)
 still reads, by record, whole, and as of a version, until a write of ours rewrites it. Real
 Delta tables on disk; nothing mocked."""
@@ -114,6 +114,9 @@ def test_every_kind_of_write_keeps_every_file_in_the_declared_schema(tmp_path, t
     if write.by_record:  # r1's file rewritten without its rows, the others' kept
         write.replace({"r1": 4})
         assert_declared(lake, table, "a record's replace")
+        lake.replace_batches(table, {"r3": lambda: rows(write.declared, 3).to_batches(2)},
+                             write.declared)
+        assert_declared(lake, table, "a streamed replace")
         if "trans_date" in write.declared.names:
             write.replace({"r0": 2}, window={"r0": DAY0 + timedelta(days=3)})
             assert_declared(lake, table, "a windowed replace")
@@ -168,8 +171,10 @@ def test_rows_given_in_other_arrow_types_are_written_in_the_declared_ones(tmp_pa
     lake.append("transactions", {"c": plain.set_column(
         declared.get_field_index("env"), "env",
         pc.dictionary_encode(plain["env"]))}, declared)
+    lake.replace_batches("transactions", {"d": lambda: given.to_batches(2)}, given.schema)
     assert_declared(lake, "transactions", "writes of rows in other types")
     assert lake.read("transactions", "b", declared) == plain
+    assert lake.read("transactions", "d", declared) == plain
 
 
 def test_files_another_writer_made_in_other_arrow_types_still_read(tmp_path):
@@ -192,6 +197,8 @@ def test_files_another_writer_made_in_other_arrow_types_still_read(tmp_path):
     many = lake.read_many("identity", ["a", "b", "d"], declared)
     assert sorted(many) == ["b", "d"] and many["d"] == rows(declared, 2)
     assert lake.holding("identity", ["a", "b", "c"]) == {"b", "c"}
+    assert lake.row_counts("identity", ["a", "b", "c"]) == {"b": 2, "c": 2}
+    assert pa.Table.from_batches(list(lake.scan("identity", "c", declared))) == rows(declared, 2)
     whole = lake.read("identity")
     assert whole.schema.equals(lake_schema("identity")) and whole.num_rows == 6
     assert lake.partitions("identity") == ["b", "c", "d"]
