@@ -55,6 +55,9 @@ DEFAULT_TARGET = 100 * 2**20  # delta-rs's own default file size for compaction
 STREAMED = WriterProperties(compression="ZSTD", max_row_group_size=128 * 1024,
                             default_column_properties=ColumnProperties(dictionary_enabled=False))
 SCAN_ROWS = 32 * 1024  # rows a batch of `scan` holds
+# a streamed write's files: a huge record's rows in several, by date as they came, so that a
+# window's replace rewrites the last of them, not the record (compaction merges them later)
+STREAMED_FILE = 32 * 2**20
 
 
 class CommitConflict(RuntimeError):
@@ -117,7 +120,8 @@ def replace_batches(uri: str, schema: pa.Schema,
         try:
             write_deltalake(table, pa.RecordBatchReader.from_batches(own, rows()),
                             mode="overwrite", predicate=_predicate(ids, window),
-                            schema_mode="merge", writer_properties=STREAMED)
+                            schema_mode="merge", writer_properties=STREAMED,
+                            target_file_size=STREAMED_FILE)
         except Exception:
             if failed:
                 raise failed[0] from None
