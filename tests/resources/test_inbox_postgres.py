@@ -86,7 +86,7 @@ def test_receivers_starting_together_make_the_schema_once(postgres_url):
         inbox.close()
     assert errors == [] and len(opened) == 6
     assert tables(postgres_url) == {"events", "dead_letters", "records", "record_products",
-                                    "landings", "record_numbers", "forgotten"}
+                                    "landings", "record_numbers", "forgotten", "write_probe"}
     with open_inbox(postgres_url, create=True) as again:  # and once more, later: a no-op
         assert again.count() == 0
 
