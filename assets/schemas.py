@@ -75,10 +75,14 @@ def checked_columns(model: pa.DataFrameSchema) -> list[str]:
     return list(model.columns)
 
 
-def validate(model: pa.DataFrameSchema, table: pa_arrow.Table, what: str) -> pd.DataFrame:
-    """Validate `table` against `model`; raise ValidationFailed naming the failing rows."""
+def validate(model: pa.DataFrameSchema, table: pa_arrow.Table, what: str,
+             first_row: int = 0) -> pd.DataFrame:
+    """Validate `table` against `model`; raise ValidationFailed naming the failing rows
+    (numbered from `first_row`: a piece of a record is named by the record's rows)."""
     df = table.select([c for c in model.columns if c in table.schema.names]).to_pandas(
         date_as_object=False, types_mapper=TO_PANDAS)
+    if first_row:
+        df.index = pd.RangeIndex(first_row, first_row + len(df))
     try:
         return model.validate(df, lazy=True)
     except SchemaErrors as err:
