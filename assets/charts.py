@@ -13,7 +13,7 @@ import base64
 import io
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +43,7 @@ CHART_RECORDS = _chart_records()
 _READS = {"transactions": ["account_id", "cleared_date", "transaction_id", "balance"],
           "balance_periodic": ["account_id", "date", "available_balance", "ledger_balance"]}
 ACCOUNTS, PERIODIC, TRANSACTIONS = map(schema, ["accounts", "balance_periodic", "transactions"])
+_TYPES = {"transactions": TRANSACTIONS, "balance_periodic": PERIODIC}
 
 
 def timezone() -> str:
@@ -50,19 +51,17 @@ def timezone() -> str:
     return os.environ.get("LEDGERLAKE_TIMEZONE") or DEFAULT_TIMEZONE
 
 
-def daily_balances(tables: Mapping[str, Mapping[str, pa.Table]], zone: str | None = None
-                   ) -> dict[str, pa.Table]:
+def daily_balances(tables: Mapping[str, Mapping[str, pa.Table | Iterable[pa.RecordBatch]]],
+                   zone: str | None = None) -> dict[str, pa.Table]:
     """Per record, its `daily_balances` rows (account_id, date, balance, ...) sorted by
-    account and day, from `tables`: lake table -> record -> that record's rows."""
+    account and day, from `tables`: lake table -> record -> that record's rows (a table, or
+    its batches: streamed into DuckDB's aggregate, never held at once)."""
     view = next(v for v in load_views() if v.name == "daily_balances")
     with duckdb.connect() as con:
         sources = {}
         for table, columns in _READS.items():
-            parts = [rows.select(columns).append_column(
-                "record_id", pa.array([record] * rows.num_rows, pa.string()))
-                for record, rows in tables.get(table, {}).items() if rows.num_rows]
-            if parts:
-                con.register(f"lake_{table}", pa.concat_tables(parts))
+            if parts := tables.get(table):
+                con.register(f"lake_{table}", _streamed(parts, columns, _TYPES[table]))
                 sources[table] = f"lake_{table}"
         con.execute(render(view, sources, zone or timezone()))
         daily = con.sql("select * from daily_balances order by record_id, account_id, "
@@ -71,6 +70,24 @@ def daily_balances(tables: Mapping[str, Mapping[str, pa.Table]], zone: str | Non
     for record in sorted(set(daily["record_id"].to_pylist())):
         out[record] = daily.filter(pc.equal(daily["record_id"], record))
     return out
+
+
+def _streamed(parts: Mapping[str, pa.Table | Iterable[pa.RecordBatch]], columns: list[str],
+              types: pa.Schema) -> pa.RecordBatchReader:
+    """The records' rows in `columns` with their `record_id`, one batch at a time."""
+    want = pa.schema([types.field(c) for c in columns])
+    schema = want.append(pa.field("record_id", pa.string()))
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for record, rows in parts.items():
+            for batch in rows.to_batches() if isinstance(rows, pa.Table) else rows:
+                if batch.num_rows:
+                    cast = batch.select(columns).cast(want)
+                    yield pa.RecordBatch.from_arrays(
+                        [*cast.columns, pa.array([record] * batch.num_rows, pa.string())],
+                        schema=schema)
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
 
 
 def account_label(account: Mapping) -> str:
@@ -181,9 +198,12 @@ def record_charts(lake, record_ids: Sequence[str], titles: Mapping[str, str]
     if not record_ids or len(record_ids) > CHART_RECORDS:
         return {}
     # only the columns the chart reads: a record's topics or narrations are not worth a read
-    full = {"transactions": TRANSACTIONS, "balance_periodic": PERIODIC}
-    schemas = {t: pa.schema([full[t].field(c) for c in cols]) for t, cols in _READS.items()}
-    tables = {t: lake.read_many(t, record_ids, schemas[t]) for t in schemas}
+    schemas = {t: pa.schema([_TYPES[t].field(c) for c in cols]) for t, cols in _READS.items()}
+    # a record's lines streamed from the lake (a record may hold millions), its days held
+    tables = {"transactions": {r: lake.scan("transactions", r, schemas["transactions"])
+                               for r in record_ids},
+              "balance_periodic": lake.read_many("balance_periodic", record_ids,
+                                                 schemas["balance_periodic"])}
     accounts = lake.read_many("accounts", record_ids, pa.schema(
         [ACCOUNTS.field(c) for c in ("account_id", "nuban", "type", "name")]))
     out = {}

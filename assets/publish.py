@@ -36,6 +36,7 @@ from resources.client.errors import (
 from resources.inbox import FAILED, HELD, LANDED_OK, Inbox, LandingState
 from resources.lake import Lake
 from resources.privacy import Keys, KeyUnusable
+from resources.staging import Staged
 from resources.tables import schema
 
 from .batch import Batch
@@ -88,7 +89,8 @@ class Landing:
     problems: dict[str, list[dict] | None] = field(default_factory=dict)  # None: not evaluated
     error: str | None = None  # the fetch or validation failed: nothing was written
     retryable: bool = True  # whether trying again could help (see worth_retrying)
-    rows: dict[str, pa.Table] = field(default_factory=dict)  # lake table -> rows to commit
+    # lake table -> rows to commit (held, or Streamed from disk)
+    rows: dict[str, pa.Table | Streamed] = field(default_factory=dict)
     fetched_rows: int | None = None
     pull: str | None = None
     lake_table: str | None = None
@@ -204,24 +206,64 @@ def commit(lake: Lake, landings: Iterable[Landing], tables: Mapping[str, pa.Sche
     """Write the published records' rows: one commit per table for all of them (a commit
     costs the same for one record as for a hundred), appended or replacing each record's
     rows. Each landing learns its table and version; if a commit fails, every record it
-    carried is failed instead (retried by the engine: the commit is all or none)."""
-    landings = [x for x in landings if x.published and x.rows]
-    for table, columns in tables.items():
-        parts = {x.record_id: x.rows[table] for x in landings if table in x.rows}
-        if not parts:
-            continue
-        try:
-            write = lake.append if table in appended else lake.replace
-            version = write(table, parts, columns)
-        except Exception as exc:
+    carried is failed instead (retried by the engine: the commit is all or none). Rows that
+    are `Streamed`, not held, are streamed into the commit, then discarded."""
+    given = list(landings)
+    landings = [x for x in given if x.published and x.rows]
+    try:
+        for table, columns in tables.items():
+            parts = {x.record_id: x.rows[table] for x in landings if table in x.rows}
+            if not parts:
+                continue
+            try:
+                version = _write(lake, table, parts, columns, table in appended)
+            except Exception as exc:
+                for x in landings:
+                    x.published, x.error = False, f"{type(exc).__name__}: {exc}"
+                    x.retryable = True
+                break
             for x in landings:
-                x.published, x.error, x.retryable = False, f"{type(exc).__name__}: {exc}", True
-            break
-        for x in landings:
-            if table in x.rows and x.lake_table is None:
-                x.lake_table, x.lake_version = lake.shown(table), version
-    for x in landings:
-        x.rows = {}  # written: the run need not hold them any longer
+                if table in x.rows and x.lake_table is None:
+                    x.lake_table, x.lake_version = lake.shown(table), version
+    finally:
+        for x in given:
+            for part in x.rows.values():
+                if isinstance(part, Streamed):
+                    part.discard()
+            x.rows = {}  # written: the run need not hold them any longer
+
+
+def _write(lake: Lake, table: str, parts: Mapping[str, pa.Table | Streamed],
+           columns: pa.Schema, appended: bool) -> int:
+    """One commit of `parts`; streamed from where they are staged if any is not held."""
+    if all(isinstance(p, pa.Table) for p in parts.values()):
+        return (lake.append if appended else lake.replace)(table, parts, columns)
+    if appended:
+        raise ValueError(f"{table} is appended to: its rows are held, not streamed")
+    return lake.replace_batches(
+        table, {r: p.batches if isinstance(p, Streamed) else p.to_batches
+                for r, p in parts.items()}, columns,
+        window={r: p.since for r, p in parts.items()
+                if isinstance(p, Streamed) and p.since is not None})
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """A record's rows of one table that are not held but staged (resources/staging.py),
+    read batch by batch into their commit (again if it is tried again). `since`: only the
+    record's rows dated from then on are replaced (a window); None: all of them."""
+    staged: Staged
+    since: dt.datetime | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return self.staged.rows
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        return self.staged.batches()
+
+    def discard(self) -> None:
+        self.staged.discard()
 
 
 @dataclass(frozen=True)
