@@ -9,14 +9,23 @@ on a rolling schedule: `daily_refresh` reconciles each record in full once every
 LEDGERLAKE_RECONCILE_DAYS days, 7 by default). The record's new rows are published only if its
 chain holds line by line and ends on the service's ledger balance; otherwise the previous one
 stays in view and the check says why (docs/lake.md, "Write, audit, publish").
+
+A record of more lines than STREAM_ROWS is never held: its pages are read ahead by a thread of
+their own and taken a piece of STREAM_ROWS lines at a time (prefetch, pieces), each validated,
+audited (the running balance carried from piece to piece: checks.RunningBalance) and staged on
+local disk (resources/staging.py), and its commit streams them from there (`land_pull`). A
+window pull of one reads the lake's rows around the window a batch at a time (`land_window`).
+Memory is a piece's, whatever the record's size (bench/huge_record.py).
 """
 
 import datetime as dt
 import os
+import queue
+import threading
 import zlib
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -24,17 +33,38 @@ import pyarrow.compute as pc
 from dagster import AssetExecutionContext, Config, ResourceParam
 
 from resources.client import Client
-from resources.client.sdk import tls_context
+from resources.client.sdk import PARSE_PAGES, tls_context
+from resources.columns import TRANSACTION_SCHEMA
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import Keys, protect_narrations
+from resources.staging import Staged
 from resources.tables import UTC_MS, schema
 
 from .batch import Batch
 from .charts import chart_metadata
-from .checks import chain_breaks, ledger_mismatches, posted_in_order
+from .checks import (
+    CHAIN_COLUMNS,
+    NotInPostingOrder,
+    RunningBalance,
+    chain_breaks,
+    ledger_mismatches,
+    ledger_problems,
+    posted_in_order,
+)
 from .income import INCOME_MATCHES, recheck_income
-from .publish import Check, Landing, commit, keys, log_rechecks, note, product, report, to_land
+from .publish import (
+    Check,
+    Landing,
+    Streamed,
+    commit,
+    keys,
+    log_rechecks,
+    note,
+    product,
+    report,
+    to_land,
+)
 from .schemas import Transactions, ValidationFailed, checked_columns, validate
 
 SCHEMA = schema("transactions")  # the lake adds record_id to each row (resources/lake.py)
@@ -49,6 +79,13 @@ AHEAD = 3
 FETCHERS = 3
 VALIDATE_ROWS = 200_000
 LOG_EACH = 10  # records a run logs one by one; more get one line
+SPLIT_ROWS = 20_000  # a lone record this big is fetched in SPLIT_RANGES page ranges at once
+SPLIT_RANGES = 2
+# a record of more lines than this is landed a piece of this many lines at a time, never held
+# (~35 MB of Arrow a piece; its protection, validation and audit hold a few times that)
+STREAM_ROWS = 100_000
+TAIL = 200  # lines of a piece held back for the next (a line sent twice at a page boundary)
+PREFETCH = 4  # groups of pages (PARSE_PAGES each) read ahead of a streamed record's pieces
 # validated columns only: to_pandas of the others (topics: a list a row) would cost time
 CHECKED = checked_columns(Transactions)
 
@@ -153,14 +190,19 @@ def bad_records(tables: dict[str, pa.Table]) -> dict[str, str]:
 
 
 def land_one(client: Client, record_id: str, table: pa.Table,
-             start: dt.date | None, fetched: int) -> Landing:
+             start: dt.date | None, fetched: int, stream_rows: int = STREAM_ROWS) -> Landing:
     """Audit a record's validated rows; it is published (committed with the others) if it
     holds. A window pull that does not add up is pulled again whole: a line was posted
-    back-dated, before the window."""
+    back-dated, before the window (piece by piece, if its lines are more than `stream_rows`)."""
     pull = FULL if start is None else f"{WINDOW} from {start}"
     problems = audit(client, record_id, table)
     if problems and start is not None:
-        fresh = fetch(client, record_id, None)
+        fresh = fetch_ahead(client, record_id, None, stream_rows=stream_rows)
+        if isinstance(fresh, Pull):
+            whole = land_streamed(client, record_id, fresh, stream_rows,
+                                  pull=f"{FULL} (the window pull from {start} did not reconcile)")
+            whole.fetched_rows = (whole.fetched_rows or 0) + fetched
+            return whole
         fetched += fresh.num_rows
         table = dedupe(fresh).sort_by(ORDER)
         pull = f"{FULL} (the window pull from {start} did not reconcile)"
@@ -173,7 +215,8 @@ def land_one(client: Client, record_id: str, table: pa.Table,
 
 def land_chunks(client: Client, lake: Lake, ids: list[str],
                 full: Collection[str] = frozenset(), say: Callable[..., None] | None = None,
-                split: bool = False) -> Iterator[list[Landing]]:
+                split: bool = False, stream_rows: int = STREAM_ROWS
+                ) -> Iterator[list[Landing]]:
     """Fetch, window, validate and audit each record's rows, in order; each CHUNK records'
     landings (fewer once they hold CHUNK_ROWS rows), those that hold committed together, as
     soon as the last of them is audited.
@@ -181,13 +224,17 @@ def land_chunks(client: Client, lake: Lake, ids: list[str],
     Threads do the waiting: FETCHERS fetch the next AHEAD records while this thread merges
     and validates (also while the caller tells Dagster of a chunk), and the audits' /balance
     calls run beside. `full`: records pulled whole whatever the lake holds. `split`: a lone
-    record of SPLIT_ROWS or more is fetched as page ranges at once. A record whose fetch or
-    validation fails is reported with its error; the others go on.
+    record of SPLIT_ROWS or more is fetched as page ranges at once. A record whose pull, or
+    whose rows in the lake, hold more than `stream_rows` lines is landed piece by piece and
+    never held (`land_big`). A record whose fetch or validation fails is reported with its
+    error; the others go on.
     """
     chunks = [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
     chunk_of = {r: n for n, chunk in enumerate(chunks) for r in chunk}
-    # a backfill's records are mostly new: their rows need not be looked for chunk by chunk
-    known = lake.holding("transactions", [r for r in ids if r not in full])
+    # a backfill's records are mostly new: their rows need not be looked for chunk by chunk;
+    # those with more rows than a piece are never read whole
+    sizes = lake.row_counts("transactions", [r for r in ids if r not in full])
+    big = {r for r, n in sizes.items() if n > stream_rows}
     held: dict[str, pa.Table] = {}
     read: set[int] = set()
     lone = split and len(ids) == 1  # the sensor's runs: one record, maybe a big one
@@ -196,18 +243,23 @@ def land_chunks(client: Client, lake: Lake, ids: list[str],
         n = chunk_of[record_id]
         if n not in read:  # a chunk's rows in one pass, not one scan of the table a record
             read.add(n)
-            held.update(lake.read_many("transactions",
-                                       [r for r in chunks[n] if r in known], SCHEMA))
+            held.update(lake.read_many("transactions", [
+                r for r in chunks[n] if r in sizes and r not in big], SCHEMA))
         return held.pop(record_id, None)
 
     with (ThreadPoolExecutor(FETCHERS, thread_name_prefix="transactions-fetch") as pool,
           ThreadPoolExecutor(2, thread_name_prefix="transactions-audit") as io):
 
         def start_fetch(record_id: str) -> tuple[pa.Table | None, dt.date | None, Future]:
-            existing = None if record_id in full else existing_of(record_id)
-            start = None if record_id in full else pull_from(existing)
-            get = fetch_split if lone else fetch
-            return existing, start, pool.submit(get, client, record_id, start)
+            if record_id in full:
+                existing, start = None, None
+            elif record_id in big:
+                existing, start = None, pull_from_lake(lake, record_id)
+            else:
+                existing = existing_of(record_id)
+                start = pull_from(existing)
+            return existing, start, pool.submit(fetch_ahead, client, record_id, start, lone,
+                                                stream_rows)
 
         ahead = {r: start_fetch(r) for r in ids[:AHEAD]}
         group: dict[str, tuple[pa.Table, dt.date | None, int]] = {}
@@ -220,7 +272,8 @@ def land_chunks(client: Client, lake: Lake, ids: list[str],
                 if rid in bad:
                     landings[rid] = Landing(rid, error=bad[rid], retryable=False)
                 else:
-                    landings[rid] = io.submit(land_one, client, rid, table, start, fetched)
+                    landings[rid] = io.submit(land_one, client, rid, table, start, fetched,
+                                              stream_rows)
             group.clear()
 
         for i, record_id in enumerate(ids):
@@ -234,15 +287,25 @@ def land_chunks(client: Client, lake: Lake, ids: list[str],
                 landings[record_id] = Landing.failed(record_id, exc)
             else:
                 del fetched
-                table = apply_window(existing, fresh, start)
-                if say is not None:
-                    say("%s: %d fetched (%s), %d in the record", record_id,
-                        fresh.num_rows, f"from {start}" if start else "full history",
-                        table.num_rows)
-                if sum(t.num_rows for t, _, _ in group.values()) + table.num_rows > VALIDATE_ROWS:
-                    flush()
-                group[record_id] = (table, start, fresh.num_rows)
-                pending_rows += table.num_rows
+                if isinstance(fresh, Pull) or record_id in big:
+                    landing = landings[record_id] = land_big(
+                        client, lake, record_id, fresh, start, sizes.get(record_id, 0),
+                        stream_rows)
+                    if say is not None and landing.fetched_rows is not None:
+                        say("%s: %d fetched (%s), %d in the record", record_id,
+                            landing.fetched_rows, f"from {start}" if start else "full history",
+                            landing.row_count)
+                else:
+                    table = apply_window(existing, fresh, start)
+                    if say is not None:
+                        say("%s: %d fetched (%s), %d in the record", record_id,
+                            fresh.num_rows, f"from {start}" if start else "full history",
+                            table.num_rows)
+                    if (sum(t.num_rows for t, _, _ in group.values()) + table.num_rows
+                            > VALIDATE_ROWS):
+                        flush()
+                    group[record_id] = (table, start, fresh.num_rows)
+                    pending_rows += table.num_rows
                 del existing, fresh
             pending.append(record_id)
             if record_id != chunks[chunk_of[record_id]][-1] and pending_rows < CHUNK_ROWS:
@@ -262,23 +325,358 @@ def land_chunks(client: Client, lake: Lake, ids: list[str],
             yield out
 
 
+# -- a record too big to hold: prefetch, pieces, validate, audit, stage; committed from disk ----
+
+class NotStreamable(ValueError):
+    """A record's lines cannot be landed piece by piece (a line came twice, pieces apart: the
+    record changed while it was read); it is landed whole."""
+
+
+@dataclass
+class Pull:
+    """A record's lines too many to hold, from `start`: the groups of pages read already
+    (`head`), then the rest from page `first_page` on, read ahead as the pieces need them
+    (`lines`)."""
+    client: Client
+    record_id: str
+    start: dt.date | None
+    head: list[pa.RecordBatch] = field(default_factory=list)
+    first_page: int = 1
+
+    @property
+    def num_rows(self) -> int:
+        return sum(b.num_rows for b in self.head)
+
+    def lines(self) -> Iterator[pa.RecordBatch]:
+        head, self.head = self.head, []
+        yield from head
+        yield from prefetched(self.client, self.record_id, self.start, self.first_page)
+
+    def close(self) -> None:
+        self.head = []
+
+
+def fetch_ahead(client: Client, record_id: str, start: dt.date | None, lone: bool = False,
+                stream_rows: int = STREAM_ROWS) -> pa.Table | Pull:
+    """The record's lines from `start` (None: all), as the lake keeps them (`fetch`) when they
+    are at most `stream_rows`, else a `Pull` of them. A lone record is counted first; one of
+    SPLIT_ROWS or more lines is fetched as page ranges at once."""
+    if lone:
+        total = client.transaction_total(record_id, from_date=start)
+        if total > stream_rows:
+            return Pull(client, record_id, start)
+        return fetch_split(client, record_id, start, total)
+    groups = client.transaction_groups(record_id, from_date=start)
+    head, rows = [], 0
+    for batch in groups:
+        head.append(batch)
+        rows += batch.num_rows
+        if rows > stream_rows:  # whole pages so far: the rest from the next one
+            groups.close()
+            return Pull(client, record_id, start, head, rows // client.page_size + 1)
+    return protected(pa.Table.from_batches(head, schema=TRANSACTION_SCHEMA).select(SENT.names))
+
+
+_END = object()
+
+
+def prefetched(client: Client, record_id: str, start: dt.date | None, first_page: int = 1,
+               ranges: int = SPLIT_RANGES, depth: int = PREFETCH) -> Iterator[pa.RecordBatch]:
+    """The record's lines from page `first_page` on, in the service's order, read ahead by
+    `ranges` threads: each takes every `ranges`-th group of PARSE_PAGES pages, at most `depth`
+    groups ahead of the pieces (the last group runs to the end, however many pages it has by
+    then). A line that moved across a group's edge while they read is caught by `pieces`, a
+    line lost by the running balance. Stopping early stops them."""
+    total = client.transaction_total(record_id, from_date=start)
+    pages = -(-total // client.page_size)
+    firsts = list(range(first_page, pages + 1, PARSE_PAGES)) or [first_page]
+    queues: list[queue.Queue] = [queue.Queue(depth) for _ in range(ranges)]
+    stop = threading.Event()
+
+    def put(ready: queue.Queue, item: object) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read(worker: int) -> None:
+        try:
+            for i in range(worker, len(firsts), ranges):
+                last = None if i == len(firsts) - 1 else firsts[i] + PARSE_PAGES - 1
+                for batch in client.transaction_groups(record_id, from_date=start,
+                                                       first_page=firsts[i], last_page=last):
+                    if not put(queues[worker], batch):
+                        return
+                if not put(queues[worker], _END):
+                    return
+        except BaseException as exc:  # raised where the lines are taken
+            put(queues[worker], exc)
+
+    readers = [threading.Thread(target=read, args=(w,), daemon=True,
+                                name=f"transactions-range-{w}") for w in range(ranges)]
+    for reader in readers:
+        reader.start()
+    try:
+        for i in range(len(firsts)):
+            ready = queues[i % ranges]
+            while (item := ready.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+    finally:
+        stop.set()
+        for reader in readers:
+            reader.join()
+
+
+def pieces(batches: Iterable[pa.RecordBatch], rows: int, tail: int = TAIL
+           ) -> Iterator[pa.Table]:
+    """The lines in tables of `rows` or so (whole groups of pages; the last one fewer), each
+    deduped (a later copy kept) together with the last `tail` lines of the one before, held
+    back for it: a line a page boundary sent twice, as the data changed, is one line."""
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        held.append(batch)
+        count += batch.num_rows
+        if count >= rows + tail:
+            table = dedupe(pa.Table.from_batches(held))
+            keep = max(0, table.num_rows - tail)
+            yield table.slice(0, keep)
+            held = table.slice(keep).combine_chunks().to_batches()
+            count = table.num_rows - keep
+    if held and (table := dedupe(pa.Table.from_batches(held))).num_rows:
+        yield table
+
+
+class Seen:
+    """The ids of a record's lines landed so far as 64-bit hashes, sorted (8 bytes a line): a
+    line that comes again in a later piece is caught (NotStreamable)."""
+
+    def __init__(self) -> None:
+        self.hashes = np.empty(0, np.int64)
+
+    def add(self, record_id: str, ids: pa.ChunkedArray | pa.Array) -> None:
+        new = np.fromiter(map(hash, ids.to_pylist()), np.int64, count=len(ids))
+        at = np.searchsorted(self.hashes, new)
+        if len(self.hashes):
+            again = self.hashes[np.minimum(at, len(self.hashes) - 1)] == new
+            if again.any():
+                raise NotStreamable(f"record {record_id}: line {ids[int(np.argmax(again))]} "
+                                    "came twice, pieces apart (the record changed while it "
+                                    "was read)")
+        order = np.argsort(new, kind="stable")
+        self.hashes = np.insert(self.hashes, at[order], new[order])
+
+
+class Counted:
+    """Batches passed on, their rows counted."""
+
+    def __init__(self, batches: Iterable[pa.RecordBatch]) -> None:
+        self.batches, self.rows = batches, 0
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for batch in self.batches:
+            self.rows += batch.num_rows
+            yield batch
+
+
+def land_big(client: Client, lake: Lake, record_id: str, fresh: pa.Table | Pull,
+             start: dt.date | None, in_lake: int, stream_rows: int = STREAM_ROWS) -> Landing:
+    """Land a record too big to hold: its whole pull piece by piece (`land_streamed`), or the
+    window of one the lake holds (`land_window`), pulled whole if it does not reconcile or
+    brings more than `stream_rows` lines. Its failure is the record's."""
+    try:
+        if isinstance(fresh, Pull) and start is None:
+            return land_streamed(client, record_id, fresh, stream_rows)
+        if isinstance(fresh, Pull):  # the window alone is too big to hold: all of it
+            window = fresh.num_rows
+            fresh.close()
+            whole = land_streamed(client, record_id, Pull(client, record_id, None),
+                                  stream_rows, pull=f"{FULL} (the window from {start} holds "
+                                                    f"more than {stream_rows} lines)")
+        elif start is None:  # the lake's rows too many to read, the service's few
+            table = apply_window(None, fresh, None)
+            validate(Transactions, table.select(CHECKED), f"transactions of record {record_id}")
+            return land_one(client, record_id, table, None, fresh.num_rows, stream_rows)
+        else:
+            landing = land_window(client, lake, record_id, start, fresh, in_lake)
+            if landing.published:
+                return landing
+            window = fresh.num_rows
+            whole = land_streamed(client, record_id, Pull(client, record_id, None),
+                                  stream_rows,
+                                  pull=f"{FULL} (the window pull from {start} did not reconcile)")
+        whole.fetched_rows = (whole.fetched_rows or 0) + window
+        return whole
+    except Exception as exc:
+        return Landing.failed(record_id, exc)
+
+
+def land_streamed(client: Client, record_id: str, fresh: Pull, stream_rows: int = STREAM_ROWS,
+                  pull: str = FULL) -> Landing:
+    """`land_pull` of a pull; a record whose lines cannot be taken a piece at a time (one
+    posted out of order, one sent twice pieces apart) is fetched again and landed whole,
+    held in memory as a small one is."""
+    try:
+        return land_pull(client, record_id, fresh.lines(), stream_rows, pull)
+    except (NotStreamable, NotInPostingOrder) as exc:
+        fresh.close()
+        fetched = fetch(client, record_id, None)
+        table = apply_window(None, fetched, None)
+        validate(Transactions, table.select(CHECKED), f"transactions of record {record_id}")
+        landing = land_one(client, record_id, table, None, fetched.num_rows)
+        landing.pull = f"{FULL} (held whole: {exc})"
+        return landing
+
+
+def land_pull(client: Client, record_id: str, lines: Iterable[pa.RecordBatch],
+              stream_rows: int = STREAM_ROWS, pull: str = FULL) -> Landing:
+    """A record's whole pull, `stream_rows` lines at a time: each piece protected, validated
+    (its rows numbered as the record's), fed to the running-balance rule and staged on disk;
+    published if the rule holds at the end (the chunk's commit streams the rows from disk),
+    else dropped. Raises ValidationFailed, or NotStreamable and NotInPostingOrder when the
+    lines cannot be taken a piece at a time."""
+    staged = Staged(SCHEMA, prefix="ledgerlake-transactions-")
+    rule, seen, fetched, rows = RunningBalance(record_id), Seen(), Counted(lines), 0
+    try:
+        for piece in pieces(fetched, stream_rows):  # the pipeline's stages, a piece at a time
+            seen.add(record_id, piece["transaction_id"])
+            table = protected(piece.select(SENT.names))
+            validate(Transactions, table.select(CHECKED), f"transactions of record {record_id}",
+                     first_row=rows)
+            rule.feed(table)
+            staged.add(table)
+            rows += table.num_rows
+            del piece, table
+            pa.default_memory_pool().release_unused()  # a piece's memory back, not kept
+        rule.finish()
+        problems = rule.breaks or ledger_problems(record_id, rule.running,
+                                                  client.balance(record_id))
+    except BaseException:
+        staged.discard()
+        raise
+    finally:  # the service read no further (a prefetch thread stopped)
+        if (close := getattr(lines, "close", None)) is not None:
+            close()
+    if problems:
+        staged.discard()
+    return Landing(record_id, published=not problems, row_count=rows,
+                   problems={RUNNING_BALANCE.name: problems}, fetched_rows=fetched.rows,
+                   pull=pull, rows={} if problems else {"transactions": Streamed(staged)})
+
+
+NARROW = pa.schema([SCHEMA.field(c) for c in ["trans_date", *CHAIN_COLUMNS]])
+
+
+def land_window(client: Client, lake: Lake, record_id: str, start: dt.date, fresh: pa.Table,
+                in_lake: int) -> Landing:
+    """A window pull of a record whose rows in the lake are too many to read at once.
+
+    `fresh` (the service's lines from `start`, as the lake keeps them) replaces the record's
+    rows from the window on; a line it re-sends from before the window loses its old copy,
+    the record's rows from the earliest such one on rewritten without it. The running-balance
+    rule runs over the record's posted lines from the first posting the pull changes on, each
+    account's from the lake's line before it (the lines before were checked when they landed
+    and are unchanged). The lake is read a batch at a time, twice, in its narrow columns."""
+    fresh = dedupe(fresh).sort_by(ORDER)
+    validate(Transactions, fresh.select(CHECKED), f"transactions of record {record_id}")
+    since, trans = window_start(start), pc.field("trans_date")
+    tid = pc.field("transaction_id").cast(pa.string())  # as the lake's own reads filter ids
+    # what the pull takes out: the rows from the window on, and the old copies of lines it
+    # re-sends from before it
+    out = gathered(lake.scan("transactions", record_id, NARROW, (trans >= since) | tid.isin(
+        fresh["transaction_id"].combine_chunks())), NARROW)
+    moved = out.filter(pc.less(out["trans_date"], since))
+    rewrite_from = pc.min(moved["trans_date"]) if moved.num_rows else since  # all before it
+    changed = pc.min(pa.chunked_array([  # the first posting the pull takes out or brings
+        t.filter(pc.is_valid(t["balance"]))["cleared_date"] for t in (out, fresh)], UTC_MS))
+    # the lake's posted lines that stay: before `changed`, each account's last; from it on,
+    # all (a few: those posted since the window's start, and back-dated ones)
+    kept = ~tid.isin(moved["transaction_id"].combine_chunks())
+    before, after = {}, []
+    for batch in lake.scan("transactions", record_id, NARROW, pc.is_valid(pc.field(
+            "cleared_date")) & pc.is_valid(pc.field("balance")) & (trans < since) & kept):
+        early = (pc.less(batch["cleared_date"], changed) if changed.is_valid
+                 else pa.array([True] * batch.num_rows))
+        before = last_posted([batch.filter(early)], before)
+        after.append(batch.filter(pc.invert(early)))
+    pa.default_memory_pool().release_unused()
+    rule = RunningBalance(record_id, after=before)
+    rule.feed(pa.concat_tables([pa.Table.from_batches(after, schema=NARROW),
+                                fresh.select(NARROW.names).cast(NARROW)]))
+    rule.finish()
+    problems = rule.breaks or ledger_problems(record_id, rule.running, client.balance(record_id))
+    if problems:
+        return Landing(record_id, row_count=in_lake, problems={RUNNING_BALANCE.name: problems},
+                       fetched_rows=fresh.num_rows, pull=f"{WINDOW} from {start}")
+    staged = Staged(SCHEMA, prefix="ledgerlake-transactions-")
+    try:
+        if rewrite_from != since:
+            for batch in lake.scan("transactions", record_id, SCHEMA,
+                                   (trans >= rewrite_from) & (trans < since) & kept):
+                staged.add(pa.Table.from_batches([batch]))
+        staged.add(fresh)
+    except BaseException:
+        staged.discard()
+        raise
+    return Landing(record_id, published=True, row_count=in_lake - out.num_rows + fresh.num_rows,
+                   problems={RUNNING_BALANCE.name: []}, fetched_rows=fresh.num_rows,
+                   pull=f"{WINDOW} from {start}",
+                   rows={"transactions": Streamed(staged, rewrite_from.as_py())})
+
+
+def gathered(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    """Batches as one table (a few: what a scan around a window finds)."""
+    return pa.Table.from_batches(list(batches), schema=schema)
+
+
+def last_posted(batches: Iterable[pa.RecordBatch],
+                last: dict[str | None, tuple[int, str, int]] | None = None
+                ) -> dict[str | None, tuple[int, str, int]]:
+    """Each account's last posted line among `batches` (any order) and `last`'s, as
+    RunningBalance carries it: (cleared ms, transaction id, balance kobo)."""
+    last = dict(last or {})
+    for batch in batches:
+        rule = RunningBalance("")
+        rule.check(posted_in_order(pa.Table.from_batches([batch])))
+        for account, line in rule.last.items():
+            if account not in last or line[:2] > last[account][:2]:
+                last[account] = line
+    return last
+
+
+def pull_from_lake(lake: Lake, record_id: str) -> dt.date | None:
+    """`pull_from` of a record the lake holds too many rows of to read: its dates, a batch at
+    a time."""
+    last = None
+    for batch in lake.scan("transactions", record_id, pa.schema([SCHEMA.field("trans_date")])):
+        seen = pc.max(batch["trans_date"]).as_py()
+        if seen is not None and (last is None or seen > last):
+            last = seen
+    return (last - OVERLAP).date() if last else None
+
+
 def land_records(client: Client, lake: Lake, ids: list[str],
                  full: Collection[str] = frozenset(), say: Callable[..., None] | None = None,
-                 split: bool = False) -> list[Landing]:
+                 split: bool = False, stream_rows: int = STREAM_ROWS) -> list[Landing]:
     """Every record's landing, in order, committed (`land_chunks`, all at once)."""
-    return [x for chunk in land_chunks(client, lake, ids, full, say, split) for x in chunk]
+    return [x for chunk in land_chunks(client, lake, ids, full, say, split, stream_rows)
+            for x in chunk]
 
 
 # Records are spread over processes by the engine, not here: a backfill's runs (RECORDS_PER_RUN
 # records each) and the sensor's go to the run launcher, which starts as many at once as the
 # instance allows, each a process on one machine or a pod on Kubernetes (docs/operations.md,
 # "From one box to many"). In a run, a chunk is committed and told while the next one lands.
-# A commit costs the same whatever its size, so chunks are large (decision 5); its rows are
-# held until it is, so big records end a chunk sooner.
+# A commit costs the same whatever its size, so chunks are large (decision 5); the rows it
+# holds (records of STREAM_ROWS lines at most: bigger ones wait staged on disk) are held until
+# it is, so a chunk ends sooner once they are CHUNK_ROWS.
 CHUNK = 50
 CHUNK_ROWS = 500_000  # ~150 MB of Arrow
-SPLIT_ROWS = 20_000  # a lone record this big is fetched in SPLIT_RANGES page ranges at once
-SPLIT_RANGES = 2
 _warm: dict = {}
 
 
@@ -291,13 +689,16 @@ def warm() -> None:
         _warm["done"] = True
 
 
-def fetch_split(client: Client, record_id: str, start: dt.date | None) -> pa.Table:
-    """One record's pull; a big one is fetched as SPLIT_RANGES page ranges side by side.
+def fetch_split(client: Client, record_id: str, start: dt.date | None,
+                total: int | None = None) -> pa.Table:
+    """One record's pull; a big one is fetched as SPLIT_RANGES page ranges side by side
+    (`total`: its lines, if counted already).
 
     The service's order is stable (date, then id), so the ranges join in order; a line that
     moved across a boundary while we read is caught by `dedupe`.
     """
-    total = client.transaction_total(record_id, from_date=start)
+    if total is None:
+        total = client.transaction_total(record_id, from_date=start)
     if total < SPLIT_ROWS:
         return fetch(client, record_id, start)
     pages = -(-total // client.page_size)
