@@ -131,16 +131,19 @@ def replace_batches(uri: str, schema: pa.Schema,
     return _retrying(uri, write)
 
 
-def scan(uri: str, record_id: str, columns: Sequence[str] | None = None,
+def scan(uri: str, record_ids: str | Sequence[str], columns: Sequence[str] | None = None,
          where: pc.Expression | None = None) -> Iterator[pa.RecordBatch]:
-    """One record's rows (those `where` keeps), batch by batch, at the latest version: a
-    record read without being held. Nothing if the table does not exist."""
+    """A record's rows (or several records'; those `where` keeps), batch by batch, at the
+    latest version: records read without being held. Nothing if the table does not exist."""
     table = _open(uri, None)
     if table is None:
         return
-    rid = check_record_id(record_id)
-    keep = _of_records([rid])
-    yield from _dataset(uri, table, [rid]).to_batches(
+    ids = sorted({check_record_id(r) for r in (
+        [record_ids] if isinstance(record_ids, str) else record_ids)})
+    if not ids:
+        return
+    keep = _of_records(ids)
+    yield from _dataset(uri, table, ids).to_batches(
         columns=columns, filter=keep if where is None else keep & where,
         batch_size=SCAN_ROWS, batch_readahead=1, fragment_readahead=1)
 

@@ -66,11 +66,11 @@ class Lake(ConfigurableResource):
         return delta.replace_batches(self.table_uri(table), schema, parts, window=window,
                                      stats=stats_columns(table))
 
-    def scan(self, table: str, record_id: str, schema: pa.Schema,
+    def scan(self, table: str, record_ids: str | Sequence[str], schema: pa.Schema,
              where: pc.Expression | None = None) -> Iterator[pa.RecordBatch]:
-        """One record's rows that `where` keeps, batch by batch, in `schema`'s columns and
-        types (nothing if the table does not exist yet)."""
-        for batch in delta.scan(self.table_uri(table), record_id, schema.names, where):
+        """A record's rows (or several records') that `where` keeps, batch by batch, in
+        `schema`'s columns and types (nothing if the table does not exist yet)."""
+        for batch in delta.scan(self.table_uri(table), record_ids, schema.names, where):
             yield batch.cast(schema)
 
     def row_counts(self, table: str, record_ids: Sequence[str]) -> dict[str, int]:
