@@ -6,6 +6,7 @@ exactly, in kobo.
 """
 
 import datetime as dt
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -208,25 +209,23 @@ def ledger_problems(record_id: str, running: dict[str | None, int], balances: li
 
 
 def income_matches_transactions(record_id: str, income: pa.Table, streams: pa.Table,
-                                transactions: pa.Table) -> list[dict]:
-    """Income's stream counts equal the income-tagged posted credits among the transactions."""
-    is_income = has_topic(transactions["topics"], "income")
-    tagged = transactions.filter(pc.and_(pc.and_(is_income, pc.is_valid(transactions["credit"])),
-                                         pc.is_valid(transactions["balance"])))
+                                transactions: pa.Table | Mapping[str | None, int]
+                                ) -> list[dict]:
+    """Income's stream counts equal the income-tagged posted credits among the transactions
+    (the record's lines, or their count per account: `income_credits`)."""
+    actual = (income_credits(transactions) if isinstance(transactions, pa.Table)
+              else dict(transactions))
     problems = []
     claimed = int(pc.sum(income["number_of_transactions"]).as_py() or 0)
-    if claimed != tagged.num_rows:
+    if claimed != sum(actual.values()):
         problems.append({"record": record_id, "income_transactions": claimed,
-                         "income_tagged_credits": tagged.num_rows,
+                         "income_tagged_credits": sum(actual.values()),
                          "problem": "income counts another number of transactions"})
     per_account: dict[str, int] = {}
     for ids, n in zip(streams["account_ids"].to_pylist(),
                       streams["number_of_transactions"].to_pylist(), strict=True):
         for a in ids or []:
             per_account[a] = per_account.get(a, 0) + n
-    seen = tagged.group_by("account_id").aggregate([("transaction_id", "count")])
-    actual = dict(zip(seen["account_id"].to_pylist(), seen["transaction_id_count"].to_pylist(),
-                      strict=True))
     for account in sorted(set(per_account) | set(actual)):
         if per_account.get(account, 0) != actual.get(account, 0):
             problems.append({"record": record_id, "account": account,
@@ -234,6 +233,19 @@ def income_matches_transactions(record_id: str, income: pa.Table, streams: pa.Ta
                              "income_tagged_credits": actual.get(account, 0),
                              "problem": "an account's income streams count other credits"})
     return problems
+
+
+def income_credits(lines: pa.Table | pa.RecordBatch,
+                   counts: Mapping[str | None, int] | None = None) -> dict[str | None, int]:
+    """Per account, the income-tagged posted credits among `lines` (account_id, topics,
+    credit, balance), added to `counts`: a record's lines counted a batch at a time."""
+    out = dict(counts or {})
+    tagged = lines.filter(pc.and_(pc.and_(has_topic(lines["topics"], "income"),
+                                          pc.is_valid(lines["credit"])),
+                                  pc.is_valid(lines["balance"])))
+    for item in pc.value_counts(tagged["account_id"]).to_pylist():
+        out[item["values"]] = out.get(item["values"], 0) + item["counts"]
+    return out
 
 
 def has_topic(topics: pa.ChunkedArray | pa.Array, topic: str) -> pa.Array:

@@ -7,6 +7,7 @@ reports and does not hold income back: either side may be the stale one.
 """
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from dagster import AssetExecutionContext, ResourceParam
 
 from resources.client import Client
@@ -16,7 +17,7 @@ from resources.lake import Lake
 from resources.tables import MONEY, UTC_MS, schema
 
 from .batch import Batch
-from .checks import income_matches_transactions
+from .checks import income_credits, income_matches_transactions
 from .publish import Check, Landing, Verdict, land_each, product, report, to_land
 from .schemas import Income, IncomeStreams, validate
 
@@ -26,6 +27,8 @@ INCOME_MATCHES = Check(
     "checked when both have landed, whichever came first", blocking=False)
 SUMMARY, STREAMS = schema("income"), schema("income_streams")
 TRANSACTIONS = schema("transactions")
+CREDITS = pa.schema([pa.field("record_id", pa.string()), *(TRANSACTIONS.field(c) for c in (
+    "account_id", "topics", "credit", "balance"))])
 
 
 def _date(value) -> str | None:
@@ -89,6 +92,21 @@ def streams_table(income: dict) -> pa.Table:
     }, schema=STREAMS)
 
 
+def credits_in_lake(lake: Lake, record_ids: list[str]) -> dict[str, dict[str | None, int]]:
+    """Per record with transactions in the lake, its income-tagged posted credits per
+    account (`income_credits`), the records' lines read a batch at a time in one pass: a
+    record may hold millions."""
+    out: dict[str, dict[str | None, int]] = {r: {} for r in lake.row_counts(
+        "transactions", record_ids)}
+    if out:
+        for batch in lake.scan("transactions", list(out), CREDITS, pc.is_valid(
+                pc.field("credit")) & pc.is_valid(pc.field("balance"))):
+            for record in pc.unique(batch["record_id"]).to_pylist():
+                out[record] = income_credits(batch.filter(pc.equal(batch["record_id"], record)),
+                                             out[record])
+    return out
+
+
 def recheck_income(lake: Lake, record_ids: list[str]) -> list[Verdict]:
     """The income check of records whose transactions just landed, where income is there
     (noted with the transactions' landings: the lake's `checks` and the inbox)."""
@@ -96,10 +114,10 @@ def recheck_income(lake: Lake, record_ids: list[str]) -> list[Verdict]:
     if not summaries:
         return []
     streams = lake.read_many("income_streams", list(summaries), STREAMS)
-    transactions = lake.read_many("transactions", list(summaries), TRANSACTIONS)
+    credits = credits_in_lake(lake, list(summaries))
     return [Verdict(record_id, "income", INCOME_MATCHES, income_matches_transactions(
         record_id, summary, streams.get(record_id, STREAMS.empty_table()),
-        transactions.get(record_id, TRANSACTIONS.empty_table())))
+        credits.get(record_id, {})))
         for record_id, summary in summaries.items()]
 
 
@@ -109,8 +127,8 @@ def income(context: AssetExecutionContext, batch: Batch, client: ResourceParam[C
            inbox: InboxResource):
     with inbox.open() as db:
         ids = to_land(context, batch, db, "income")
-        # the batch's transactions, read once (one pass over the table, not one per record)
-        landed = lake.read_many("transactions", ids, TRANSACTIONS)
+        # the batch's transactions counted once (one pass over the table, not one per record)
+        landed = credits_in_lake(lake, list(ids))
 
         def land(record_id: str) -> Landing:
             data = client.income(record_id)
