@@ -115,3 +115,27 @@ def test_records_scale_measures_every_figure(tmp_path):
     assert result["targets"] and all(isinstance(ok, bool) for _, ok, _ in result["targets"])
     text = readme.read_text()
     assert "old" not in text and "| sqlite | 30 |" in text and "extrapolated" in text
+
+
+def test_huge_record_measures_each_run_of_this_code_and_the_one_before(tmp_path):
+    """bench/huge_record.py at 2,000 lines, against HEAD's code: for both, each run's peak
+    and time, every line landed once, a verdict per size, and the README's table."""
+    out, readme = tmp_path / "huge_record.json", tmp_path / "README.md"
+    readme.write_text("<!-- huge_record:begin -->\nold\n<!-- huge_record:end -->\n")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench/huge_record.py"), "--lines", "2000", "--before",
+         "HEAD", "--out", str(out), "--readme", str(readme)],
+        cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    (size,) = result["sizes"]
+    assert size["rows"] > 0 and len(size["code"]) == 2
+    assert "this" in size["code"] and any(k.startswith("at ") for k in size["code"])
+    for code in size["code"].values():
+        for run in ("landing", "income", "refresh"):
+            assert code[f"{run}_peak_rss_mb"] > code["ready_rss_mb"] > 0
+            assert code[f"{run}_seconds"] > 0
+        assert code["rows_per_s"] > 0 and code["runs"] == 1
+    assert len(result["verdicts"]) == 1 and "target < 1024 MiB" in result["verdicts"][0]
+    text = readme.read_text()
+    assert "old" not in text and f"| {size['rows']:,} | this |" in text
