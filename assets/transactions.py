@@ -371,9 +371,9 @@ def fetch_ahead(client: Client, record_id: str, start: dt.date | None, lone: boo
     for batch in groups:
         head.append(batch)
         rows += batch.num_rows
-        if rows > stream_rows:  # whole pages so far: the rest from the next one
+        if rows > stream_rows:  # the rest from the page after those read
             groups.close()
-            return Pull(client, record_id, start, head, rows // client.page_size + 1)
+            return Pull(client, record_id, start, head, -(-rows // client.page_size) + 1)
     return protected(pa.Table.from_batches(head, schema=TRANSACTION_SCHEMA).select(SENT.names))
 
 
