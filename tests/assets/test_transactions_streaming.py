@@ -198,6 +198,30 @@ def test_a_rerun_replaces_exactly_the_records_window(box, tmp_path, staging):
     assert not list(staging.iterdir())
 
 
+def test_a_refresh_after_days_lands_as_the_whole_landing_does(box, tmp_path, staging):
+    """Three weeks on: lines posted since, pending ones gone, some posted back-dated before
+    the window (its chain then breaks: the record is pulled whole, piece by piece). Whatever
+    the refresh had to do, done piece by piece it did what the whole landing did."""
+    rid = create(box, accounts=2, months=2, volume=8, seed=331)
+    lakes = {name: Lake(root=str(tmp_path / name)) for name in ("pieces", "whole")}
+    # pieces of 600: more than the window's lines (~16 a day), fewer than the record's
+    rows = {"pieces": 4 * PIECE, "whole": tx.STREAM_ROWS}
+    with client(box) as c:
+        for name, lake in lakes.items():
+            tx.land_records(c, lake, [rid], stream_rows=rows[name])
+        control(box, "clock/advance", seconds=21 * 86400)
+        [mine], [theirs] = (tx.land_records(c, lakes[name], [rid], stream_rows=rows[name])
+                            for name in ("pieces", "whole"))
+    assert mine.published and theirs.published and mine.row_count > 2 * rows["pieces"]
+    assert mine.pull.startswith(("window from", f"{tx.FULL} (the window pull from")), mine.pull
+    assert (mine.pull, mine.row_count, mine.fetched_rows, mine.problems) == (
+        theirs.pull, theirs.row_count, theirs.fetched_rows, theirs.problems)
+    assert lake_rows(lakes["pieces"], rid) == lake_rows(lakes["whole"], rid)
+    assert_truth(box, lakes["pieces"], rid)
+    assert_files_declared(lakes["pieces"])
+    assert not list(staging.iterdir())
+
+
 def lines_of(*rows) -> pa.Table:
     """(id, account, value day, posting day or None, amount, balance or None) as lines."""
     ts = pa.timestamp("ms", tz="UTC")
