@@ -4,7 +4,7 @@ first, and for the receiver, which faces the internet, deadlines for slow and id
 uvicorn closes a keep-alive connection left idle after a response, but not one that never
 sends a request, nor one that sends its headers or its body a byte at a time: each holds a
 socket for as long as its client likes. `Deadlines` gives each request what Apache's
-mod_reqtimeout gives it (docs/decisions/0012-slow-clients.md): its headers within
+mod_reqtimeout gives it (docs/decisions/0013-slow-clients.md): its headers within
 `header_s` of the connection (or of the keep-alive after the previous response), its body
 within `body_s`, extended by a second for every `min_rate` bytes that arrive. A connection
 past its deadline is closed; what the app had read of it is a client that hung up.
