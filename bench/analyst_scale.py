@@ -836,11 +836,11 @@ def child(job: dict) -> dict:
 
 def run_child(job: dict, work: Path, timeout: float, max_rss_mb: float) -> dict:
     """`job` in a fresh process; stopped (and said so) past `timeout` or `max_rss_mb`."""
-    path = work / "job.json"
+    path, said, told = work / "job.json", work / "child.out", work / "child.err"
     path.write_text(json.dumps(job))
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child",
-                             str(path)], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    with said.open("w") as stdout, told.open("w") as stderr:  # files: a pipe would fill
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child",
+                                 str(path)], cwd=ROOT, stdout=stdout, stderr=stderr)
     deadline, worst = time.monotonic() + timeout, 0.0
     stopped = None
     while proc.poll() is None:
@@ -856,7 +856,8 @@ def run_child(job: dict, work: Path, timeout: float, max_rss_mb: float) -> dict:
             proc.kill()
             break
         time.sleep(0.05)
-    stdout, stderr = proc.communicate()
+    proc.wait()
+    stdout, stderr = said.read_text(), told.read_text()
     if stopped:
         return {"stopped": stopped, "peak_mb": round(worst, 1)}
     if proc.returncode != 0:
@@ -957,7 +958,8 @@ def measure(lake, warehouse: Path, maker: Maker, work: Path, args, say) -> dict:
         if name in EXPLAINED and not args.quick:
             got = run_child({**base, "sql": view_sql, "explain": True}, work, args.timeout,
                             args.max_rss_mb)
-            result["explain"][name] = got.get("plan") or got
+            plan = got.get("plan")
+            result["explain"][name] = got if plan is None else plan[:40_000]
     return result
 
 

@@ -1,0 +1,50 @@
+"""bench/analyst_scale.py at its smallest (`--quick`: 2,000 records, one run each), so that it
+cannot rot between full runs: every question answered through the views and by hand, in both
+layouts, with the same answer. No figure is asserted: speed is the bench's business.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # `make test-all`: a lake of a million lines, ~3 minutes
+
+
+def test_analyst_scale_answers_every_question_the_same_both_ways(tmp_path):
+    out, readme = tmp_path / "analyst_scale.json", tmp_path / "README.md"
+    readme.write_text("<!-- analyst_scale:begin -->\nold\n<!-- analyst_scale:end -->\n")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench/analyst_scale.py"), "--quick", "--work",
+         str(tmp_path), "--out", str(out), "--readme", str(readme)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+
+    (level,) = result["levels"]
+    assert level["records"] == 2000 and level["lines"] > 500_000
+    assert level["hourly_runs"]["runs"] == 6
+    for layout in ("compacted", "hourly"):
+        asked = {x["question"]: x for x in level[layout]["questions"]}
+        assert {f"q{i}" for i in range(1, 8)} <= asked.keys()
+        for view in ("daily_balances", "transactions", "balances", "accounts",
+                     "income_summary", "landings", "checks", "records"):
+            for who in ("one customer", "1,000 records"):
+                assert f"{view}: {who}" in asked
+        for name, x in asked.items():
+            assert "failed" not in x["view"] and "failed" not in x["hand"], (layout, name, x)
+            assert x["answers"]["equal"], (layout, name, x["answers"])
+            assert x["answers"]["compared"], (layout, name)
+            for side in ("view", "hand"):
+                assert x[side]["runs"] == 1 and x[side]["peak_mb"] > 0
+        # every question found rows, or the comparison would prove nothing
+        assert all(x["view"]["rows"] > 0 for x in asked.values()), layout
+        assert level[layout]["layout"]["transactions"]["rows"] == level["lines"]
+    text = readme.read_text()
+    assert "old" not in text and "| q1 | 2,000 |" in text and "After a day of hourly runs" in text
+    assert not list(tmp_path.glob("analyst-*")), "the lake is removed after the run"
