@@ -6,16 +6,21 @@ wrote (for secrets)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from urllib.parse import unquote
 
 import duckdb
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipeline.sensors import BUILDING, built_versions, lake_versions, stale_views
 from resources.lake import Lake
+from resources.object_store import connect
+from tests.chaos import readers
 from tests.ground_truth import duplicates, lake_rows, pictures, truth
 
 FETCHED = ("accounts", "balances", "transactions", "income", "identity")
@@ -23,19 +28,37 @@ FETCHED = ("accounts", "balances", "transactions", "income", "identity")
 
 # -- the lake's own log --------------------------------------------------------------------------
 
-def log_adds(table: Path) -> set[str]:
-    """Every data file any version of a Delta table ever added (its commits and checkpoints)."""
-    names = set()
-    for entry in sorted((table / "_delta_log").iterdir()):
-        if entry.name.endswith(".json"):
-            for line in entry.read_bytes().splitlines():
+def log_adds(table: Path | str, store: pafs.FileSystem | None = None) -> set[str]:
+    """Every data file any version of a Delta table ever added (its commits and checkpoints);
+    `table`: a local folder, or with `store` the table's path in it."""
+    if store is None:
+        store, table = pafs.LocalFileSystem(), str(table)
+    return log_history(table, store)[0]
+
+
+def log_history(table: Path | str, store: pafs.FileSystem | None = None
+                ) -> tuple[set[str], bool]:
+    """`log_adds`, and whether a version the log keeps is a vacuum's (which removes files
+    that earlier versions added, by design)."""
+    if store is None:
+        store, table = pafs.LocalFileSystem(), str(table)
+    names, vacuumed = set(), False
+    for entry in sorted(store.get_file_info(pafs.FileSelector(f"{table}/_delta_log")),
+                        key=lambda i: i.path):
+        if entry.base_name.endswith(".json"):
+            with store.open_input_stream(entry.path) as f:
+                text = f.read()
+            for line in text.splitlines():
                 action = orjson.loads(line) if line.strip() else {}
                 if "add" in action:
                     names.add(unquote(action["add"]["path"]))
-        elif entry.name.endswith(".checkpoint.parquet"):
-            adds = pq.read_table(entry, columns=["add"]).column("add").to_pylist()
+                elif "VACUUM" in str(action.get("commitInfo", {}).get("operation", "")):
+                    vacuumed = True
+        elif entry.base_name.endswith(".checkpoint.parquet"):
+            with store.open_input_file(entry.path) as f:
+                adds = pq.read_table(f, columns=["add"]).column("add").to_pylist()
             names |= {unquote(a["path"]) for a in adds if a}
-    return names
+    return names, vacuumed
 
 
 def referenced(table: Path, name: str) -> bool:
@@ -43,32 +66,88 @@ def referenced(table: Path, name: str) -> bool:
     return name in log_adds(table)
 
 
-def lake_leftovers(lake: Path) -> tuple[list[str], dict[str, int]]:
+def lake_objects(root: str) -> tuple[pafs.FileSystem, str, dict[str, list[pafs.FileInfo]]]:
+    """Every file of a lake (a folder or an s3:// prefix, read past any proxy), by table:
+    the store, the lake's path in it, and each table's files (its log's among them)."""
+    from resources.object_store import filesystem
+
+    store, base = filesystem(root)
+    tables: dict[str, list[pafs.FileInfo]] = {}
+    for info in store.get_file_info(pafs.FileSelector(base, recursive=True,
+                                                      allow_not_found=True)):
+        if info.type == pafs.FileType.File:
+            rel = info.path.removeprefix(base).lstrip("/")
+            tables.setdefault(rel.split("/", 1)[0], []).append(info)
+    return store, base, tables
+
+
+def lake_leftovers(root: str) -> tuple[list[str], dict[str, int]]:
     """Problems (a temporary file in a Delta log that nothing removes, a file the latest
     version names but that is missing) and what killed writers left that the lake's vacuum
     removes once older than its retention: data files no version ever committed, and files
-    under object_store's staging names (`part-...parquet#1`, `_delta_log/N.json#1`)."""
-    from deltalake import DeltaTable
-
+    under object_store's staging names (`part-...parquet#1`, `_delta_log/N.json#1`, a local
+    lake's only)."""
+    from resources import delta
     from resources.delta import STAGED
+    from resources.object_store import absent
 
+    lake = Lake(root=root)
+    store, base, tables = lake_objects(root)
     problems, left = [], {"data files never committed": 0, "staged files": 0}
-    for table in sorted(p for p in lake.iterdir() if (p / "_delta_log").is_dir()):
-        for p in (table / "_delta_log").iterdir():
-            if STAGED.search(p.name):
+    for name, infos in sorted(tables.items()):
+        if not any("/_delta_log/" in i.path for i in infos):
+            continue
+        for p in infos:
+            in_log = "/_delta_log/" in p.path
+            if STAGED.search(p.base_name):
                 left["staged files"] += 1
-            elif ".tmp" in p.name:
-                problems.append(f"{table.name}: temporary log file {p.name} left behind")
-        problems += [f"{table.name}: its latest version names {Path(f).name}, which is missing"
-                     for f in DeltaTable(str(table)).file_uris()
-                     if not Path(f.removeprefix("file://")).exists()]
-        adds = log_adds(table)
-        for p in table.iterdir():
-            if STAGED.search(p.name):
-                left["staged files"] += 1
-            elif p.suffix == ".parquet" and p.name not in adds:
+            elif in_log and ".tmp" in p.base_name:
+                problems.append(f"{name}: temporary log file {p.base_name} left behind")
+        problems += [f"{name}: its latest version names {f.rsplit('/', 1)[-1]}, which is "
+                     f"missing" for f in absent(lake.table_uri(name),
+                                                delta.files(lake.table_uri(name)))]
+        adds, vacuumed = log_history(f"{base}/{name}", store)
+        present = set()
+        for p in infos:
+            rel = p.path.removeprefix(f"{base}/{name}/")
+            present.add(rel)
+            if "/_delta_log/" not in p.path and p.base_name.endswith(".parquet") \
+                    and rel not in adds:
                 left["data files never committed"] += 1
+        if not vacuumed:  # a commit whose data files are not all in the store: half written
+            problems += [f"{name}: a version its log keeps adds {f}, which the store lacks "
+                         f"(a commit half written)" for f in sorted(adds - present)]
     return problems, left
+
+
+def file_schemas(root: str) -> tuple[int, list[str]]:
+    """Every Parquet file of the lake (live, superseded or never committed) against its
+    table's declared schema (`resources.tables.lake_schema`): files read, and problems."""
+    from resources.delta import STAGED
+    from resources.tables import TABLES, lake_schema
+
+    store, _base, tables = lake_objects(root)
+    read, out = 0, []
+    for name, infos in sorted(tables.items()):
+        if name not in TABLES:  # the lake's own state (`_derived/`) holds no table's files
+            if not name.startswith("_"):
+                out.append(f"a folder {name} in the lake that is no table of it")
+            continue
+        declared = lake_schema(name)
+        for info in infos:
+            if "/_delta_log/" in info.path or not info.base_name.endswith(".parquet") \
+                    or STAGED.search(info.base_name):
+                continue
+            with store.open_input_file(info.path) as f:
+                got = pq.read_schema(f)
+            read += 1
+            if not got.equals(declared):
+                diff = [f"{f.name}: {f.type}" for f in got
+                        if f.name not in declared.names or
+                        declared.field(f.name).type != f.type]
+                out.append(f"{name}/{info.base_name} is not in the declared schema: "
+                           f"{', '.join(diff) or got.names}")
+    return read, out
 
 
 # -- settled? --------------------------------------------------------------------------------------
@@ -104,7 +183,7 @@ def quiet(dep) -> bool | str:
         if busy:
             return f"{len(busy)} run(s) queued or in progress"
         built = built_versions(instance)
-    now = lake_versions(Lake(root=str(dep.lake)))
+    now = lake_versions(dep.store())
     if stale := stale_views(now, built):
         return f"views {', '.join(stale)} were built over older versions than the lake's {now}"
     return True
@@ -141,12 +220,14 @@ def diagnose(dep, path: Path) -> None:
 def run_all(chaos) -> dict:
     """Every check over both deployments; the figures and the problems found."""
     problems: list[str] = []
-    records_checked = mismatches = 0
+    records_checked = mismatches = files_read = 0
     orphans: dict[str, dict[str, int]] = {}
     received = dead = 0
+    erased = chaos.erased()
+    final_landings: dict[str, dict[tuple, set[str]]] = {}
     for env, dep in chaos.world.deployments.items():
         api = chaos.api(env)
-        rows = lake_rows(Lake(root=str(dep.lake)))
+        rows = lake_rows(dep.store())
         problems += [f"{env}: {d}" for d in duplicates(rows)]
         mismatches += len(duplicates(rows))
         connected = [r for r, rec in chaos.records.items()
@@ -161,20 +242,42 @@ def run_all(chaos) -> dict:
         problems += [f"{env}: {p}" for p in payments_landed(chaos, env, dep)]
         problems += [f"{env}: {p}" for p in statuses(chaos, env, dep)]
         problems += [f"{env}: {p}" for p in refreshed(chaos, env, dep, connected)]
-        leftover, orphans[env] = lake_leftovers(dep.lake)
+        leftover, orphans[env] = lake_leftovers(dep.store_root)
         problems += [f"{env}: {p}" for p in leftover]
+        read, wrong = file_schemas(dep.store_root)
+        files_read += read
+        problems += [f"{env}: {p}" for p in wrong]
         problems += [f"{env}: {p}" for p in warehouse(dep)]
         read, letters, said = inbox_read(dep)
         received += read
         dead += letters
         problems += [f"{env}: {p}" for p in said]
+        gone = sorted(r for r, (e, _) in erased.items() if e == env)
+        problems += [f"{env}: {p}" for p in erasures(chaos, dep, gone)]
+        problems += [f"{env}: {p}" for p in told_stored(chaos, env, dep, gone)]
+        problems += [f"{env}: {p}" for p in reveals_and_reports(chaos, dep, connected)]
+        final_landings[env] = landing_batches(dep)
     problems += secrets_shown(chaos, personal_values(chaos))
+    said, readers = chaos.readers.check(final_landings, erased)
+    problems += said
     deliveries = chaos.world.delivery_log()
     report = chaos.api("sandbox").get("sandbox/faults").json()["data"]
     return {
         "problems": problems,
         "records_checked": records_checked,
         "mismatches": mismatches,
+        "erasures": {"customers_forgotten": chaos.landed.get("erasure", {}).get(
+                         "forget --customer", 0),
+                     "records_erased": len(erased),
+                     "by_disconnect": sum(1 for r in chaos.records.values()
+                                          if r.erased_by == "disconnect"),
+                     "lake_files_schema_checked": files_read},
+        "postgres_restarts": len(chaos.postgres_restarts),
+        # the harness's own holds (a commit held to kill its writer) are not the store's faults
+        "s3_faults": {k: v for k, v in chaos.world.s3_faults.report().items()
+                      if not k.endswith(" hold")},
+        "s3_requests": dict(chaos.world.s3_faults.seen),
+        "readers": readers,
         "events": {
             "received": received,  # stored in the inboxes: each once
             "deliveries": len(deliveries),
@@ -196,7 +299,7 @@ def payments_landed(chaos, env: str, dep) -> list[str]:
               if rec.env == env and rec.payments}
     if not wanted:
         return []
-    table = Lake(root=str(dep.lake)).read("payments", schema=pa.schema(
+    table = dep.store().read("payments", schema=pa.schema(
         [("payment_id", pa.string()), ("record_id", pa.string())]))
     got: dict[str, list[str]] = {}
     for row in [] if table is None else table.to_pylist():
@@ -229,7 +332,7 @@ FETCHED_OUTCOMES = ("landed", "held")  # the service answered with the record's 
 def landings(dep) -> list[dict]:
     """Every landing of every run, from the lake's `landings` table: one row per record,
     product and try (assets/publish.py)."""
-    table = Lake(root=str(dep.lake)).read("landings", schema=pa.schema([
+    table = dep.store().read("landings", schema=pa.schema([
         ("record_id", pa.string()), ("product", pa.string()), ("run_id", pa.string()),
         ("outcome", pa.string()), ("landed_at", pa.timestamp("ms", "UTC"))]))
     return [] if table is None else table.to_pylist()
@@ -242,7 +345,7 @@ def statuses(chaos, env: str, dep) -> list[str]:
     from resources.inbox import open_inbox
 
     moved = {r: rec for r, rec in chaos.records.items() if rec.env == env
-             and rec.state != "connected"}
+             and rec.state in ("disconnected", "reauth")}
     if not moved:
         return []
     heard = _connection_events(dep)
@@ -282,7 +385,7 @@ def refreshed(chaos, env: str, dep, connected: list[str]) -> list[str]:
     """Every connected record (reauthenticated users' new records among them) has a balance
     fetched by the settling daily refresh."""
     since = chaos.settled["refresh_at"] * 1000
-    table = Lake(root=str(dep.lake)).read("balance_history", schema=pa.schema(
+    table = dep.store().read("balance_history", schema=pa.schema(
         [("record_id", pa.string()), ("source", pa.string()),
          ("fetched_at", pa.timestamp("ms", "UTC"))]))
     fresh = set()
@@ -299,18 +402,137 @@ def warehouse(dep) -> list[str]:
     out = [f"orphaned temporary file {p.name}"
            for p in dep.warehouse.parent.glob(f".{dep.warehouse.name}.*")]
     try:
-        con = duckdb.connect(str(dep.warehouse), read_only=True)
+        con = connect(str(dep.warehouse), dep.store_root, read_only=True)
         try:
             (n,) = con.execute("select count(*) from transactions").fetchone()
         finally:
             con.close()
     except duckdb.Error as exc:
         return [*out, f"the warehouse does not answer: {exc}"]
-    rows = Lake(root=str(dep.lake)).read("transactions", schema=pa.schema(
+    rows = dep.store().read("transactions", schema=pa.schema(
         [("transaction_id", pa.string())]))
     if n != (0 if rows is None else rows.num_rows):
         out.append(f"the warehouse's transactions view holds {n} rows, the lake "
                    f"{rows.num_rows if rows is not None else 0}")
+    return out
+
+
+def landing_batches(dep) -> dict[tuple, set[str]]:
+    """The settled `landings` table by commit: (run, product, when) -> the records it names
+    (what the readers' answers are compared with)."""
+    out: dict[tuple, set[str]] = {}
+    with connect() as con:
+        table = dep.store().read("landings", schema=pa.schema([
+            ("record_id", pa.string()), ("product", pa.string()), ("run_id", pa.string()),
+            ("landed_at", pa.timestamp("ms", "UTC"))]))
+        if table is None:
+            return out
+        con.register("landings", table)
+        con.execute("set TimeZone = 'UTC'")
+        for run_id, product, at, records in con.execute(
+                "select run_id, product, landed_at::varchar, list(record_id) from landings "
+                "group by all").fetchall():
+            out[(run_id, product, at)] = set(records)
+    return out
+
+
+# the lake tables whose rows an erasure leaves by design: its own audit, and the reveals'
+AUDITS = ("erasures", "reveals")
+
+
+def erasures(chaos, dep, gone: list[str]) -> list[str]:
+    """Forgotten records reach no store: no row in any lake table (any file, any version
+    kept, committed or not), no log entry naming them, no row in any view of the warehouse,
+    none through `--as-of` (refused, or empty), nothing in the inbox but their tombstones."""
+    from resources.inbox import open_inbox
+    from resources.tables import TABLES, lake_schema
+
+    if not gone:
+        return []
+    out = []
+    wanted = pa.array(gone, pa.string())
+    store, _base, tables = lake_objects(dep.store_root)
+    for name, infos in sorted(tables.items()):
+        if name in AUDITS or name not in TABLES or "record_id" not in lake_schema(name).names:
+            continue
+        for info in infos:
+            if "/_delta_log/" in info.path:
+                if info.base_name.endswith(".json"):
+                    with store.open_input_stream(info.path) as f:
+                        text = f.read()
+                    out += [f"{name}'s log entry {info.base_name} names erased record {r}"
+                            for r in gone if r.encode() in text]
+                continue
+            if not info.base_name.endswith(".parquet"):
+                continue
+            with store.open_input_file(info.path) as f:
+                ids = pq.read_table(f, columns=["record_id"])["record_id"]
+            if held := sorted(set(ids.filter(pc.is_in(ids, wanted)).to_pylist())):
+                out.append(f"{name}/{info.base_name} holds rows of erased record(s) {held}")
+    try:
+        con = connect(str(dep.warehouse), dep.store_root, read_only=True)
+    except duckdb.Error as exc:
+        return [*out, f"the warehouse does not open: {exc}"]
+    listed = ", ".join(f"'{r}'" for r in gone)
+    try:
+        for view in readers.NAMING:
+            (n,) = con.execute(f"select count(*) from {view} where record_id in "
+                               f"({listed})").fetchone()
+            if n:
+                out.append(f"the {view} view shows {n} rows of erased records")
+    finally:
+        con.close()
+    # time travel: to before the first fault, just before each erasure, to version 0
+    moments = [dt.datetime.fromtimestamp(chaos.readers.started_at, dt.UTC).isoformat()]
+    moments += [dt.datetime.fromtimestamp(at - 1, dt.UTC).isoformat()
+                for r, (e, at) in chaos.erased().items() if e == dep.name and at]
+    for as_of in [*moments, "transactions=0,identity=0,accounts=0"]:
+        query = " union all ".join(f"select '{v}' as t, count(*) as n from {v} where "
+                                   f"record_id in ({listed})"
+                                   for v in ("transactions", "identity", "accounts"))
+        done = dep.cli("sql", query, "--format", "json", "--as-of", as_of)
+        if done.returncode == 0:
+            shown = {r["t"]: r["n"] for r in orjson.loads(done.stdout or b"[]") if r["n"]}
+            if shown:
+                out.append(f"--as-of {as_of} shows rows of erased records: {shown}")
+        elif readers.classify(done.stderr)[0] == "undocumented":
+            out.append(f"--as-of {as_of} failed: {done.stderr.strip()[-300:]}")
+    with open_inbox(dep.inbox) as inbox:
+        if kept := inbox.records(gone):
+            out.append(f"the inbox still knows erased records {sorted(kept)}")
+        named = [e.id for e in inbox.after(0, 10_000_000) if set(e.records or []) & set(gone)]
+        if named:
+            out.append(f"inbox events {named[:5]} still name erased records")
+    return out
+
+
+def told_stored(chaos, env: str, dep, gone: list[str]) -> list[str]:
+    """Every callback the service was answered 200 for is in the inbox (what a receiver
+    acknowledged it had stored, it had: no false 200, Postgres restarting or not); the
+    erased records' left the inbox with them."""
+    from resources.inbox import open_inbox
+
+    with open_inbox(dep.inbox) as inbox:
+        stored = {(r, e.method) for e in inbox.after(0, 10_000_000) for r in (e.records or [])}
+    told = {(record, method) for e, record, method, state, _n in chaos.world.delivery_log()
+            if e == env and state == "acknowledged" and record and record not in gone}
+    return [f"the service was told {method} of {record} was stored, and the inbox lacks it"
+            for record, method in sorted(told - stored)]
+
+
+def reveals_and_reports(chaos, dep, connected: list[str], sample: int = 2) -> list[str]:
+    """A few records that were not erased still reveal (`ledgerlake reveal`) and report
+    (`ledgerlake report`)."""
+    out = []
+    for record in sorted(connected)[:sample]:
+        done = dep.cli("reveal", "--record", record)
+        if done.returncode != 0 or not done.stdout.strip():
+            out.append(f"ledgerlake reveal --record {record}: {done.stderr.strip()[-300:]}")
+        page = chaos.work / f"report-{dep.name}-{record}.html"
+        done = dep.cli("report", record, "--output", str(page))
+        if done.returncode != 0 or record not in page.read_text(errors="replace"):
+            out.append(f"ledgerlake report {record}: {done.stderr.strip()[-300:]}")
+        page.unlink(missing_ok=True)
     return out
 
 
@@ -368,6 +590,14 @@ def secrets_shown(chaos, personal: list[str] = ()) -> list[str]:
                 data = path.read_bytes()
                 out += [f"a secret or personal value appears in {path.relative_to(chaos.work)}"
                         for s in shown if s in data][:1]
+        if dep.on_s3:  # the lake's objects, read from the store
+            store, _base, tables = lake_objects(dep.store_root)
+            for info in (i for infos in tables.values() for i in infos):
+                with store.open_input_stream(info.path) as f:
+                    data = f.read()
+                if any(sec in data for sec in shown):
+                    out.append(f"a secret or personal value appears in {dep.name}'s lake "
+                               f"object {info.path}")
         if dep.profile == "postgres":
             s = dep.settings
             con = psycopg2.connect(host=s["DAGSTER_PG_HOST"], port=s["DAGSTER_PG_PORT"],
@@ -397,7 +627,17 @@ def table(out: dict) -> str:
         ("seeds", f"{len(out['seeds'])} ({', '.join(map(str, out['seeds']))}); "
                   f"{'all passed' if out['passed'] else 'FAILED'}"),
         ("faults injected, by kind", faults),
-        ("restarts (after a SIGKILL, or an outage)", t["restarts"]),
+        ("restarts (after a SIGKILL, an outage, or an exit)", t["restarts"]),
+        ("production's S3 store: faults injected / requests", f"{t['s3_faults']} / "
+                                                              f"{t['s3_requests']}"),
+        ("Postgres stopped hard and started again", t["postgres_restarts"]),
+        ("erasures: customers forgotten / records erased (with production's disconnects)",
+         f"{t['customers_forgotten']} / {t['records_erased']}"),
+        ("lake files checked against their declared schema", t["lake_files_schema_checked"]),
+        ("readers: questions / answered (accounts compared)",
+         f"{t['reader_queries']} / {t['reader_answers']} ({t['reader_accounts_compared']})"),
+        ("readers' documented errors, by kind",
+         ", ".join(f"{k} {v}" for k, v in sorted(t["reader_errors"].items())) or "none"),
         ("events received (stored once each) / deliveries / redelivered",
          f"{t['events_received']} / {t['deliveries']} / {t['redelivered']}"),
         ("records checked against the sandbox", t["records_checked"]),

@@ -47,12 +47,14 @@ from pathlib import Path
 
 from bench.harness import machine, write_marked
 from tests.chaos import checks
+from tests.chaos.readers import Readers
 from tests.chaos.world import (
     ROOT,
     Deployment,
     Watch,
     World,
     holding,
+    sending_from,
     signal_all,
     talking_to,
     tidy,
@@ -64,9 +66,18 @@ ENVS = ("production", "sandbox")
 HOUR = 3600
 # steps that wait for their moment (or take long): each in a thread, the schedule goes on
 WAITING = {"kill_run_mid_fetch", "kill_run_mid_commit", "kill_warehouse_mid_publish",
-           "refresh"}
+           "refresh", "restart_postgres", "forget"}
 # the product reads, as the sandbox's fault rules name them
 READS = ["*/get", "auth/getByCustomer"]
+# what the production lake's store does wrong, a few kinds at a time (tests/s3_faults.py)
+S3_KINDS = [{"kind": "500", "op": ["PUT", "GET", "LIST", "HEAD"], "share": 0.05},
+            {"kind": "503", "op": "*", "share": 0.05},
+            {"kind": "slow", "op": ["GET", "LIST", "PUT"], "share": 0.1, "seconds": 2},
+            {"kind": "drop", "op": ["PUT", "GET", "LIST"], "share": 0.03},
+            {"kind": "timeout", "op": ["PUT", "GET", "LIST", "HEAD"], "share": 0.02,
+             "count": 3, "seconds": 15}]
+# the production lake's commits, as the store names them (bucket prefix "production")
+COMMIT = r"^production/[a-z_]+/_delta_log/\d+\.json$"
 
 
 @dataclass(order=True)
@@ -136,6 +147,22 @@ def draw(seed: int, window_s: float, records: int) -> list[Step]:
     # one outage longer than the service redelivers: what it raised then is lost for good
     steps.append(Step(at(0.55, 0.85), "outage", {"env": rng.choice(ENVS), "hours": 73,
                                                   "new": max(1, records // 50)}))
+    # the production lake's store misbehaving (tests/s3_faults.py), for a while each time
+    for _ in range(3):
+        steps.append(Step(at(0.0, 0.8), "s3_faults", {"rules": rng.sample(S3_KINDS, 3),
+                                                      "for_s": round(rng.uniform(15, 40))}))
+    # Postgres (production's instance and inbox) stopped hard and started again: while the
+    # day's callbacks are stored, while a run records its landings, while the sensor ticks
+    down = [round(rng.uniform(2, 10), 1) for _ in range(3)]
+    steps.append(Step(day + 0.5, "restart_postgres", {"during": "receivers", "down_s": down[0]}))
+    steps.append(Step(at(0.1, 0.8), "restart_postgres", {"during": "landings",
+                                                         "down_s": down[1]}))
+    steps.append(Step(at(0.1, 0.8), "restart_postgres", {"during": "sensor", "down_s": down[2]}))
+    # erasures: a customer forgotten while the day's runs land theirs and others' records, and
+    # one more in each environment (production also forgets each record it hears disconnected)
+    steps.append(Step(day + 3, "forget", {"env": rng.choice(ENVS)}))
+    for env in ENVS:
+        steps.append(Step(at(0.2, 0.9), "forget", {"env": env}))
     return sorted(steps)
 
 
@@ -143,9 +170,12 @@ def draw(seed: int, window_s: float, records: int) -> list[Step]:
 class Rec:
     env: str
     customer: str
-    state: str = "connected"  # connected, disconnected, reauth (its user logged in anew)
-    since: float | None = None  # wall time of the disconnect or reauthentication
+    # connected, disconnected, reauth (its user logged in anew), erased (forgotten: by
+    # `ledgerlake forget`, or by production when it hears the record disconnected)
+    state: str = "connected"
+    since: float | None = None  # wall time of the disconnect, reauthentication or erasure
     payments: list[str] = field(default_factory=list)
+    erased_by: str | None = None  # forget, or disconnect
 
 
 class Chaos:
@@ -165,6 +195,9 @@ class Chaos:
         self.log: list[str] = []
         self.lock = threading.RLock()  # the steps that wait run in threads of their own
         self.waited_until = 0.0
+        self.postgres_restarts: list[str] = []  # what each restart of Postgres struck
+        self.postgres_lock = threading.Lock()
+        self.readers: Readers | None = None
 
     def say(self, line: str) -> None:
         stamp = f"[seed {self.seed} {time.strftime('%H:%M:%S')}] {line}"
@@ -178,11 +211,12 @@ class Chaos:
         self.say(f"schedule of seed {self.seed} ({len(plan)} steps over {self.window_s:g} s):")
         for step in plan:
             self.say(f"  {step}")
-        self.world = World(self.work, say=self.say)
+        self.world = World(self.work, say=self.say, seed=self.seed)
         try:
             self.say(f"world up in {time.monotonic() - started:.0f} s")
             last_fault = self.carry_out(plan)
             settled = self.settled = self.settle(last_fault)
+            self.readers.stop()
             found = checks.run_all(self)
         except BaseException:
             self.diagnose()
@@ -191,6 +225,8 @@ class Chaos:
             if found["problems"]:
                 self.diagnose()
         finally:
+            if self.readers is not None:
+                self.readers.stop()
             self.world.close()
         return self.report(found, settled, time.monotonic() - started)
 
@@ -205,6 +241,10 @@ class Chaos:
             self.say(f"   start  {step.action} {step.args}")
             self.attempt(step)
         self.warm_up()
+        # analysts' questions, from the first fault to the end of the settling
+        self.readers = Readers(self.world.deployments, self.erased, self.say,
+                               random.Random(self.seed * 104729 + 3))
+        self.readers.start()
         t0 = last = time.monotonic()
         waiting: list[threading.Thread] = []
         while queue:
@@ -234,11 +274,9 @@ class Chaos:
         """Until each deployment has landed some of the first records: the faults strike a
         pipeline at work, not one still starting (its daemon's first ticks, its first runs'
         processes)."""
-        from resources.lake import Lake
-
         started = time.monotonic()
         for env in ENVS:
-            lake = Lake(root=str(self.dep(env).lake))
+            lake = self.dep(env).store()
             while not (lake.version("transactions") or 0) >= 1:
                 assert time.monotonic() - started < timeout_s, f"{env} landed nothing"
                 time.sleep(2)
@@ -278,6 +316,12 @@ class Chaos:
             if outcome:
                 self.landed.setdefault(what, {}).setdefault(outcome, 0)
                 self.landed[what][outcome] += 1
+
+    def note(self, what: str, outcome: str) -> None:
+        """An outcome that is no fault injected (a process found exited, started again)."""
+        with self.lock:
+            self.landed.setdefault(what, {}).setdefault(outcome, 0)
+            self.landed[what][outcome] += 1
 
     # -- the records' lives -----------------------------------------------------------------
     def do_create(self, env: str, n: int) -> None:
@@ -323,6 +367,13 @@ class Chaos:
         self.records[done["record"]] = Rec(env, done["customer"]["_id"])
         return done["record"]
 
+    def erased(self) -> dict[str, tuple[str, float | None]]:
+        """Records forgotten (or to be, by production's disconnect): their environment and
+        when their erasure was known to be finished (None: not yet known)."""
+        with self.lock:
+            return {r: (rec.env, rec.since if rec.erased_by == "forget" else None)
+                    for r, rec in self.records.items() if rec.state == "erased"}
+
     def connected(self, env: str) -> list[str]:
         return [r for r, rec in self.records.items()
                 if rec.env == env and rec.state == "connected" and r not in self.lost]
@@ -330,8 +381,12 @@ class Chaos:
     def do_disconnect(self, env: str, n: int) -> None:
         for record in self.rng.sample(self.connected(env), min(n, len(self.connected(env)))):
             self.api(env).post("record/remove", json={"record": record}).raise_for_status()
-            self.records[record].state, self.records[record].since = "disconnected", time.time()
-            self.say(f"    disconnected {record}")
+            rec = self.records[record]
+            rec.state, rec.since = "disconnected", time.time()
+            if self.dep(env).settings.get("LEDGERLAKE_FORGET_ON_DISCONNECT") == "true":
+                rec.state, rec.erased_by = "erased", "disconnect"
+            self.say(f"    disconnected {record}"
+                     + (" (the deployment forgets it)" if rec.state == "erased" else ""))
 
     def do_reauth(self, env: str, n: int) -> None:
         for record in self.rng.sample(self.connected(env), min(n, len(self.connected(env)))):
@@ -383,10 +438,18 @@ class Chaos:
             self.count("receiver", "killed")
         return [Step(down_s, "restart_receiver", {"env": env, "i": i})]
 
-    def do_restart_receiver(self, env: str, i: int) -> None:
+    def do_restart_receiver(self, env: str, i: int) -> list[Step]:
+        """Start a receiver again; one that cannot start (its inbox's database is down: it
+        exits at once) is tried again 5 s later, as a supervisor would."""
         if self.dep(env).receivers[i] is None:
-            self.dep(env).start_receiver(i)
+            try:
+                self.dep(env).start_receiver(i)
+            except RuntimeError as exc:
+                self.say(f"    receiver {i} of {env} did not start ({exc}): again in 5 s")
+                self.note("receiver_start", "exited: its inbox did not answer")
+                return [Step(5.0, "restart_receiver", {"env": env, "i": i})]
             self.restarts += 1
+        return []
 
     def do_kill_daemon(self, env: str, down_s: float) -> list[Step]:
         if self.dep(env).kill_daemon():
@@ -453,10 +516,25 @@ class Chaos:
     def do_kill_run_mid_commit(self, env: str, timeout_s: float = 90) -> None:
         """SIGKILL a run between writing a Delta table's data files and committing them.
 
-        delta-rs writes each data file under a staging name (`part-...parquet#1`) and renames
-        it when whole, then commits (`_delta_log/N.json`). The run that opens a staging file
-        is the writer; it goes on until the file is renamed, and is killed then."""
+        On a local lake, delta-rs writes each data file under a staging name
+        (`part-...parquet#1`) and renames it when whole, then commits (`_delta_log/N.json`).
+        The run that opens a staging file is the writer; it goes on until the file is
+        renamed, and is killed then. On S3 the commit is a conditional put of
+        `_delta_log/N.json` after the data files' puts: the proxy holds it, the process that
+        sent it is killed, and the put is dropped, never reaching the store."""
         dep = self.dep(env)
+        if dep.on_s3:
+            found = self.held_sender(env, timeout_s, COMMIT)
+            if found is None:
+                self.count("run_mid_commit", "missed: no commit in time")
+                return
+            held, pid, _kind = found
+            signal_all([pid], signal.SIGKILL)
+            self.world.s3_faults.release(held, forward=False)
+            self.say(f"    run process {pid} SIGKILLed mid-commit on S3: its put of "
+                     f"{held.key} held and dropped")
+            self.count("run_mid_commit", "between its data files and commit (S3)")
+            return
 
         def tables() -> list[Path]:
             return [t for t in dep.lake.iterdir() if (t / "_delta_log").is_dir()] \
@@ -523,6 +601,148 @@ class Chaos:
         return [Step(1.0, "restart_receiver", {"env": env, "i": i})
                 for i in range(len(dep.ports))]
 
+    # -- the production lake's store misbehaving -----------------------------------------------
+    def do_s3_faults(self, rules: list[dict], for_s: float) -> None:
+        """Rules for the proxy between production's processes and its store, for `for_s`;
+        the hold rules of the steps that wait are kept."""
+        proxy = self.world.s3_faults
+        with self.lock:
+            kept = [r for r in proxy.rules if r.kind == "hold"]
+            until = time.monotonic() + for_s
+            self.s3_windows = [(u, r) for u, r in getattr(self, "s3_windows", [])
+                               if u > time.monotonic()] + [(until, r) for r in rules]
+            proxy.set_rules([*kept, *({**r, "for_s": u - time.monotonic()}
+                                      for u, r in self.s3_windows)])
+
+    def held_sender(self, env: str, timeout_s: float, key: str,
+                    kinds: tuple[str, ...] = ("run", "worker")) -> tuple | None:
+        """Hold the next commit to production's store whose key matches `key` and find the
+        deployment's process that sent it: (held request, pid, its kind) or None. A commit
+        held from another kind of process is let through, and the next one held."""
+        proxy, dep = self.world.s3_faults, self.dep(env)
+        port = int(proxy.endpoint.rsplit(":", 1)[1])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            rule = proxy.add_rule({"kind": "hold", "op": "PUT", "key": key, "count": 1})
+            try:
+                held = proxy.wait_held(max(0.1, deadline - time.monotonic()))
+            finally:
+                proxy.remove_rule(rule)
+            if held is None:
+                return None
+            procs = {p.pid: p.kind for p in dep.processes()}
+            sender = sending_from(list(procs), held.client_port, port)
+            if sender and procs[sender[0]] in kinds:
+                return held, sender[0], procs[sender[0]]
+            proxy.release(held, forward=True)
+        return None
+
+    # -- Postgres stopped hard ---------------------------------------------------------------
+    def do_restart_postgres(self, during: str, down_s: float, timeout_s: float = 90) -> None:
+        """Stop production's Postgres at once (`pg_ctl -m immediate`) and start it again after
+        `down_s`: `during` the day's callbacks (now), while a run records its landings (its
+        `landings` commit held at the store until Postgres is down: the run goes on to the
+        inbox and Dagster's event log with the database gone), or while the sensor has
+        callbacks to read (unread events in the inbox)."""
+        from resources.inbox import open_inbox
+
+        dep = self.dep("production")
+        held = None
+        if during == "landings":
+            found = self.held_sender("production", timeout_s,
+                                     r"^production/landings/_delta_log/\d+\.json$")
+            if found is None:
+                self.count("postgres_restart", "missed: no landings commit in time")
+                return
+            held = found[0]
+        elif during == "sensor":
+            deadline = time.monotonic() + timeout_s
+            while True:
+                with dep.instance() as instance:
+                    cursor = checks.sensor_cursor(instance)
+                with open_inbox(dep.inbox) as inbox:
+                    if inbox.after(cursor, 1):
+                        break
+                if time.monotonic() > deadline:
+                    self.count("postgres_restart", "missed: nothing for the sensor in time")
+                    return
+                time.sleep(0.2)
+        with self.postgres_lock:  # one restart at a time
+            self.world.stop_postgres()
+            if held is not None:
+                self.world.s3_faults.release(held, forward=True)
+            self.say(f"    postgres stopped (immediate) {during}; up again in {down_s} s")
+            time.sleep(down_s)
+            self.world.start_postgres()
+        self.postgres_restarts.append(during)
+        self.count("postgres_restart", f"while {during}")
+        time.sleep(5)
+        self.supervise("production")
+
+    def supervise(self, env: str) -> None:
+        """What a process supervisor does (systemd, Kubernetes): a daemon or receiver that
+        exited is started again."""
+        dep = self.dep(env)
+        if dep.daemon is not None and dep.daemon.poll() is not None:
+            self.say(f"    {env}'s daemon exited ({dep.daemon.returncode}): started again")
+            dep.start_daemon()
+            self.restarts += 1
+            self.note("exited", "daemon")
+        for i, server in enumerate(dep.receivers):
+            if server is not None and server.proc.poll() is not None:
+                self.say(f"    {env}'s receiver {i} exited: started again")
+                dep.start_receiver(i)
+                self.restarts += 1
+                self.note("exited", "receiver")
+
+    # -- erasures ----------------------------------------------------------------------------
+    def do_forget(self, env: str, wait_s: float = 60) -> None:
+        """A customer asks to be forgotten: each of their records removed at the service
+        (USER_DISCONNECT), then, once the inbox has heard (or after `wait_s`: it is still told
+        to, `--even-connected`), `ledgerlake forget --customer`, while runs land."""
+        from resources.inbox import CONNECTED, open_inbox
+
+        dep = self.dep(env)
+        with self.lock:
+            choices = self.connected(env)
+            if not choices:
+                self.count("erasure", "missed: no connected record")
+                return
+            customer = self.records[self.rng.choice(choices)].customer
+            records = sorted(r for r, rec in self.records.items()
+                             if rec.customer == customer and rec.env == env
+                             and rec.state != "erased")
+            for record in records:
+                rec = self.records[record]
+                if rec.state in ("connected", "reauth"):
+                    self.api(env).post("record/remove", json={"record": record})
+                rec.state, rec.erased_by, rec.since = "erased", "forget", None
+        self.say(f"    forgetting customer {customer} of {env}: {', '.join(records)}")
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                with open_inbox(dep.inbox) as inbox:
+                    if not any(inbox.status(r) == CONNECTED for r in records):
+                        break
+            except Exception:  # the inbox's database restarting
+                pass
+            time.sleep(1)
+        for attempt in range(5):
+            out = dep.cli("forget", "--customer", customer, "--reason", "chaos",
+                          "--even-connected")
+            if out.returncode == 0:
+                break
+            self.say(f"    forget {customer} failed (try {attempt + 1}): "
+                     f"{out.stderr.strip().splitlines()[-1:]}")
+            time.sleep(5)
+        else:
+            raise AssertionError(f"forget {customer}: {out.stderr[-500:]}")
+        with self.lock:
+            for record in records:
+                self.records[record].since = time.time()
+        self.say(f"    {out.stdout.strip()}")
+        self.count("erasure", "forget --customer")
+
     # -- settling -------------------------------------------------------------------------
     def settle(self, last_fault: float) -> dict:
         """Faults off, everything up, every delivery made, lost callbacks replayed, the daily
@@ -530,10 +750,13 @@ class Chaos:
         self.say("settling")
         self.rules = []
         self.post_rules()
+        self.world.s3_faults.clear()
+        if self.world.postgres_down:
+            self.world.start_postgres()
         for env in ENVS:
             dep = self.dep(env)
             for i, server in enumerate(dep.receivers):
-                if server is None:
+                if server is None or server.proc.poll() is not None:
                     dep.start_receiver(i)
                     self.restarts += 1
             if dep.daemon is None or dep.daemon.poll() is not None:
@@ -596,7 +819,8 @@ class Chaos:
             "passed": not found["problems"],
             "records": {env: sum(1 for r in self.records.values() if r.env == env)
                         for env in ENVS},
-            "faults": {**{k: v for k, v in injected.items() if v}, **self.kills},
+            "faults": {**{k: v for k, v in injected.items() if v}, **self.kills,
+                       **{f"s3 {k}": v for k, v in found["s3_faults"].items()}},
             "kills_landed": self.landed,
             "restarts": self.restarts,
             **found,
@@ -681,11 +905,27 @@ def refresh_here() -> int:
 def summary(results: list[dict], command: str) -> dict:
     """Every seed's figures and their totals."""
     total: dict = {"faults": {}, "restarts": 0, "events_received": 0, "deliveries": 0,
-                   "redelivered": 0, "records_checked": 0, "mismatches": 0}
+                   "redelivered": 0, "records_checked": 0, "mismatches": 0,
+                   "s3_faults": 0, "s3_requests": 0, "postgres_restarts": 0,
+                   "customers_forgotten": 0, "records_erased": 0,
+                   "lake_files_schema_checked": 0, "reader_queries": 0,
+                   "reader_answers": 0, "reader_errors": {}, "reader_accounts_compared": 0}
     for r in results:
         for k, v in r["faults"].items():
             total["faults"][k] = total["faults"].get(k, 0) + v
         total["restarts"] += r["restarts"]
+        total["s3_faults"] += sum(r.get("s3_faults", {}).values())
+        total["s3_requests"] += sum(r.get("s3_requests", {}).values())
+        total["postgres_restarts"] += r.get("postgres_restarts", 0)
+        erasures = r.get("erasures", {})
+        for k in ("customers_forgotten", "records_erased", "lake_files_schema_checked"):
+            total[k] += erasures.get(k, 0)
+        readers = r.get("readers", {})
+        total["reader_queries"] += sum(readers.get("asked", {}).values())
+        total["reader_answers"] += sum(readers.get("answered", {}).values())
+        total["reader_accounts_compared"] += readers.get("accounts_compared", 0)
+        for k, v in readers.get("errors", {}).items():
+            total["reader_errors"][k] = total["reader_errors"].get(k, 0) + v
         total["events_received"] += r["events"]["received"]
         total["deliveries"] += r["events"]["deliveries"]
         total["redelivered"] += r["events"]["redelivered"]

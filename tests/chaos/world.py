@@ -6,12 +6,17 @@ deployment of the pipeline, as a customer would run one per secret key:
 
 - `production` (/v2/, the live key): the production profile. Dagster's instance on Postgres
   (deploy/dagster.yaml: queued runs, each launched in its own process, run monitoring and run
-  retries), the inbox on Postgres behind two receivers that the sandbox's webhook goes round;
+  retries), the inbox on Postgres behind two receivers that the sandbox's webhook goes round,
+  the lake on S3 (moto's server, tests/s3.py) reached through a fault-injecting proxy
+  (tests/s3_faults.py), and LEDGERLAKE_FORGET_ON_DISCONNECT=true (a USER_DISCONNECT erases
+  the record);
 - `sandbox` (/sandbox/v2/, the test key): the embedded default (the top-level dagster.yaml,
   SQLite instance and inbox, one receiver), with its runs also launched in their own processes
   by the daemon.
 
-Each has its own lake folder and warehouse file. Every process a deployment starts carries
+Each has its own lake (a folder, or a prefix of the bucket) and warehouse file. The suite
+itself reads the S3 lake straight from moto, past the proxy (`Deployment.store_root`): its
+checks see the store, not the faults. Every process a deployment starts carries
 `LEDGERLAKE_CHAOS=<run>-<deployment>` in its environment, inherited by the daemon's code server
 and the runs it launches: that mark (read from /proc) is how runs are found to be killed, and
 how the world ends exactly the processes it started, never another user's.
@@ -30,7 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,6 +122,19 @@ def talking_to(pids: list[int], port: int) -> list[int]:
         if state == "01" and int(remote.split(":")[1], 16) == port:
             inodes.add(inode)
     return [p for p in pids if _socket_inodes(p) & inodes]
+
+
+def sending_from(pids: list[int], local_port: int, remote_port: int) -> list[int]:
+    """Those of `pids` that own the TCP connection from 127.0.0.1:`local_port` to
+    127.0.0.1:`remote_port` (a request the S3 proxy holds names its sender's port)."""
+    inodes = set()
+    for line in _read("/proc/net/tcp").decode().splitlines()[1:]:
+        cols = line.split()
+        local, remote, inode = cols[1], cols[2], cols[9]
+        if int(local.split(":")[1], 16) == local_port and \
+                int(remote.split(":")[1], 16) == remote_port:
+            inodes.add(inode)
+    return [p for p in pids if _socket_inodes(p) & inodes] if inodes else []
 
 
 def holding(pids: list[int], path: Path) -> list[int]:
@@ -221,14 +239,37 @@ class Deployment:
     ports: list[int] = field(default_factory=list)
     receivers: list = field(default_factory=list)   # pipeline.local.Server or None when down
     daemon: subprocess.Popen | None = None
+    direct_root: str | None = None  # an S3 lake as the suite reads it: moto, not the proxy
 
     @property
     def env(self) -> dict[str, str]:
         return {**os.environ, **self.settings, MARK: self.mark}
 
     @property
+    def lake_root(self) -> str:
+        """The lake as the deployment's processes reach it (an S3 lake: through the proxy)."""
+        return self.settings["LEDGERLAKE_LAKE"]
+
+    @property
+    def store_root(self) -> str:
+        """The lake as the suite's checks read it (an S3 lake: straight from the store)."""
+        return self.direct_root or self.lake_root
+
+    @property
+    def on_s3(self) -> bool:
+        return self.lake_root.startswith("s3://")
+
+    @property
     def lake(self) -> Path:
-        return Path(self.settings["LEDGERLAKE_LAKE"])
+        """A local lake's folder."""
+        assert not self.on_s3, f"{self.name}'s lake is on S3"
+        return Path(self.lake_root)
+
+    def store(self):
+        """The lake, read by the suite (resources.lake.Lake over `store_root`)."""
+        from resources.lake import Lake
+
+        return Lake(root=self.store_root)
 
     @property
     def warehouse(self) -> Path:
@@ -339,12 +380,15 @@ class Deployment:
 
 
 class World:
-    """Postgres, the sandbox (clock frozen: it moves only when the suite advances it) and the
-    two deployments, started; `close` ends every process it started."""
+    """Postgres, moto's S3 behind the fault proxy, the sandbox (clock frozen: it moves only
+    when the suite advances it) and the two deployments, started; `close` ends every process
+    it started."""
 
-    def __init__(self, work: Path, *, say=print) -> None:
+    def __init__(self, work: Path, *, say=print, seed: int = 0) -> None:
         from tests.conftest import start_sandbox
         from tests.postgres import INSTALL, PostgresServer, find_bin, pg_env
+        from tests.s3 import moto_s3
+        from tests.s3_faults import S3Faults
 
         self.work, self.say = work, say
         self.mark = secrets.token_hex(6)
@@ -352,8 +396,13 @@ class World:
         if folder is None:
             raise SystemExit(f"chaos: {INSTALL}")
         self.postgres = PostgresServer(folder).start()
+        self.postgres_down = False
         self.deployments: dict[str, Deployment] = {}
+        self.stack = ExitStack()
         try:
+            (work / "moto").mkdir(parents=True, exist_ok=True)
+            self.s3 = self.stack.enter_context(moto_s3(work / "moto"))
+            self.s3_faults = self.stack.enter_context(S3Faults(self.s3.endpoint, seed=seed))
             # the service's own state (its keys, its webhook tokens) beside the deployments'
             # homes, not in the one named after its environment
             self.sandbox = start_sandbox(work / "service", "--freeze-clock")
@@ -363,10 +412,15 @@ class World:
                       "LEDGERLAKE_TIMEZONE": "Africa/Lagos", "PYTHONUNBUFFERED": "1"}
             prod_inbox = self.postgres.create_database("inbox")
             prod_dagster = self.postgres.create_database("dagster")
+            aws = {k: v for k, v in self.s3.env().items() if k.startswith("AWS_")}
             self._add("production", "postgres", 2, {
                 **common, **pg_env(prod_dagster), "LEDGERLAKE_INBOX": prod_inbox,
-                "LEDGERLAKE_SECRET_KEY": self.sandbox.production_key},
-                [self.postgres.password, self.sandbox.production_key])
+                "LEDGERLAKE_SECRET_KEY": self.sandbox.production_key,
+                "LEDGERLAKE_LAKE": self.s3.root(prefix="production",
+                                                endpoint=self.s3_faults.endpoint),
+                "LEDGERLAKE_FORGET_ON_DISCONNECT": "true", **aws},
+                [self.postgres.password, self.sandbox.production_key, self.s3.secret],
+                direct_root=self.s3.root(prefix="production"))
             self._add("sandbox", "embedded", 1, {
                 **common, "LEDGERLAKE_SECRET_KEY": self.sandbox.sandbox_key},
                 [self.sandbox.sandbox_key])
@@ -375,7 +429,7 @@ class World:
             raise
 
     def _add(self, name: str, profile: str, receivers: int, settings: dict[str, str],
-             shown: list[str]) -> None:
+             shown: list[str], direct_root: str | None = None) -> None:
         from pipeline.local import one_box_pools
 
         home = self.work / name
@@ -386,7 +440,7 @@ class World:
                     "LEDGERLAKE_ENVIRONMENT": name, "LEDGERLAKE_RECEIVER_TOKEN": token,
                     "DAGSTER_HOME": str(home / "dagster"), **settings}
         dep = Deployment(name, profile, home, f"{self.mark}-{name}", settings, receivers,
-                         secrets=[token, *shown])
+                         secrets=[token, *shown], direct_root=direct_root)
         dep.logs.mkdir(parents=True)
         dep.dagster_home.mkdir(parents=True)
         source = ROOT / ("deploy/dagster.yaml" if profile == "postgres" else "dagster.yaml")
@@ -415,7 +469,18 @@ class World:
             api.close()
         if getattr(self, "sandbox", None) is not None:
             self.sandbox.server.stop()
+        self.stack.close()
         self.postgres.remove()
+
+    # -- Postgres, stopped hard and started again
+    def stop_postgres(self) -> None:
+        """Stop the cluster at once (`pg_ctl -m immediate`: no clean shutdown, as a crash)."""
+        self.postgres.stop("immediate")
+        self.postgres_down = True
+
+    def start_postgres(self) -> None:
+        self.postgres.resume()
+        self.postgres_down = False
 
     def delivery_log(self) -> list[tuple]:
         """The sandbox's webhook deliveries (its own queue, read-only): (env, record, method,

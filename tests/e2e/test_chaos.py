@@ -1,9 +1,12 @@
 """The chaos suite's short run (issue 16): one seed of tests/chaos/run.py, as `make chaos` runs ten.
 
 Both of the service's environments, each with its own deployment (receivers, the daemon, runs
-launched in their own processes), a schedule of SIGKILLs, sandbox faults, clock jumps,
-disconnects and reauthentications; then every connected record's tables must equal the
-sandbox's own data, nothing doubled or left behind, no secret in any log. The script is run as
+launched in their own processes; production's lake on S3 behind a fault-injecting proxy), a
+schedule of SIGKILLs, sandbox and S3 faults, Postgres stopped hard, clock jumps, disconnects,
+reauthentications and erasures, with analysts' questions throughout; then every connected
+record's tables must equal the sandbox's own data, nothing doubled or left behind, nothing of
+an erased record anywhere, every lake file in its declared schema, every reader's answer
+whole, no secret in any log. The script is run as
 `make chaos` runs it, in its own process; its JSON is what is checked here.
 """
 
@@ -43,3 +46,11 @@ def test_one_seed_of_chaos_ends_exactly_once(tmp_path):
                                                   "stall", "double", "late", "shuffle")) > 0
     assert run["events"]["received"] > 0 and run["events"]["redelivered"] > 0
     assert run["restarts"] >= 3
+    # production's lake on S3 misbehaved, its Postgres restarted, customers were forgotten,
+    # and analysts asked questions all along, each answered or failing as documented
+    assert sum(run["s3_faults"].values()) >= 1
+    assert run["postgres_restarts"] >= 1
+    assert run["erasures"]["customers_forgotten"] >= 1
+    assert run["erasures"]["lake_files_schema_checked"] > 0
+    assert sum(run["readers"]["answered"].values()) > 0
+    assert "undocumented" not in run["readers"]["errors"]
