@@ -468,13 +468,15 @@ def generate(maker: Maker, lake, per_commit: int, say) -> dict:
 
         ids = [maker.record_ids[i] for i in chosen]
         t0 = time.perf_counter()
-        lake.replace_batches("transactions", {rid: (lambda rid=rid: rows_of(rid)) for rid in ids},
-                             schema("transactions"))
+        on_big_stack(lambda ids=ids: lake.replace_batches(
+            "transactions", {rid: (lambda rid=rid: rows_of(rid)) for rid in ids},
+            schema("transactions")))
         took["seconds"]["transactions"] = took["seconds"].get("transactions", 0) + \
             time.perf_counter() - t0
         for table, parts in held.items():
             t0 = time.perf_counter()
-            lake.append_rows(table, pa.concat_tables(parts), schema(table))
+            on_big_stack(lambda t=table, p=parts: lake.append_rows(t, pa.concat_tables(p),
+                                                                   schema(t)))
             took["seconds"][table] = took["seconds"].get(table, 0) + time.perf_counter() - t0
         took["commits"] += 1
         say(f"  commit {took['commits']}: {start + len(chosen):,} records, "
@@ -487,9 +489,43 @@ def generate(maker: Maker, lake, per_commit: int, say) -> dict:
     return took
 
 
-def compact(lake, say) -> dict:
+def on_big_stack(fn):
+    """fn() in a thread with a 1 GiB stack: delta-rs plans a replace of 50,000 records
+    (its predicate names each) deeper than the main thread's 8 MiB, and dies of it (SIGSEGV)."""
+    import threading
+
+    got: dict = {}
+
+    def run():
+        try:
+            got["value"] = fn()
+        except BaseException as exc:  # raised in the caller's thread
+            got["error"] = exc
+
+    before = threading.stack_size(1 << 30)
+    try:
+        worker = threading.Thread(target=run, name="big-commit")
+        worker.start()
+    finally:
+        threading.stack_size(before)
+    worker.join()
+    if "error" in got:
+        raise got["error"]
+    return got["value"]
+
+
+def compact(lake, spill_gb: float | None, say) -> dict:
     """The nightly maintenance's compaction of every table (clustered by record where the
-    table is kept by record), then the superseded files vacuumed."""
+    table is kept by record), then the superseded files vacuumed.
+
+    With `spill_gb`, the same rewrite as `delta.compact` (a Z-order on record_id once writes
+    left two small files or more, else a bin-packing; the maintenance's target size; the
+    lake's writer settings; a checkpoint), its sort held to that much memory and spilled to
+    disk beyond: `delta.compact` leaves DataFusion's default, and at 100,000 records (54M
+    lines) its Z-order grew past 22 GB here."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
     from assets.maintenance import target_bytes
     from assets.warehouse import UNPARTITIONED
     from resources import delta
@@ -497,14 +533,42 @@ def compact(lake, say) -> dict:
     out = {}
     for table in TABLE_NAMES:
         t0 = time.perf_counter()
-        packed = delta.compact(lake.table_uri(table), target_size=target_bytes(),
-                               order_by=None if table in UNPARTITIONED else "record_id")
-        delta.vacuum(lake.table_uri(table), 0)
-        out[table] = {"seconds": round(time.perf_counter() - t0, 1),
-                      "files_before": packed["files_before"], "files_after": packed["files_after"]}
-        say(f"  compacted {table}: {packed['files_before']} -> {packed['files_after']} files, "
-            f"{out[table]['seconds']} s")
+        uri, order = lake.table_uri(table), None if table in UNPARTITIONED else "record_id"
+        before = pa.table(DeltaTable(uri).get_add_actions(flatten=False)).num_rows
+        if spill_gb is None:
+            delta.compact(uri, target_size=target_bytes(), order_by=order)
+        else:
+            dt_ = DeltaTable(uri)
+            if order and delta._small_files(dt_, target_bytes()) >= 2:
+                dt_.optimize.z_order([order], target_size=target_bytes(),
+                                     max_spill_size=int(spill_gb * 2**30),
+                                     writer_properties=delta.ZSTD)
+            else:
+                dt_.optimize.compact(target_size=target_bytes(), writer_properties=delta.ZSTD)
+            dt_.create_checkpoint()
+        delta.vacuum(uri, 0)
+        after = pa.table(DeltaTable(uri).get_add_actions(flatten=False)).num_rows
+        out[table] = {"seconds": round(time.perf_counter() - t0, 1), "files_before": before,
+                      "files_after": after, "peak_rss_mb_so_far": vm("VmHWM")}
+        say(f"  compacted {table}: {before} -> {after} files, {out[table]['seconds']} s, "
+            f"peak RSS so far {out[table]['peak_rss_mb_so_far']:,.0f} MB")
     return out
+
+
+def watchdog(limit_mb: float) -> None:
+    """Stop this process (not the machine's others) if it grows past `limit_mb`: the
+    machine is shared, and delta-rs's rewrites can take all of its memory."""
+    import threading
+
+    def watch():
+        while True:
+            if vm("VmRSS") > limit_mb:
+                print(f"analyst_scale: this process passed {limit_mb:.0f} MB resident; "
+                      "stopped (see --spill-gb, --max-parent-mb)", file=sys.stderr, flush=True)
+                os._exit(3)
+            time.sleep(0.5)
+
+    threading.Thread(target=watch, daemon=True, name="watchdog").start()
 
 
 TABLE_NAMES = ("transactions", "balance_periodic", "balance_history", "accounts", "income",
@@ -812,7 +876,7 @@ def vm(field: str) -> float:
 def child(job: dict) -> dict:
     import resource
 
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, job.get("root", str(ROOT)))  # the code measured (--code)
     from pipeline.cli.sql import open_warehouse
 
     con = open_warehouse(Path(job["warehouse"]), job["lake"])
@@ -840,7 +904,8 @@ def run_child(job: dict, work: Path, timeout: float, max_rss_mb: float) -> dict:
     path.write_text(json.dumps(job))
     with said.open("w") as stdout, told.open("w") as stderr:  # files: a pipe would fill
         proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child",
-                                 str(path)], cwd=ROOT, stdout=stdout, stderr=stderr)
+                                 str(path)], cwd=job.get("root", ROOT), stdout=stdout,
+                                stderr=stderr)
     deadline, worst = time.monotonic() + timeout, 0.0
     stopped = None
     while proc.poll() is None:
@@ -928,7 +993,7 @@ def ask(name: str, view_sql: str, hand_sql: str, base: dict, work: Path, args) -
     return out
 
 
-EXPLAINED = ("q1", "transactions: one record", "balances: one record", "q3", "q5")
+EXPLAINED = ("q1", "transactions: one record", "balances: one record", "q3", "q5", "q7")
 
 
 def measure(lake, warehouse: Path, maker: Maker, work: Path, args, say) -> dict:
@@ -946,7 +1011,7 @@ def measure(lake, warehouse: Path, maker: Maker, work: Path, args, say) -> dict:
     record = maker.record_ids[0]  # its customer has two records (0 and 1)
     customer = strings(maker.customer_hex[[maker.customer[0]]]).to_pylist()[0]
     many = [maker.record_ids[i] for i in rng.choice(maker.n, min(1000, maker.n), replace=False)]
-    base = {"warehouse": str(warehouse), "lake": lake.root}
+    base = {"warehouse": str(warehouse), "lake": lake.root, "root": str(CODE)}
     result = {"warehouse_build_s": built,
               "layout": layout(lake, record, many), "questions": [], "explain": {}}
     for name, kind, view_sql, hand_sql in questions(files, shown, record, customer, many):
@@ -977,7 +1042,7 @@ def line(x: dict) -> str:
 
 # == the level, the table ======================================================================
 
-def level(records: int, args, say) -> dict:
+def level(records: int, args, say, save=lambda out: None) -> dict:
     import numpy as np  # noqa: F401  (loaded before the clock)
 
     from resources.lake import Lake
@@ -989,12 +1054,13 @@ def level(records: int, args, say) -> dict:
         out: dict = {"records": records, "load_avg_1m_start": round(os.getloadavg()[0], 2)}
         say(f"{records:,} records: generating into {work}")
         out["generation"] = generate(maker, lake, args.per_commit, say)
-        out["compaction"] = compact(lake, say)
+        out["compaction"] = compact(lake, args.spill_gb, say)
         out["lines"] = lake_rows(lake, "transactions")
         say(f"{records:,} records: {out['lines']:,} lines; compacted lake, questions")
         t0 = time.perf_counter()
         out["compacted"] = measure(lake, work / "warehouse.duckdb", maker, work, args, say)
         out["compacted"]["seconds"] = round(time.perf_counter() - t0, 1)
+        save(out)
         say(f"{records:,} records: a day of hourly runs")
         out["hourly_runs"] = hourly(maker, lake, args.hourly_runs, HOURLY_BATCH, say)
         t0 = time.perf_counter()
@@ -1021,6 +1087,8 @@ def verdicts(result: dict) -> list[str]:
     t = TARGETS
     for lv in result["levels"]:
         for lay in ("compacted", "hourly"):
+            if lay not in lv:
+                continue
             met = missed = 0
             worst = []
             for x in lv[lay]["questions"]:
@@ -1056,13 +1124,14 @@ def table_md(result: dict) -> str:
     parts = []
     for lay, title in (("compacted", "As compaction leaves it"),
                        ("hourly", "After a day of hourly runs")):
-        rows = []
-        names = [x["question"] for x in result["levels"][0][lay]["questions"]]
-        for name in names:
-            for lv in result["levels"]:
+        rows, levels = [], [lv for lv in result["levels"] if lay in lv]
+        if not levels:
+            continue
+        for name in [x["question"] for x in levels[0][lay]["questions"]]:
+            for lv in levels:
                 x = next(y for y in lv[lay]["questions"] if y["question"] == name)
                 eq = x.get("answers", {}).get("equal")
-                rows.append((name if lv is result["levels"][0] else "", f"{lv['records']:,}",
+                rows.append((name if lv is levels[0] else "", f"{lv['records']:,}",
                              cell(x["view"]), cell(x["hand"]),
                              f"{x['wall_ratio']}x" if "wall_ratio" in x else "",
                              f"{x['peak_ratio']}x" if "peak_ratio" in x else "",
@@ -1073,22 +1142,44 @@ def table_md(result: dict) -> str:
                                      rows, left=2))
     lines = []
     for lv in result["levels"]:
-        g, lay = lv["generation"], lv["compacted"]["layout"]["transactions"]
-        lines.append(
-            f"- {lv['records']:,} records, {lv['lines']:,} lines: made in {g['total_s']} s "
-            f"({g['commits']} commits), compacted in "
-            f"{sum(c['seconds'] for c in lv['compaction'].values()):.0f} s, "
-            f"{lv['hourly_runs']['runs']} hourly runs in "
-            f"{lv['hourly_runs']['total_s']} s; questions {lv['compacted']['seconds']} s + "
-            f"{lv['hourly']['seconds']} s. transactions: {lay['files']} files, "
-            f"{lay['row_groups']} row groups of ~{lay['rows_per_row_group']['median']:,} rows "
-            f"({lay['bytes'] / 2**30:.2f} GiB); one record's lookup cannot skip "
-            f"{lay['one_record_reads']['row_groups']} row groups compacted, "
-            f"{lv['hourly']['layout']['transactions']['one_record_reads']['row_groups']} after "
-            f"the hourly runs ({lv['hourly']['layout']['transactions']['files']} files); "
-            f"load {lv['load_avg_1m_start']} -> {lv['load_avg_1m_end']}.")
+        g, hours = lv["generation"], lv.get("hourly_runs")
+        text = (f"- {lv['records']:,} records, {lv['lines']:,} lines: made in {g['total_s']} s "
+                f"({g['commits']} commits), compacted in "
+                f"{sum(c['seconds'] for c in lv['compaction'].values()):.0f} s")
+        if hours:
+            text += (f", {hours['runs']} hourly runs in {hours['total_s']} s (transactions' "
+                     f"commit {min(h['transactions'] for h in hours['each'])}-"
+                     f"{max(h['transactions'] for h in hours['each'])} s each)")
+        text += ("; questions " + " + ".join(f"{lv[lay]['seconds']} s" for lay in
+                                              ("compacted", "hourly") if lay in lv)
+                 + f"; load {lv.get('load_avg_1m_start')} -> {lv.get('load_avg_1m_end')}.")
+        for lay in ("compacted", "hourly"):
+            if t := lv.get(lay, {}).get("layout", {}).get("transactions"):
+                text += (f" transactions {lay}: {t['files']} files, {t['row_groups']} row "
+                         f"groups of ~{t['rows_per_row_group']['median']:,} rows "
+                         f"({t['bytes'] / 2**30:.2f} GiB), one record's lookup cannot skip "
+                         f"{t['one_record_reads']['row_groups']} of them "
+                         f"({t['one_record_reads']['files']} files).")
+        lines.append(text + (f" {lv['note']}" if lv.get("note") else ""))
     return "\n\n".join(parts) + "\n\n" + "\n".join(lines) + "\n\n" + "\n".join(
         f"- {v}" for v in result["verdicts"])
+
+
+CODE = ROOT  # the tree whose views, warehouse build and writer are measured
+
+
+def code_commit(rev: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def code_at(rev: str, work: Path | None) -> Path:
+    """The tracked files of `rev`, unpacked (the working tree, which others edit, untouched)."""
+    where = Path(tempfile.mkdtemp(prefix=f"code-{code_commit(rev)}-", dir=work))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(where)], input=archive, check=True)
+    return where
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1103,20 +1194,50 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600, help="seconds a query may take")
     ap.add_argument("--max-rss-mb", type=float, default=12_000,
                     help="a query's child is stopped past this resident set")
+    ap.add_argument("--spill-gb", type=float, default=3.0,
+                    help="memory compaction's sort may hold before it spills (0: delta.compact "
+                         "as the maintenance calls it, DataFusion's default)")
+    ap.add_argument("--max-parent-mb", type=float, default=14_000,
+                    help="this process stops itself past this resident set")
     ap.add_argument("--work", type=Path, default=None, help="where the lakes are made")
     ap.add_argument("--keep", action="store_true", help="keep the lakes")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: 2,000 records, one run each, commits of 1,000, 6 "
                          "hourly runs")
+    ap.add_argument("--publish", type=Path, nargs="+", metavar="JSON",
+                    help="publish the levels of earlier runs' JSON (each run's partial file: "
+                         "analyst_scale.partial.json under --work) instead of measuring")
+    ap.add_argument("--code", metavar="REV",
+                    help="measure the views and writer of this commit (e.g. HEAD), unpacked "
+                         "aside, not the working tree's (others may be editing it)")
+    ap.add_argument("--measure-lake", type=Path, metavar="DIR",
+                    help="only ask the questions of a lake kept by --keep (its folder "
+                         "analyst-N-*; --records N and --seed as it was made), as it stands")
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     harness.arguments(ap, "analyst_scale")
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(child(json.loads(args.child.read_text()))), flush=True)
         return 0
+    if args.publish:
+        runs = [json.loads(p.read_text()) for p in args.publish]
+        result = {**runs[0], "levels": sorted((lv for r in runs for lv in r["levels"]),
+                                              key=lambda lv: lv["records"])}
+        result["verdicts"] = verdicts(result)
+        harness.publish(result, args, "analyst_scale", table_md(result))
+        return 0
     if args.quick:
         args.records, args.runs, args.per_commit, args.hourly_runs = "2000", 1, 1000, 6
-    sys.path.insert(0, str(ROOT))
+    global CODE
+    if args.code:  # the views and writer of a commit, whatever the working tree holds now
+        CODE = code_at(args.code, args.work)
+    sys.path.insert(0, str(CODE))
+    import assets.warehouse
+
+    if not assets.warehouse.__file__.startswith(str(CODE)):
+        raise SystemExit(f"measuring {assets.warehouse.__file__}, not the code at {CODE}")
+    watchdog(args.max_parent_mb)
+    args.spill_gb = args.spill_gb or None
     levels = [int(x) for x in args.records.split(",")]
     if args.work:
         args.work.mkdir(parents=True, exist_ok=True)
@@ -1124,12 +1245,33 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
-    result = {"runs": args.runs, "targets": TARGETS, "days": DAYS, "end_day": str(END),
+    result = {"runs": args.runs, "code": args.code and code_commit(args.code), "targets": TARGETS, "days": DAYS, "end_day": str(END),
               "per_commit": args.per_commit, "hourly_batch": HOURLY_BATCH, "levels": []}
+    partial = (args.work or Path(tempfile.gettempdir())) / "analyst_scale.partial.json"
+    if args.measure_lake:  # a kept lake, as it stands: its figures to the partial file only
+        from resources.lake import Lake
+
+        lake = Lake(root=str(args.measure_lake / "lake"))
+        maker = Maker(levels[0], args.seed, lake)
+        work = Path(tempfile.mkdtemp(prefix="measure-", dir=args.work))
+        t0 = time.perf_counter()
+        got = measure(lake, work / "warehouse.duckdb", maker, work, args, say)
+        got["seconds"] = round(time.perf_counter() - t0, 1)
+        shutil.rmtree(work, ignore_errors=True)
+        partial.write_text(json.dumps({**result, "levels": [
+            {"records": levels[0], "lines": lake_rows(lake, "transactions"), "as_it_stands": got,
+             "load_avg_1m_end": round(os.getloadavg()[0], 2)}]}, indent=1, default=str))
+        return 0
+
+    def save(current: dict | None = None) -> None:  # what is measured, should a later part die
+        done = {**result, "levels": result["levels"] + ([current] if current else [])}
+        partial.write_text(json.dumps(done, indent=1, default=str))
+
     for n in levels:
         t0 = time.perf_counter()
-        result["levels"].append(level(n, args, say))
+        result["levels"].append(level(n, args, say, save))
         result["levels"][-1]["seconds"] = round(time.perf_counter() - t0, 1)
+        save()
     result["verdicts"] = verdicts(result)
     harness.publish(result, args, "analyst_scale", table_md(result))
     return 0
