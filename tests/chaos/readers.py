@@ -44,8 +44,8 @@ DOCUMENTED = (
     # the views name the files of the snapshot they were built over: an erasure's purge, a
     # compaction's or vacuum's removal since, under a query of an older build
     ("file removed under the query", True,
-     ("No such file", "No files found", "NoSuchKey", "does not exist", "HTTP 404",
-      "not found", "FileNotFoundError")),
+     ("No such file", "No files found", "NoSuchKey", "Path does not exist", "HTTP 404",
+      "File not found", "FileNotFoundError")),
     # the store failing past the client's own retries (S3 faults), or its access check
     ("store failed", True,
      ("AWS Error", "curlCode", "did not answer", "Generic S3 error", "S3 error",
@@ -134,7 +134,7 @@ class Readers:
     erased: Callable[[], dict[str, tuple[str, float | None]]]  # record: (env, finished)
     say: Callable[[str], None]
     rng: random.Random
-    pause_s: float = 2.0
+    pause_s: float = 5.0
     answers: list[Answer] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -233,12 +233,14 @@ class Readers:
         asked: Counter[str] = Counter()
         answered: Counter[str] = Counter()
         errors: Counter[str] = Counter()
+        examples: dict[str, str] = {}
         compared = 0
         gone = set(erased)
         for a in self.answers:
             asked[a.question] += 1
             if a.rows is None:
                 errors[a.kind] += 1
+                examples.setdefault(a.kind, a.error[:300])
                 if a.kind == "undocumented":
                     problems.append(f"{a.env}: a reader's {a.question} question failed: "
                                     f"{a.error}")
@@ -271,4 +273,5 @@ class Readers:
                         problems.append(f"{a.env}: erased record {a.record} still read "
                                         f"after its erasure: {held}")
         return problems, {"asked": dict(asked), "answered": dict(answered),
-                          "errors": dict(errors), "accounts_compared": compared}
+                          "errors": dict(errors), "error_examples": examples,
+                          "accounts_compared": compared}
