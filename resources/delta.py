@@ -24,10 +24,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime
 from urllib.parse import unquote
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from deltalake import (
     ColumnProperties,
     CommitProperties,
@@ -98,28 +100,76 @@ def replace_batches(uri: str, schema: pa.Schema,
     if stray := sorted(set(window) - set(ids)):
         raise ValueError(f"window names records with no rows given: {stray}")
     schema = with_record_id(schema)
+
+    def rows(own: pa.Schema) -> Iterator[pa.RecordBatch]:
+        for rid in sorted(ids):  # by record, as `replace` writes them
+            for batch in parts[rid]():
+                yield from _conform(pa.Table.from_batches([batch]), schema, rid,
+                                    window.get(rid)).cast(own).to_batches()
+
+    return _stream(uri, schema, rows, _predicate(ids, window), stats)
+
+
+def replace_stream(uri: str, schema: pa.Schema, record_ids: Sequence[str],
+                   rows: Callable[[], Iterable[pa.RecordBatch]], *,
+                   stats: Sequence[str] | None = None) -> int:
+    """Replace every row of `record_ids` with `rows()` (batches carrying their `record_id`,
+    each of one of `record_ids`, sorted by it), in one commit, never held at once; `rows` is
+    called again at each try. A record `rows` gives nothing for loses its rows."""
+    ids = sorted({check_record_id(r) for r in record_ids})
+    if not ids:
+        raise ValueError("replace needs at least one record")
+    return _stream(uri, with_record_id(schema), _conformed(schema, rows, set(ids)),
+                   _predicate(ids, {}), stats)
+
+
+def overwrite_stream(uri: str, schema: pa.Schema,
+                     rows: Callable[[], Iterable[pa.RecordBatch]], *,
+                     stats: Sequence[str] | None = None) -> int:
+    """Replace the whole table with `rows()` (as `replace_stream`'s), in one commit."""
+    return _stream(uri, with_record_id(schema), _conformed(schema, rows, None), None, stats)
+
+
+def _conformed(schema: pa.Schema, rows: Callable[[], Iterable[pa.RecordBatch]],
+               ids: set[str] | None) -> Callable[[pa.Schema], Iterator[pa.RecordBatch]]:
+    """`rows()` in the table's types, each batch's records checked against `ids`."""
+    full = with_record_id(schema)
+
+    def conformed(own: pa.Schema) -> Iterator[pa.RecordBatch]:
+        for batch in rows():
+            if not batch.num_rows:
+                continue
+            if ids is not None and (stray := set(pc.unique(batch["record_id"]).to_pylist())
+                                    - ids):
+                raise ValueError(f"rows of records the replace does not name: "
+                                 f"{sorted(stray)[:3]}")
+            yield from _conform(pa.Table.from_batches([batch]), full).cast(own).to_batches()
+
+    return conformed
+
+
+def _stream(uri: str, schema: pa.Schema, rows: Callable[[pa.Schema], Iterable[pa.RecordBatch]],
+            predicate: str | None, stats: Sequence[str] | None) -> int:
+    """One commit of `rows(stored types)`, streamed (`predicate`: the rows it replaces; None:
+    the whole table), retried on a lost race; the committed version."""
     location, options = _where(uri)
 
     def write() -> int:
         table = _open_or_create(location, schema, options, stats)
         _rows_fit_table(table, schema.empty_table())
         failed: list[BaseException] = []
-
         own = _stored_for(table, schema)  # the file in the table's types, as `_write`'s
 
-        def rows() -> Iterator[pa.RecordBatch]:
+        def batches() -> Iterator[pa.RecordBatch]:
             try:
-                for rid in sorted(ids):  # by record, as `replace` writes them
-                    for batch in parts[rid]():
-                        yield from _conform(pa.Table.from_batches([batch]), schema, rid,
-                                            window.get(rid)).cast(own).to_batches()
+                yield from rows(own)
             except BaseException as exc:  # raised to the caller as it is, not as delta-rs's
                 failed.append(exc)
                 raise
 
         try:
-            write_deltalake(table, pa.RecordBatchReader.from_batches(own, rows()),
-                            mode="overwrite", predicate=_predicate(ids, window),
+            write_deltalake(table, pa.RecordBatchReader.from_batches(own, batches()),
+                            mode="overwrite", predicate=predicate,
                             schema_mode="merge", writer_properties=STREAMED,
                             target_file_size=STREAMED_FILE)
         except Exception:
@@ -132,10 +182,12 @@ def replace_batches(uri: str, schema: pa.Schema,
 
 
 def scan(uri: str, record_ids: str | Sequence[str], columns: Sequence[str] | None = None,
-         where: pc.Expression | None = None) -> Iterator[pa.RecordBatch]:
+         where: pc.Expression | None = None, version: int | None = None
+         ) -> Iterator[pa.RecordBatch]:
     """A record's rows (or several records'; those `where` keeps), batch by batch, at the
-    latest version: records read without being held. Nothing if the table does not exist."""
-    table = _open(uri, None)
+    latest version (or `version`): records read without being held. Nothing if the table
+    does not exist."""
+    table = _open(uri, version)
     if table is None:
         return
     ids = sorted({check_record_id(r) for r in (
@@ -293,6 +345,78 @@ def _refuse_deletion_vectors(uri: str, table: DeltaTable) -> None:
                              "would return")
 
 
+# how delta-rs writes a replace's predicate back into the log (DataFusion's rendering)
+_NAMED_ONE = re.compile(r"record_id\s*=\s*'([^']*)'")
+_NAMED_MANY = re.compile(r"record_id\s+IN\s*\(([^)]*)\)", re.IGNORECASE)
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+def changed_records(uri: str, since: int) -> tuple[int, set[str]] | None:
+    """(the latest version, the records whose rows the commits after version `since` changed),
+    read from the table's log: the records a commit's predicate names (a replace, an erasure:
+    rows it rewrote for other records are the same rows), or those in the files it added
+    without one (an append). Compaction and vacuum change no data. None when the log no
+    longer reaches back to `since` (an erasure cuts it: `erase`'s `before_cut`), or a commit
+    changed rows it does not name: the caller must start over."""
+    table = _open(uri, None)
+    if table is None:
+        return None
+    latest = table.version()
+    store, base = _filesystem(uri)
+    changed: set[str] = set()
+    for v in range(since + 1, latest + 1):
+        try:
+            with store.open_input_stream(f"{base}/_delta_log/{v:020d}.json") as f:
+                actions = [orjson.loads(line) for line in f.read().splitlines() if line]
+        except FileNotFoundError:
+            return None
+        named = _named_in(actions)
+        if named is None:
+            return None
+        changed |= named
+        if not any("commitInfo" in a and a["commitInfo"].get("operationParameters", {})
+                   .get("predicate") for a in actions):
+            added = [a["add"] for a in actions if "add" in a and a["add"].get("dataChange")]
+            for add in added:
+                changed |= _records_in(store, f"{base}/{unquote(add['path'])}", add)
+    return latest, changed
+
+
+def _named_in(actions: list[dict]) -> set[str] | None:
+    """The records a commit's predicate names; None when it changed data it does not name
+    (rows removed without a predicate that names records)."""
+    info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    if info.get("operation") in ("OPTIMIZE", "VACUUM START", "VACUUM END"):
+        return set()
+    predicate = (info.get("operationParameters") or {}).get("predicate") or ""
+    named = set(_NAMED_ONE.findall(predicate))
+    for listed in _NAMED_MANY.findall(predicate):
+        named |= set(_QUOTED.findall(listed))
+    removes = any("remove" in a and a["remove"].get("dataChange") for a in actions)
+    if removes and not named:
+        return None
+    return named
+
+
+def _records_in(store: pafs.FileSystem, path: str, add: dict) -> set[str]:
+    """The records of an added file: from its statistics when it holds one, else read."""
+    stats = orjson.loads(add["stats"]) if add.get("stats") else {}
+    low = (stats.get("minValues") or {}).get("record_id")
+    # a string statistic may be cut short (Delta's readers keep 32 characters): trusted below
+    if low is not None and len(low) < 32 and low == (stats.get("maxValues") or {}).get(
+            "record_id"):
+        return {low}
+    with store.open_input_file(path) as f:
+        column = pq.read_table(f, columns=["record_id"])["record_id"]
+    return set(pc.unique(column).to_pylist()) - {None}
+
+
+def column_names(uri: str, version: int | datetime | None = None) -> list[str]:
+    """The table's columns at `version` (default: the latest); none if it does not exist."""
+    table = _open(uri, version)
+    return [] if table is None else stored(table).names
+
+
 def version(uri: str) -> int | None:
     """The latest committed version, None if the table does not exist."""
     table = _open(uri, None)
@@ -359,7 +483,8 @@ def vacuum(uri: str, retention_hours: int) -> dict:
             "files_removed": len(present), "bytes_removed": sum(i.size for i in present)}
 
 
-def erase(uri: str, record_ids: Sequence[str]) -> dict:
+def erase(uri: str, record_ids: Sequence[str],
+          before_cut: Callable[[int], None] | None = None) -> dict:
     """Delete every row of `record_ids` in one commit, purge every data file of any version
     that held one, then cut the table's history there (`_cut_history`): no version the table
     keeps can show them, and no log entry names them (time travel to before the erasure stops
@@ -401,7 +526,8 @@ def erase(uri: str, record_ids: Sequence[str]) -> dict:
             purged += 1
     named = deleted or purged or _log_names(store, base, ids)
     return {"rows_deleted": int(deleted), "files_purged": purged,
-            "version": _cut_history(uri, store, base) if named else table.version()}
+            "version": _cut_history(uri, store, base, before_cut) if named
+            else table.version()}
 
 
 def _log_names(store: pafs.FileSystem, base: str, ids: list[str]) -> bool:
@@ -417,10 +543,13 @@ def _log_names(store: pafs.FileSystem, base: str, ids: list[str]) -> bool:
     return False
 
 
-def _cut_history(uri: str, store: pafs.FileSystem, base: str) -> int:
+def _cut_history(uri: str, store: pafs.FileSystem, base: str,
+                 before_cut: Callable[[int], None] | None = None) -> int:
     """A commit naming no row (the description), its checkpoint, every log file before it
     deleted: earlier commits named records (a replace's predicate, `record_id` statistics);
-    the checkpoint lists only live files, none holding an erased row. Returns its version."""
+    the checkpoint lists only live files, none holding an erased row. Returns its version.
+    `before_cut(version)` is called once the checkpoint is made and before the log goes: the
+    last chance to read what the commits before `version` changed (`changed_records`)."""
     location, options = _where(uri)
 
     def commit() -> int:
@@ -430,6 +559,8 @@ def _cut_history(uri: str, store: pafs.FileSystem, base: str) -> int:
 
     cut = _retrying(uri, commit)
     DeltaTable(location, storage_options=options, version=cut).create_checkpoint()
+    if before_cut is not None:
+        before_cut(cut)
     for info in store.get_file_info(pafs.FileSelector(f"{base}/_delta_log",
                                                       allow_not_found=True)):
         head = info.base_name.split(".")[0]

@@ -66,11 +66,27 @@ class Lake(ConfigurableResource):
         return delta.replace_batches(self.table_uri(table), schema, parts, window=window,
                                      stats=stats_columns(table))
 
+    def replace_stream(self, table: str, record_ids: Sequence[str],
+                       rows: Callable[[], Iterable[pa.RecordBatch]], schema: pa.Schema) -> int:
+        """Replace every row of `record_ids` with `rows()` (batches carrying their
+        `record_id`, sorted by it), in one commit, never held at once; the version."""
+        return delta.replace_stream(self.table_uri(table), schema, record_ids, rows,
+                                    stats=stats_columns(table))
+
+    def overwrite_stream(self, table: str, rows: Callable[[], Iterable[pa.RecordBatch]],
+                         schema: pa.Schema) -> int:
+        """Replace the whole table with `rows()` (as `replace_stream`'s); the version."""
+        return delta.overwrite_stream(self.table_uri(table), schema, rows,
+                                      stats=stats_columns(table))
+
     def scan(self, table: str, record_ids: str | Sequence[str], schema: pa.Schema,
-             where: pc.Expression | None = None) -> Iterator[pa.RecordBatch]:
+             where: pc.Expression | None = None, version: int | None = None
+             ) -> Iterator[pa.RecordBatch]:
         """A record's rows (or several records') that `where` keeps, batch by batch, in
-        `schema`'s columns and types (nothing if the table does not exist yet)."""
-        for batch in delta.scan(self.table_uri(table), record_ids, schema.names, where):
+        `schema`'s columns and types, at the latest version or `version` (nothing if the
+        table does not exist yet)."""
+        for batch in delta.scan(self.table_uri(table), record_ids, schema.names, where,
+                                version):
             yield batch.cast(schema)
 
     def row_counts(self, table: str, record_ids: Sequence[str]) -> dict[str, int]:
@@ -106,10 +122,17 @@ class Lake(ConfigurableResource):
         return delta.append(self.table_uri(table), delta.with_record_id(schema), rows,
                             stats=stats_columns(table))
 
-    def erase(self, table: str, record_ids: Sequence[str]) -> dict:
+    def erase(self, table: str, record_ids: Sequence[str],
+              before_cut: Callable[[int], None] | None = None) -> dict:
         """Delete the records' rows and purge every file of any version that held them
-        (`delta.erase`): rows deleted, files purged, the version after."""
-        return delta.erase(self.table_uri(table), record_ids)
+        (`delta.erase`): rows deleted, files purged, the version after. `before_cut`: called
+        with the version the table's history will start at, before the log is cut."""
+        return delta.erase(self.table_uri(table), record_ids, before_cut)
+
+    def changed_records(self, table: str, since: int) -> tuple[int, set[str]] | None:
+        """(latest version, records whose rows changed after version `since`), or None when
+        the log cannot say (`delta.changed_records`)."""
+        return delta.changed_records(self.table_uri(table), since)
 
     def read(self, table: str, record_id: str | None = None, schema: pa.Schema | None = None,
              version: int | datetime | None = None) -> pa.Table | None:
@@ -149,6 +172,10 @@ class Lake(ConfigurableResource):
     def version(self, table: str) -> int | None:
         """The table's latest version, None if it does not exist yet."""
         return delta.version(self.table_uri(table))
+
+    def column_names(self, table: str, version: int | datetime | None = None) -> list[str]:
+        """The table's columns in its Delta schema (none if it does not exist)."""
+        return delta.column_names(self.table_uri(table), version)
 
     def files(self, table: str, version: int | datetime | None = None) -> list[str]:
         """The data files of the table's snapshot (latest or `version`)."""

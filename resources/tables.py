@@ -241,6 +241,34 @@ TABLES: dict[str, Table] = {
         Col("schedule_interval", TEXT, "a recurring payment's interval, e.g. monthly", PUBLIC),
         Col("created_at", UTC_MS, "when the payment was made (UTC)", PUBLIC),
         Col("last_updated", UTC_MS, "when the payment last changed (UTC)", PUBLIC))),
+    # derived from transactions and balance_periodic by the warehouse's build, for the records
+    # whose rows moved (assets/derived.py, assets/sql/derived/daily_balances.sql)
+    "daily_balances": Table(key=("account_id", "date"), columns=(
+        Col("account_id", TEXT, "the account (accounts.account_id)", PUBLIC, nullable=False),
+        Col("date", DAY, "the customer's day (LEDGERLAKE_TIMEZONE, Africa/Lagos by default)",
+            PUBLIC),
+        Col("balance", MONEY, "the ledger balance at the end of the day, naira: the running "
+            "balance of the day's last posted line, else the service's periodic figure, else "
+            "carried forward", PUBLIC),
+        Col("available_balance", MONEY, "the available balance at the end of the day, naira, "
+            "from the service's periodic history (null on days it has none)", PUBLIC),
+        Col("source", TEXT, "where the balance comes from: transactions or periodic", PUBLIC,
+            check=one_of("transactions", "periodic"), nullable=False),
+        Col("carried_forward", pa.bool_(), "true on a day with neither a posted line nor a "
+            "periodic figure: the last known balance before it", PUBLIC, nullable=False))),
+    # derived from transactions likewise (assets/sql/derived/monthly_cashflow.sql)
+    "monthly_cashflow": Table(key=("account_id", "month"), columns=(
+        Col("account_id", TEXT, "the account (accounts.account_id)", PUBLIC, nullable=False),
+        Col("month", DAY, "the month's first day, in the customer's time zone, by value date",
+            PUBLIC),
+        Col("currency", TEXT, ISO, PUBLIC, check=CURRENCY),
+        Col("transactions", INT, "posted lines in the month", PUBLIC, check=at_least(1),
+            nullable=False),
+        Col("inflow", MONEY, "sum of the month's credits, naira (exact)", PUBLIC,
+            check=at_least(0), nullable=False),
+        Col("outflow", MONEY, "sum of the month's debits, positive naira (exact)", PUBLIC,
+            check=at_least(0), nullable=False),
+        Col("net", MONEY, "inflow - outflow, naira", PUBLIC, nullable=False))),
     # rebuilt whole from the inbox (assets/record_status.py; not validated: the inbox is ours)
     "records": Table(by_record=False, columns=(
         RECORD_ID,
