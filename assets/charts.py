@@ -1,7 +1,7 @@
 """A record's daily balance, drawn: in the Dagster UI and in `ledgerlake report`.
 
-The days are the `daily_balances` view's, computed by its own SQL in an in-memory DuckDB over
-the record's rows, so the chart and the view never disagree. matplotlib draws them, imported
+The days are the `daily_balances` table's, computed by its own SQL (assets/derived.py) in an
+in-memory DuckDB over the record's rows, so the chart and the table never disagree. matplotlib draws them, imported
 on first use; a run draws one per record only when it lands at most CHART_RECORDS
 (LEDGERLAKE_CHART_RECORDS, 5; 0: never), as a chart costs more than a record's landing
 (docs/operations.md, "Charts and freshness").
@@ -24,7 +24,8 @@ from dagster import MetadataValue
 
 from resources.tables import schema
 
-from .views import DEFAULT_TIMEZONE, load_views, render
+from .derived import derive
+from .views import DEFAULT_TIMEZONE
 
 if TYPE_CHECKING:
     from .publish import Landing
@@ -56,16 +57,9 @@ def daily_balances(tables: Mapping[str, Mapping[str, pa.Table | Iterable[pa.Reco
     """Per record, its `daily_balances` rows (account_id, date, balance, ...) sorted by
     account and day, from `tables`: lake table -> record -> that record's rows (a table, or
     its batches: streamed into DuckDB's aggregate, never held at once)."""
-    view = next(v for v in load_views() if v.name == "daily_balances")
-    with duckdb.connect() as con:
-        sources = {}
-        for table, columns in _READS.items():
-            if parts := tables.get(table):
-                con.register(f"lake_{table}", _streamed(parts, columns, _TYPES[table]))
-                sources[table] = f"lake_{table}"
-        con.execute(render(view, sources, zone or timezone()))
-        daily = con.sql("select * from daily_balances order by record_id, account_id, "
-                        "date").to_arrow_table()
+    sources = {table: _streamed(parts, columns, _TYPES[table])
+               for table, columns in _READS.items() if (parts := tables.get(table))}
+    daily = derive(sources, zone or timezone(), "daily_balances")
     out = {}
     for record in sorted(set(daily["record_id"].to_pylist())):
         out[record] = daily.filter(pc.equal(daily["record_id"], record))

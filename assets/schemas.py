@@ -52,8 +52,10 @@ def _checks(col: Col) -> list[pa.Check]:
             for name, value in (col.check or {}).items()]
 
 
-def model(table: str) -> pa.DataFrameSchema:
-    """The table as sent, validated: its columns with something to check, and its rules."""
+def model(table: str, *, records: bool = False) -> pa.DataFrameSchema:
+    """The table as sent, validated: its columns with something to check, and its rules.
+    `records`: rows of several records, each with its `record_id` (a key is unique within
+    a record's rows)."""
     key, rules = TABLES[table].key, RULES.get(table, [])
     columns = {c.name: pa.Column(nullable=c.nullable and c.name not in key,
                                  unique=(c.name,) == key, checks=_checks(c))
@@ -61,6 +63,12 @@ def model(table: str) -> pa.DataFrameSchema:
                if c.only != "lake" and (c.check or not c.nullable or c.name in key)}
     for reads, _, _ in rules:
         columns |= {name: pa.Column(nullable=True) for name in reads if name not in columns}
+    if records:
+        columns["record_id"] = pa.Column(nullable=False)
+        for name in key:  # unique with the record's id, not alone
+            columns[name] = pa.Column(nullable=False, checks=columns[name].checks)
+        return pa.DataFrameSchema(columns, unique=["record_id", *key],
+                                  checks=[pa.Check(test, error=error) for _, error, test in rules])
     return pa.DataFrameSchema(columns, unique=list(key) if len(key) > 1 else None,
                               checks=[pa.Check(test, error=error) for _, error, test in rules])
 

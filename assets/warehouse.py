@@ -16,13 +16,15 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 from dagster import (
+    AssetCheckResult,
+    AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
     AssetSpec,
@@ -40,8 +42,10 @@ from resources import object_store
 from resources.lake import Lake, fsync
 from resources.tables import TABLES, columns, schema
 
+from . import derived
 from .catalog import OWNERS, view_classes, view_descriptions
 from .charts import summary_chart
+from .derived import DERIVED
 from .record_status import PRODUCT_ASSETS
 from .views import (
     DEFAULT_TIMEZONE,
@@ -131,22 +135,35 @@ def lake_sources(lake: Lake, tables: Iterable[str] = LAKE_TABLES,
         raise ValueError(f"no lake table {', '.join(unknown)}; the tables: "
                          f"{', '.join(LAKE_TABLES)}")
     found = {t: snapshot_files(lake, t, as_of) for t in tables}
-    # with the stand-in's columns by name: files that lack a column of the table's schema
-    # still bind every view, the column null on their rows
-    return {t: f"(select * from {lake_source(files)} union all by name {stand_in(t)})"
-            for t, files in found.items() if files}
+    return {t: _relation(lake, t, files, as_of) for t, files in found.items() if files}
+
+
+def _relation(lake: Lake, table: str, files: list[str], as_of: AsOf) -> str:
+    """The table's files as a view reads them. Where the table's schema lacks a declared
+    column (a table written before the column was), by name with the stand-in's columns, so
+    every view still binds, the column null; otherwise the files alone, so that DuckDB
+    answers a `count(*)` from their footers (a union reads every row)."""
+    pinned = as_of.get(table) if isinstance(as_of, Mapping) else as_of
+    if set(columns(table)) <= set(lake.column_names(table, pinned)):
+        return f"(select * from {lake_source(files)})"
+    return f"(select * from {lake_source(files)} union all by name {stand_in(table)})"
 
 
 def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIMEZONE,
           sources: dict[str, str] | None = None, as_of: AsOf = None,
-          only: Collection[str] | None = None) -> list[str]:
+          only: Collection[str] | None = None, pins: Mapping[str, int] | None = None
+          ) -> list[str]:
     """Publish at `target` a DuckDB file with every view, over any lake; return the names of
     those built: all, or `only` these (and any the published file lacks), the others kept.
 
-    The views read each table's current snapshot (or the one `as_of` names), or `sources`: the
-    relation each lake table is read through (a table missing from it is stood in for). The
-    file is built under a temporary name in the same folder and renamed over `target` only
-    once complete; on any error the published file is left as it was.
+    The views read each table's current snapshot (or the one `pins` names: `publish` pins the
+    sources of the derived tables at the versions they were derived from), or `sources`: the
+    relation each lake table is read through (a table missing from it is stood in for). With
+    `as_of` (time travel) every table reads as it stood then, and a derived table is derived
+    as the view is read, from its sources as they stood (the lake's derived table holds what
+    was derived when, not what the sources said then). The file is built under a temporary
+    name in the same folder and renamed over `target` only once complete; on any error the
+    published file is left as it was.
     """
     target = Path(target).resolve()
     views = load_views()
@@ -162,8 +179,13 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
                                               "where not internal").fetchall()} - set(only)
     views = [v for v in views if v.name not in kept]
     if sources is None:
-        sources = lake_sources(Lake(root=str(lake_root)),
-                               {t for v in views for t in v.tables | v.optional}, as_of)
+        read = {t for v in views for t in v.tables | v.optional}
+        on_the_fly = read & set(DERIVED) if as_of is not None else set()
+        read = (read - on_the_fly) | {s for t in on_the_fly for s in DERIVED[t].sources}
+        sources = lake_sources(Lake(root=str(lake_root)), read,
+                               as_of if as_of is not None else pins)
+        for t in on_the_fly:
+            sources[t] = f"({DERIVED[t].select(sources, timezone)})"
     created: list[str] = []
     try:
         with object_store.connect(str(tmp), str(lake_root), config=FILE_CONFIG) as con:
@@ -189,6 +211,22 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
         tmp.unlink(missing_ok=True)
         tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
     return created
+
+
+def publish(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIMEZONE,
+            only: Collection[str] | None = None, refresh: bool = False,
+            progress: Callable[[str], None] = lambda _: None
+            ) -> tuple[list[str], "derived.Refresh | None"]:
+    """`build`, the derived lake tables the views read brought up to date first (a write to
+    the lake: one publisher at a time, as the warehouse asset's pool makes it), and the views
+    reading the sources at the versions those were derived from. Returns the views built and
+    what the refresh did (None when no view built reads a derived table, and `refresh` does
+    not ask for one)."""
+    lake = Lake(root=str(lake_root))
+    views = [v for v in VIEWS if only is None or v.name in only]
+    done = derived.refresh(lake, timezone, progress) if refresh or derived_of(views) else None
+    pins = {t: v for t, v in (done.versions if done else {}).items() if v is not None}
+    return build(lake_root, target, timezone, only=only, pins=pins or None), done
 
 
 def describe_view(con: duckdb.DuckDBPyConnection, view: View,
@@ -256,25 +294,47 @@ def _locked(path: Path) -> bool | None:
 
 VIEWS = load_views()
 # the assets that write each lake table, where not the asset of its name; every product's
-# landing writes `landings` and `checks`; forget and reveal (no assets) the last two
+# landing writes `landings` and `checks`; forget and reveal (no assets) the last two; the
+# derived tables are the warehouse's own (assets/derived.py)
 WRITERS = {"balance_history": ["balances"], "balance_periodic": ["balances"],
            "income_streams": ["income"], "records": ["record_status"],
            "landings": PRODUCT_ASSETS, "checks": PRODUCT_ASSETS, "erasures": [], "reveals": []}
+DAY_IS_LAST_LINE = "balance_is_last_line"
 
 
 def view_key(name: str) -> AssetKey:
     return AssetKey(["warehouse", name])
 
 
-def view_reads(view: View) -> list[str]:
+def view_tables(view: View) -> list[str]:
+    """The lake tables the view's SQL reads."""
     return sorted(view.tables | view.optional)
 
 
+def view_reads(view: View) -> list[str]:
+    """The lake tables whose moves make the view stale: those it reads and, for a derived
+    table, the tables it is derived from (the build derives it again first)."""
+    return sorted({*view_tables(view),
+                   *(s for t in view_tables(view) if t in DERIVED for s in DERIVED[t].sources)})
+
+
+def derived_of(views: Iterable[View]) -> list[str]:
+    """The derived lake tables the views read."""
+    return sorted({t for v in views for t in view_tables(v) if t in DERIVED})
+
+
 def _spec(view: View) -> AssetSpec:
-    writers = sorted({a for t in view_reads(view) for a in WRITERS.get(t, [t])})
+    writers = sorted({a for t in view_tables(view) for a in WRITERS.get(t, [t])})
     return AssetSpec(view_key(view.name), description=view.comment or None, kinds={"duckdb"},
                      group_name="warehouse", owners=OWNERS, skippable=True,
                      deps=[*writers, *map(view_key, view.needs)])
+
+
+def _derived_spec(name: str) -> AssetSpec:
+    writers = sorted({a for t in DERIVED[name].sources for a in WRITERS.get(t, [t])})
+    return AssetSpec(AssetKey(name), description=DERIVED[name].view.comment or None,
+                     kinds={"delta"}, group_name="warehouse", owners=OWNERS, skippable=True,
+                     deps=writers)
 
 
 def lineage(view: View, shown: Mapping[str, list]) -> TableColumnLineage:
@@ -282,7 +342,7 @@ def lineage(view: View, shown: Mapping[str, list]) -> TableColumnLineage:
     of its name: what the view passes on; a column it derives names none."""
     deps: dict[str, list[TableColumnDep]] = {}
     for column, _, _ in shown[view.name]:
-        deps[column] = [TableColumnDep(a, column) for t in view_reads(view)
+        deps[column] = [TableColumnDep(a, column) for t in view_tables(view)
                         if column in columns(t) for a in WRITERS.get(t, [t])] + \
             [TableColumnDep(view_key(n), column) for n in view.needs
              if any(c == column for c, _, _ in shown.get(n, []))]
@@ -290,16 +350,33 @@ def lineage(view: View, shown: Mapping[str, list]) -> TableColumnLineage:
 
 
 # Each view its own asset, rebuilt alone when the lake tables it reads move (pipeline/sensors.py)
-# or when picked in the UI: the others stay as published. One build at a time (the pool).
-@multi_asset(specs=[_spec(v) for v in VIEWS], can_subset=True, pool="duckdb",
-             name="warehouse")
+# or when picked in the UI: the others stay as published. The derived lake tables the picked
+# views read are brought up to date first, and the views then read the sources at the versions
+# they were derived from. One build at a time (the pool).
+@multi_asset(specs=[*map(_derived_spec, DERIVED), *(_spec(v) for v in VIEWS)],
+             check_specs=[AssetCheckSpec(DAY_IS_LAST_LINE, asset="daily_balances",
+                                         description=derived.DAY_IS_LAST_LINE_TEXT)],
+             can_subset=True, pool="duckdb", name="warehouse")
 def warehouse(context: AssetExecutionContext, lake: Lake, warehouse_db: Warehouse):
-    """DuckDB views over the lake, for analysts (`ledgerlake sql`)."""
+    """DuckDB views over the lake, for analysts (`ledgerlake sql`), and the lake tables
+    derived for them."""
     target = Path(warehouse_db.path).resolve()
-    picked = {k.path[-1] for k in context.selected_asset_keys}
+    keys = context.selected_asset_keys
+    picked = {v.name for v in VIEWS if view_key(v.name) in keys}
+    made = {n for n in DERIVED if AssetKey(n) in keys}
+    if made and not picked:  # the derived tables alone, picked in the UI
+        done = derived.refresh(lake, warehouse_db.timezone, context.log.info)
+        yield from _derived_results(lake, made, done, warehouse_db.timezone, context)
+        return
     # read before the snapshots: at most as new as what the views read
     versions = {t: lake.version(t) for t in LAKE_TABLES}
-    built = build(lake.root, target, warehouse_db.timezone, only=picked)
+    built, done = publish(lake.root, target, warehouse_db.timezone, only=picked,
+                          refresh=bool(made), progress=context.log.info)
+    if done is not None:
+        context.log.info("derived tables: %s (%d records) in %.1f s", done.mode, done.records,
+                         done.seconds)
+        versions |= {t: v for t, v in done.versions.items() if v is not None}
+        yield from _derived_results(lake, made, done, warehouse_db.timezone, context)
     context.log.info("published %s with views %s", target, ", ".join(built))
     shown = warehouse_columns(target)
     for view in VIEWS:
@@ -314,6 +391,31 @@ def warehouse(context: AssetExecutionContext, lake: Lake, warehouse_db: Warehous
                                                   for c, t, d in shown[view.name]]),
             "dagster/column_lineage": lineage(view, shown),
             **summary_chart(context, target, view.name)})
+
+
+def _derived_results(lake: Lake, made: set[str], done: "derived.Refresh", zone: str,
+                     context: AssetExecutionContext):
+    """The derived tables' materializations (those selected), and daily_balances' check."""
+    for name in sorted(made):
+        yield MaterializeResult(asset_key=AssetKey(name), metadata={
+            "path": lake.shown(name),
+            "refresh": done.mode,
+            "records_derived": done.records,
+            "rows_written": done.rows.get(name, 0),
+            "lake_version": done.versions_written.get(name, lake.version(name)),
+            "derived_from": MetadataValue.json({t: v for t, v in done.versions.items()
+                                                if v is not None}),
+            "seconds": round(done.seconds, 2)})
+    if "daily_balances" in made:
+        checked, problems = derived.audit(lake, done, zone)
+        if problems:
+            context.log.warning("%s: %d problems in %d records checked", DAY_IS_LAST_LINE,
+                                len(problems), checked)
+        yield AssetCheckResult(asset_key=AssetKey("daily_balances"),
+                               check_name=DAY_IS_LAST_LINE, passed=not problems, metadata={
+                                   "records_checked": checked,
+                                   "problem_count": len(problems),
+                                   "problems": MetadataValue.json(problems[:10])})
 
 
 def markdown() -> str:

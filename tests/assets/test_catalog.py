@@ -64,8 +64,8 @@ def test_duckdb_shows_every_view_and_column_description(empty_warehouse):
                               ).fetchall()
         assert missing == []
         told = dict(con.execute("select column_name, comment from duckdb_columns() "
-                                "where table_name = 'daily_balances'").fetchall())
-    assert told["balance"] == catalog.VIEW_COLUMNS["daily_balances"]["balance"]
+                                "where table_name = 'transactions'").fetchall())
+    assert told["pending"] == catalog.VIEW_COLUMNS["transactions"]["pending"]
     assert told["record_id"] == tables.RECORD_ID.description
     # a view reading a lake table through another view takes the lake's descriptions
     assert catalog.view_descriptions("balances", {v.name: (set(v.tables | v.optional),

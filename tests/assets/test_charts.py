@@ -14,9 +14,14 @@ import pytest
 from assets import charts
 from assets.balances import PERIODIC
 from assets.publish import Landing
-from assets.warehouse import build
+from assets.warehouse import publish
 from resources.lake import Lake
 from tests.pipeline.test_sql_cli import lines
+
+
+def published(root, target, *args, **kw) -> list[str]:
+    """The warehouse as its asset publishes it: the derived lake tables derived first."""
+    return publish(root, target, *args, **kw)[0]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +38,7 @@ def lake(tmp_path_factory) -> Lake:
 
 def test_the_days_are_the_views(lake, tmp_path):
     target = tmp_path / "w.duckdb"
-    build(lake.root, target)
+    published(lake.root, target)
     with duckdb.connect(str(target), read_only=True) as con:
         view = con.execute("select record_id, account_id, date, balance, source, "
                            "carried_forward from daily_balances order by all").fetchall()
@@ -59,7 +64,7 @@ class Context:
         self.log = Log()
 
 
-def published(*records: str) -> list[Landing]:
+def landed(*records: str) -> list[Landing]:
     return [Landing(r, published=True, number=i) for i, r in enumerate(records, 1)]
 
 
@@ -67,16 +72,16 @@ def test_a_small_run_gets_a_chart_per_record_a_large_one_says_where(lake):
     """A batch of at most CHART_RECORDS records is drawn, a chart per published record with
     rows, in one Markdown value of the batch's materialization; a larger one says how to draw
     any of its records, by number."""
-    few = [*published("r1", "r2"), Landing("r3", error="ApiError: down", number=3)]
+    few = [*landed("r1", "r2"), Landing("r3", error="ApiError: down", number=3)]
     text = charts.chart_metadata(Context(), lake, few)["daily_balance"].value
     drawn = re.findall(r"!\[daily balance of record #(\d+)\]\(data:image/png;base64,", text)
     assert drawn == ["1", "2"]  # by their numbers; not the record that failed
     assert text.count("data:image/png;") == 2
-    many = published("r1", "r2", *[f"n{i}" for i in range(charts.CHART_RECORDS)])
+    many = landed("r1", "r2", *[f"n{i}" for i in range(charts.CHART_RECORDS)])
     told = charts.chart_metadata(Context(), lake, many)["daily_balance"].value
     assert f"{len(many)} records landed" in told and "`ledgerlake report '#1'`" in told
     assert "r1" not in told and "data:image" not in told
-    assert charts.chart_metadata(Context(), lake, published("n1")) == {}  # nothing to draw
+    assert charts.chart_metadata(Context(), lake, landed("n1")) == {}  # nothing to draw
 
 
 def test_a_chart_that_fails_is_a_warning_not_a_failed_landing(lake):
@@ -84,7 +89,7 @@ def test_a_chart_that_fails_is_a_warning_not_a_failed_landing(lake):
         def read_many(self, *a, **kw):
             raise OSError("the store went away")
 
-    ctx, landings = Context(), published("r1")
+    ctx, landings = Context(), landed("r1")
     told = charts.chart_metadata(ctx, Broken(root=lake.root), landings)["daily_balance"]
     assert told.value == "No chart this run: OSError (the run's log says more)."
     assert landings[0].published and landings[0].error is None
@@ -104,7 +109,7 @@ def test_a_summary_chart_over_its_budget_is_said_not_waited_for(lake, tmp_path, 
     """The views' summary charts read every row: over a lake too big for the budget, the
     build says so instead of spending minutes on a picture."""
     target = tmp_path / "w.duckdb"
-    build(lake.root, target)
+    published(lake.root, target)
     drawn = charts.summary_chart(Context(), target, "monthly_cashflow")["summary"].value
     assert drawn.startswith("![monthly_cashflow of every record](data:image/png;base64,")
     monkeypatch.setitem(charts.SUMMARIES, "monthly_cashflow",

@@ -412,7 +412,10 @@ def test_a_million_lines_sum_to_the_sandboxs_totals_to_the_kobo(frozen_sandbox, 
     lines the warehouse's sums are the sandbox's own integer-kobo totals, per account."""
     import duckdb
 
-    from assets.warehouse import build
+    from assets.warehouse import publish
+
+    def published(root, target):
+        return publish(root, target)[0]
 
     made = create(frozen_sandbox, accounts=5, months=35, volume=200, seed=77, settlement=False)
     record = made["record"]
@@ -421,7 +424,7 @@ def test_a_million_lines_sum_to_the_sandboxs_totals_to_the_kobo(frozen_sandbox, 
     assert run([transactions], [record], resources(frozen_sandbox, tmp_path / "lake",
                                                   [record])).success
     target = tmp_path / "w.duckdb"
-    build(tmp_path / "lake", target)
+    published(tmp_path / "lake", target)
     with duckdb.connect(str(target), read_only=True) as con:
         got = dict(con.execute(
             "select account_id, (sum(amount) * 100)::hugeint from transactions group by 1"

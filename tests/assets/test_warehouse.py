@@ -23,7 +23,7 @@ import pytest
 from dagster import TableColumnDep
 from deltalake import DeltaTable
 
-from assets.warehouse import build, load_views
+from assets.warehouse import build, load_views, publish
 from resources.lake import Lake
 from tests.conftest import connected, land
 
@@ -32,6 +32,11 @@ TS = pa.timestamp("ms", tz="UTC")
 
 
 # -- the lake, filled by the product assets from a real sandbox over HTTP ---------------------
+
+
+def published(root, target, *args, **kw) -> list[str]:
+    """The warehouse as its asset publishes it: the derived lake tables derived first."""
+    return publish(root, target, *args, **kw)[0]
 
 def _pages(api, path: str, body: dict, key: str) -> list[dict]:
     """Every item of a paged list, waiting while the product is still processing."""
@@ -296,16 +301,16 @@ def accounts_table(ids: list[str]) -> pa.Table:
 def test_views_built_and_in_order_as_the_lake_fills(tmp_path):
     lake = Lake(root=str(tmp_path / "lake"))
     target = tmp_path / "w.duckdb"
-    assert set(build(lake.root, target)) == set(VIEWS)
+    assert set(published(lake.root, target)) == set(VIEWS)
     lake.write("accounts", "r1", accounts_table(["a"]))
-    assert set(build(lake.root, target)) == set(VIEWS)
+    assert set(published(lake.root, target)) == set(VIEWS)
     assert query(target, "select count(*) as n from accounts")["n"][0] == 1
     lake.write("balance_periodic", "r1", pa.table({
         "account_id": ["a", "a"],
         "date": pa.array([dt.date(2025, 1, 1), dt.date(2025, 1, 3)], pa.date32()),
         "available_balance": [5.0, 7.0], "ledger_balance": [5.0, 7.0]}))
     # daily_balances can stand on the periodic history alone
-    build(lake.root, target)
+    published(lake.root, target)
     got = query(target, "select date, balance, source, carried_forward from daily_balances "
                         "order by date")
     assert got["balance"].tolist() == [5.0, 5.0, 7.0]
@@ -315,7 +320,6 @@ def test_views_built_and_in_order_as_the_lake_fills(tmp_path):
     assert {v.name for v in load_views()} == set(VIEWS)
     order = [v.name for v in load_views()]
     assert order.index("balance_history") < order.index("balances")
-    assert order.index("transactions") < order.index("monthly_cashflow")
 
 
 # -- every view always exists, with its documented, typed columns -------------------------------
@@ -367,6 +371,10 @@ LAKE = {
                 "lake_table lake_version:int error",
     "checks": "product check_name run_id evaluated_at:ts passed:bool blocking:bool "
               "problem_count:int problems",
+    "daily_balances": "account_id date:date balance:money available_balance:money source "
+                      "carried_forward:bool",
+    "monthly_cashflow": "account_id month:date currency transactions:int inflow:money "
+                        "outflow:money net:money",
 }
 
 # the views as docs/lake.md's table documents them: the lake table's columns, then record_id
@@ -375,12 +383,10 @@ VIEWS = {
     "accounts": columns(LAKE["accounts"] + " record_id"),
     "balance_history": columns(LAKE["balance_history"] + " record_id"),
     "balances": columns(LAKE["balance_history"] + " record_id"),
-    "daily_balances": columns("record_id account_id date:date balance:money "
-                              "available_balance:money source carried_forward:bool"),
+    "daily_balances": columns(LAKE["daily_balances"] + " record_id"),
     "transactions": columns(LAKE["transactions"].replace(" narration_sealed:blob", "")
                             + " record_id pending:bool"),
-    "monthly_cashflow": columns("record_id account_id month:date currency transactions:int "
-                                "inflow:sum outflow:sum net:sum"),
+    "monthly_cashflow": columns(LAKE["monthly_cashflow"] + " record_id"),
     "income_summary": columns(LAKE["income"] + " record_id"),
     "income_streams": columns(LAKE["income_streams"] + " record_id"),
     "identity": columns(LAKE["identity"].replace(" sealed:blob", "") + " record_id"),
@@ -430,7 +436,7 @@ def test_the_documented_columns_are_the_ones_in_the_docs():
 
 def test_every_view_exists_typed_over_an_empty_lake(tmp_path):
     target = tmp_path / "w.duckdb"
-    assert set(build(tmp_path / "lake", target)) == set(VIEWS)
+    assert set(published(tmp_path / "lake", target)) == set(VIEWS)
     got = every_view(target)
     assert got == VIEWS
     with duckdb.connect(str(target), read_only=True) as con:
@@ -446,7 +452,7 @@ def test_every_view_exists_typed_over_a_lake_of_only_accounts(tmp_path):
         {"account_id": "a", "nuban": "0123456789", "name": "ADA OBI", "currency": "NGN",
          "created_at": dt.datetime(2025, 1, 1, tzinfo=UTC)}], schema=SCHEMA), schema=SCHEMA)
     target = tmp_path / "w.duckdb"
-    assert set(build(lake.root, target)) == set(VIEWS)
+    assert set(published(lake.root, target)) == set(VIEWS)
     assert every_view(target) == VIEWS
     got = query(target, "select record_id, account_id, nuban from accounts")
     assert got.to_dict("records") == [{"record_id": "r1", "account_id": "a",
@@ -475,8 +481,8 @@ def test_views_over_real_rows_type_as_their_empty_forms(sandbox_lake, tmp_path):
         {"record_id": "r1", "status": "connected", "status_at": when}], schema=RECORDS),
         schema=RECORDS)
     full, empty = tmp_path / "full.duckdb", tmp_path / "empty.duckdb"
-    build(root, full)
-    build(tmp_path / "nothing", empty)
+    published(root, full)
+    published(tmp_path / "nothing", empty)
     assert every_view(full) == every_view(empty) == VIEWS
     # forget's and reveal's (tests/pipeline/test_forget.py, test_reveal.py)
     for view in [v for v in VIEWS if v not in ("erasures", "reveals")]:
@@ -490,7 +496,7 @@ def test_record_ids_that_look_like_numbers_stay_strings(tmp_path):
     lake = Lake(root=str(tmp_path / "lake"))
     lake.write("accounts", "000123", accounts_table(["a"]))
     lake.write("accounts", "1e5", accounts_table(["b", "c"]))
-    build(lake.root, tmp_path / "w.duckdb")
+    published(lake.root, tmp_path / "w.duckdb")
     got = query(tmp_path / "w.duckdb", "select record_id, account_id, typeof(record_id) as t "
                                        "from accounts order by account_id")
     assert got["record_id"].tolist() == ["000123", "1e5", "1e5"]  # not 123, nor 100000.0
@@ -509,7 +515,7 @@ def test_rows_written_before_a_column_was_added_read_it_as_null(tmp_path):
     new = accounts_table(["b", "c"])
     write_deltalake(uri, new.append_column("record_id", pa.array(["r2", "r2"])),
                     mode="append", schema_mode="merge")
-    build(lake.root, tmp_path / "w.duckdb")
+    published(lake.root, tmp_path / "w.duckdb")
     got = query(tmp_path / "w.duckdb", "select record_id, account_id, nuban from accounts "
                                        "order by account_id")
     assert got["record_id"].tolist() == ["r1", "r2", "r2"]
@@ -530,7 +536,7 @@ def test_records_view_reads_the_table_not_kept_by_record(tmp_path):
         {"record_id": "r3", "status": "reauth_required", "last_callback_at": when,
          "last_method": "USER_REAUTH", "last_code": "REAUTH_REQUIRED"},
     ], schema=RECORDS), schema=RECORDS)
-    assert "records" in build(lake.root, tmp_path / "w.duckdb")
+    assert "records" in published(lake.root, tmp_path / "w.duckdb")
     assert view_columns(tmp_path / "w.duckdb", "records") == VIEWS["records"]  # one record_id
     got = query(tmp_path / "w.duckdb", "select record_id, is_connected, needs_reauth "
                                        "from records order by record_id")
@@ -545,7 +551,7 @@ def test_a_view_that_fails_leaves_the_published_file_as_it_was(tmp_path, monkeyp
     lake = Lake(root=str(tmp_path / "lake"))
     lake.write("accounts", "r1", accounts_table(["a"]))
     target = tmp_path / "w.duckdb"
-    build(lake.root, target)
+    published(lake.root, target)
     before = target.read_bytes()
     sql_dir = tmp_path / "sql"
     sql_dir.mkdir()
@@ -553,7 +559,7 @@ def test_a_view_that_fails_leaves_the_published_file_as_it_was(tmp_path, monkeyp
         "create view accounts as select no_such_column from {lake:accounts};")
     monkeypatch.setattr(views, "SQL_DIR", sql_dir)
     with pytest.raises(RuntimeError, match="view accounts .*no_such_column"):
-        build(lake.root, target)
+        published(lake.root, target)
     assert target.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
@@ -571,7 +577,7 @@ def test_a_build_clears_what_a_killed_build_left(tmp_path):
     os.utime(old.with_name(old.name + ".wal"), (hour_ago, hour_ago))
     with duckdb.connect(str(fresh)):  # DuckDB holds its lock while the file is open
         os.utime(fresh, (hour_ago, hour_ago))
-        build(lake.root, target)
+        published(lake.root, target)
         assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [
             fresh.name]
 
@@ -604,7 +610,7 @@ def test_a_build_killed_mid_publish_leaves_nothing_behind(tmp_path):
         minute_ago = time.time() - 60
         for path in left:
             os.utime(path, (minute_ago, minute_ago))
-        build(lake.root, target)
+        published(lake.root, target)
         kept = sorted(p.name for p in tmp_path.glob(".w.duckdb.*"))
         assert dead.name in [p.name for p in left] and kept == [
             p.name for p in left if p.name.startswith(live.name)]
@@ -643,12 +649,12 @@ def test_readers_never_block_a_refresh_nor_see_half_a_file(tmp_path):
         "account_id": ["a"], "date": pa.array([dt.date(2025, 1, 1)], pa.date32()),
         "available_balance": [1.0], "ledger_balance": [1.0]}))
     target = tmp_path / "w.duckdb"
-    build(small.root, target)
+    published(small.root, target)
 
     # an analyst holds the published file open, read-only, through a rebuild
     held = duckdb.connect(str(target), read_only=True)
     try:
-        assert set(build(big.root, target)) == set(VIEWS)
+        assert set(published(big.root, target)) == set(VIEWS)
         assert held.execute("select count(*) from accounts").fetchone()[0] == 1  # the old file
     finally:
         held.close()
@@ -659,7 +665,7 @@ def test_readers_never_block_a_refresh_nor_see_half_a_file(tmp_path):
                               stdout=subprocess.PIPE, text=True)
     try:
         for i in range(20):
-            build((big if i % 2 else small).root, target)
+            published((big if i % 2 else small).root, target)
     finally:
         stop.touch()
         out, _ = reader.communicate(timeout=60)
@@ -680,9 +686,15 @@ def test_the_warehouse_asset_materializes_with_its_resources(tmp_path):
     result = materialize([warehouse], resources={
         "lake": lake, "warehouse_db": Warehouse(path=str(target))})
     assert result.success
-    metas = {m.asset_key.path[-1]: m.metadata
-             for m in result.asset_materializations_for_node("warehouse")}
+    made = {m.asset_key: m.metadata for m in result.asset_materializations_for_node("warehouse")}
+    metas = {k.path[-1]: m for k, m in made.items() if k.path[0] == "warehouse"}
     assert set(metas) == set(VIEWS)  # each view its own asset
+    # and each derived lake table, its check with it
+    derived = {k.path[0]: m for k, m in made.items() if len(k.path) == 1}
+    assert set(derived) == {"daily_balances", "monthly_cashflow"}
+    assert derived["daily_balances"]["refresh"].value == "all"  # the first: every record
+    [check] = result.get_asset_check_evaluations()
+    assert (check.check_name, check.passed) == ("balance_is_last_line", True)
     meta = metas["accounts"]
     assert meta["lake_tables_not_landed"].value == ""
     assert meta["lake_versions"].value == {"accounts": lake.version("accounts")}
@@ -695,8 +707,9 @@ def test_the_warehouse_asset_materializes_with_its_resources(tmp_path):
     deps = meta["dagster/column_lineage"].lineage.deps_by_column
     assert deps["account_id"] == [TableColumnDep("accounts", "account_id")]
     monthly = metas["monthly_cashflow"]["dagster/column_lineage"].lineage.deps_by_column
-    assert monthly["account_id"] == [TableColumnDep(["warehouse", "transactions"], "account_id")]
-    assert "inflow" not in monthly  # derived: from no column of its name
+    assert monthly["inflow"] == [TableColumnDep("monthly_cashflow", "inflow")]  # the lake's
+    added = metas["transactions"]["dagster/column_lineage"].lineage.deps_by_column
+    assert "pending" not in added  # derived by the view: from no column of its name
 
 
 def test_a_view_picked_alone_is_rebuilt_alone(tmp_path):
@@ -753,7 +766,7 @@ def test_days_and_months_are_the_customers_and_money_is_exact(tmp_path):
     lake = Lake(root=str(tmp_path / "lake"))
     lake.write("transactions", "r1", lagos_lines())
     target = tmp_path / "w.duckdb"
-    build(lake.root, target)
+    published(lake.root, target)
     days = query(target, "select date::varchar as d, balance::varchar as b from daily_balances "
                          "order by d")
     assert days.values.tolist() == [["2024-03-01", "1000.10"], ["2024-03-02", "1000.00"]]
@@ -764,7 +777,7 @@ def test_days_and_months_are_the_customers_and_money_is_exact(tmp_path):
                           "from transactions")
     assert exact["zero"][0] and exact["t"][0].startswith("DECIMAL")
     # the zone is a setting: in UTC the same lines fall on the 29th, 1st and 2nd
-    build(lake.root, target, timezone="UTC")
+    published(lake.root, target, timezone="UTC")
     days = query(target, "select date::varchar as d from daily_balances order by d")
     assert days["d"].tolist() == ["2024-02-29", "2024-03-01", "2024-03-02"]
 
@@ -773,10 +786,10 @@ def test_an_unknown_time_zone_is_refused_and_changes_nothing(tmp_path):
     lake = Lake(root=str(tmp_path / "lake"))
     lake.write("transactions", "r1", lagos_lines())
     target = tmp_path / "w.duckdb"
-    build(lake.root, target)
+    published(lake.root, target)
     before = target.read_bytes()
     with pytest.raises(ValueError, match="'Mars/Olympus' is not one DuckDB knows"):
-        build(lake.root, target, timezone="Mars/Olympus")
+        published(lake.root, target, timezone="Mars/Olympus")
     assert target.read_bytes() == before
 
 
@@ -873,7 +886,7 @@ def test_compaction_and_vacuum_change_no_views_answer(tmp_path):
     lake = Lake(root=str(tmp_path / "lake"))
     filled_over_many_commits(lake)
     target = tmp_path / "w.duckdb"
-    build(lake.root, target)
+    published(lake.root, target)
     before = every_views_rows(target)
     assert [v for v in VIEWS if not before[v]] == ["income_summary", "income_streams",
                                                    "identity", "erasures",
@@ -894,7 +907,7 @@ def test_compaction_and_vacuum_change_no_views_answer(tmp_path):
         assert len(left) == len(lake.files(t)), t  # only the current version's files stay
         assert len(left) < len(on_disk[t]) or t in ("balance_periodic", "payments"), t
 
-    build(lake.root, target)
+    published(lake.root, target)
     assert every_views_rows(target) == before
 
 
@@ -906,13 +919,13 @@ def test_a_build_reads_the_snapshot_it_was_built_on(tmp_path):
     lake.write("transactions", "r1", lines)
     lake.write("transactions", "r2", lines.slice(0, 1))
     target = tmp_path / "w.duckdb"
-    build(lake.root, target)
+    published(lake.root, target)
     count = "select record_id, count(*) as n from transactions group by 1 order by 1"
     assert query(target, count).values.tolist() == [["r1", 3], ["r2", 1]]
 
     lake.write("transactions", "r1", lines.slice(2))  # r1 now one line, -0.30
     assert query(target, count).values.tolist() == [["r1", 3], ["r2", 1]]  # until rebuilt
-    build(lake.root, target)
+    published(lake.root, target)
     assert query(target, count).values.tolist() == [["r1", 1], ["r2", 1]]
     total = query(target, "select sum(amount)::varchar as s from transactions")["s"][0]
     assert total == "-0.20"  # -0.30 + 0.10: none of r1's replaced rows
@@ -962,7 +975,7 @@ def test_the_views_hold_the_rows_deltas_own_reader_reads(sandbox_lake):
 def test_the_views_hold_the_rows_deltas_own_reader_reads_after_many_commits(tmp_path):
     lake = Lake(root=str(tmp_path / "lake"))
     filled_over_many_commits(lake)
-    build(lake.root, tmp_path / "w.duckdb")
+    published(lake.root, tmp_path / "w.duckdb")
     assert set(views_are_the_tables(tmp_path / "lake", tmp_path / "w.duckdb")) == {
         "accounts", "balance_history", "transactions", "payments", "records"}
 
@@ -984,7 +997,7 @@ def test_as_of_builds_the_views_over_the_lake_as_it_stood(tmp_path):
     accounts = "select count(*) as n from accounts"
     count = "select record_id, count(*) as n from transactions group by 1 order by 1"
 
-    build(lake.root, target)
+    published(lake.root, target)
     assert query(target, count).values.tolist() == [["r1", 1], ["r2", 2]]
     assert query(target, accounts)["n"][0] == 3
 
@@ -1015,7 +1028,7 @@ def test_as_of_a_table_or_version_the_lake_lacks_is_refused(tmp_path, as_of, mes
     lake.write("transactions", "r1", lagos_lines())
     lake.write("transactions", "r1", lagos_lines().slice(1))
     target = tmp_path / "w.duckdb"
-    build(lake.root, target)
+    published(lake.root, target)
     before = target.read_bytes()
     with pytest.raises(ValueError, match=message):
         build(lake.root, target, as_of=as_of)
@@ -1031,7 +1044,7 @@ def test_a_lake_from_before_a_column_still_builds_every_view(tmp_path):
     lake = Lake(root=str(tmp_path / "lake"))
     lake.write("identity", "r1", to_table([{"customer": "c1", "bvn": "22012345678",
                                             "fullname": "Ada Obi"}]), schema=RAW)
-    build(lake.root, tmp_path / "w.duckdb")
+    published(lake.root, tmp_path / "w.duckdb")
     rows = query(tmp_path / "w.duckdb", "select customer_id, fullname, bvn_hash, birth_year "
                                         "from identity")
     assert rows.to_dict("records") == [{"customer_id": "c1", "fullname": "Ada Obi",

@@ -2,8 +2,7 @@
 -- customer's time zone (LEDGERLAKE_TIMEZONE, Africa/Lagos by default) and by each line's
 -- value date (trans_date). inflow sums the credits and outflow the debits, both as positive
 -- naira, exactly (decimal sums); net = inflow - outflow. Pending lines (not posted yet, maybe
--- never) are left out.
--- needs: transactions
+-- never: no cleared_date) are left out.
 create or replace view monthly_cashflow as
 select
     record_id,
@@ -14,6 +13,6 @@ select
     coalesce(sum(credit), 0)                                    as inflow,
     coalesce(sum(debit), 0)                                     as outflow,
     coalesce(sum(credit), 0) - coalesce(sum(debit), 0)          as net
-from transactions
-where not pending
+from {lake:transactions}
+where cleared_date is not null
 group by all;
