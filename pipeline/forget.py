@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import Config, OpExecutionContext, op
 
+from assets.derived import DERIVED, carry
 from assets.publish import named
 from assets.warehouse import LAKE_TABLES, Warehouse, build
 from resources import delta
@@ -103,10 +104,13 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
             "files_purged": 0, "version": None}
         progress(f"inbox: {done.tables['inbox']['rows_deleted']} rows deleted")
     # the tables naming customers last: a pass stopped half-way leaves the records findable
-    # (records_of) until every other table is erased, so running it again finishes it
-    for table in sorted(tables, key=lambda t: t in BY_CUSTOMER):
-        done.tables[table] = lake.erase(table, records) if records else \
-            {"rows_deleted": 0, "files_purged": 0, "version": None}
+    # (records_of) until every other table is erased, so running it again finishes it; the
+    # derived tables after their sources, so no refresh derives the rows again from them. A
+    # source's log, cut by its erasure, first hands on what it knew the derived tables have
+    # yet to catch up with (derived.carry).
+    for table in sorted(tables, key=lambda t: (t in DERIVED, t in BY_CUSTOMER)):
+        done.tables[table] = lake.erase(table, records, carry(lake, table, records)) \
+            if records else {"rows_deleted": 0, "files_purged": 0, "version": None}
         progress(f"{table}: {done.tables[table]['rows_deleted']} rows deleted, "
                  f"{done.tables[table]['files_purged']} files purged")
     _audit(lake, done, requested, reason)

@@ -2,6 +2,8 @@
 
 from dagster import AssetSelection, define_asset_job, job
 
+from assets.derived import DERIVED
+
 from .forget import forget_disconnected
 from .freshness import freshness_checks
 from .replay import replay_missing_callbacks
@@ -17,9 +19,10 @@ ingest_job = define_asset_job(
 # the schedule's daily refresh: balances and transactions of every connected record
 refresh_job = define_asset_job(
     "refresh_job", selection=AssetSelection.assets("balances", "transactions") - FRESHNESS)
-# record statuses and the views over the lake (also kept up by automation: pipeline/sensors.py)
+# record statuses, the lake tables derived for the views, and the views over the lake (also
+# kept up by automation: pipeline/sensors.py)
 warehouse_job = define_asset_job("warehouse_job", selection=AssetSelection.assets(
-    "record_status") | AssetSelection.key_prefixes("warehouse"))
+    "record_status", *DERIVED) | AssetSelection.key_prefixes("warehouse"))
 
 
 @job(description="Ask the service to re-send callbacks that never arrived (pipeline/replay.py)")

@@ -40,7 +40,7 @@ from dagster import (
 
 from assets.batch import RECORDS_PER_RUN, batch_config
 from assets.publish import named
-from assets.warehouse import LAKE_TABLES, VIEWS, view_key, view_reads
+from assets.warehouse import LAKE_TABLES, VIEWS, derived_of, view_key, view_reads
 from resources.config import Settings
 from resources.inbox import CONNECTED, Event
 from resources.inbox.resource import InboxResource
@@ -300,6 +300,9 @@ def warehouse_follows_lake(context: SensorEvaluationContext, lake: Lake):
     moved = sorted({f"{t}={now[t]}" for v in VIEWS if v.name in stale
                     and (was := built[v.name]) is not None
                     for t in view_reads(v) if t in now and was.get(t) != now[t]})
-    return RunRequest(asset_selection=[AssetKey(STATUS_ASSET), *map(view_key, stale)], tags={
+    # the derived lake tables those views read are derived again in the same run
+    derived = derived_of(v for v in VIEWS if v.name in stale)
+    return RunRequest(asset_selection=[AssetKey(STATUS_ASSET), *map(AssetKey, derived),
+                                       *map(view_key, stale)], tags={
         "ledgerlake/lake_moved": ",".join(moved)[:1000] or "never built",
         "ledgerlake/views": ",".join(stale)[:1000]})

@@ -55,13 +55,16 @@ def test_duckdb_pool_limited_to_one():
 
     pools = {n.key.to_user_string(): n.pools for n in defs.resolve_asset_graph().asset_nodes}
     assert pools["warehouse/daily_balances"] == {"duckdb"}
+    assert pools["daily_balances"] == {"duckdb"}  # the derived tables: one refresh at a time
     assert pools["lake_maintenance"] == {"lake_maintenance"}  # one pass at a time
     # every asset that calls the service shares its pool (its limit is set per instance:
     # pipeline/local.py one_box_pools, docs/operations.md); no other asset is in a pool
     products = {"accounts", "balances", "transactions", "income", "identity", "payments"}
     assert all(pools[k] == {"connection_service"} for k in products)
-    assert all(not p for k, p in pools.items()
-               if not k.startswith("warehouse/") and k not in {"lake_maintenance", *products})
+    derived = {"daily_balances", "monthly_cashflow"}  # built by the warehouse's asset
+    assert all(pools[k] == {"duckdb"} for k in derived)
+    assert all(not p for k, p in pools.items() if not k.startswith("warehouse/")
+               and k not in {"lake_maintenance", *products, *derived})
 
 
 @pytest.mark.parametrize("zone", ["Mars/Olympus", "", "../../etc/localtime"])

@@ -14,7 +14,7 @@ from assets.accounts import SCHEMA as ACCOUNTS
 from assets.balances import PERIODIC
 from assets.income import STREAMS, SUMMARY
 from assets.record_status import SCHEMA as RECORDS
-from assets.warehouse import build
+from assets.warehouse import publish
 from pipeline.cli import main
 from resources.inbox import HELD, LANDED_OK, LandingState, open_inbox
 from resources.lake import Lake
@@ -48,7 +48,7 @@ def home(tmp_path_factory):
         {"record_id": "rec1", "status": "connected",
          "status_at": dt.datetime(2025, 1, 30, tzinfo=dt.UTC)}], schema=RECORDS),
         schema=RECORDS)
-    build(lake.root, home / "warehouse.duckdb")
+    publish(lake.root, home / "warehouse.duckdb")
     # each product's landing as the inbox keeps it: transactions landed and checked, income
     # held by its check (its previous rows in view), balances landed two days ago
     now = dt.datetime.now(dt.UTC).timestamp()

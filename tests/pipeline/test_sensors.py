@@ -376,8 +376,11 @@ def test_a_view_is_rebuilt_with_the_views_that_read_it(tmp_path, instance):
                        pa.schema([("transaction_id", pa.string())]))
     request = follow(instance, lake)
     assert request.tags["ledgerlake/lake_moved"] == f"transactions={moved}"
-    assert picked(request) == ["record_status", *(f"warehouse/{v}" for v in sorted([
-        "transactions", "daily_balances", "monthly_cashflow", "records"]))]
+    # the lake tables derived from transactions too, before the views that read them
+    assert picked(request) == sorted(["record_status", "daily_balances", "monthly_cashflow",
+                                      *(f"warehouse/{v}" for v in [
+                                          "transactions", "daily_balances",
+                                          "monthly_cashflow", "records"])])
 
 
 def test_the_warehouse_is_never_built_twice_at_once(tmp_path, instance):

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from assets.warehouse import build
+from assets.warehouse import publish
 from resources.columns import money
 from resources.lake import Lake
 
@@ -53,7 +53,7 @@ def warehouse(tmp_path_factory) -> Path:
     lake.write("transactions", "rec1", pa.concat_tables(
         [lines("acc1", 6, 1000.0), lines("acc2", 3, 50.0)]))
     target = home / "warehouse.duckdb"
-    build(lake.root, target)
+    publish(lake.root, target)
     return target
 
 
@@ -457,7 +457,7 @@ def history(tmp_path_factory):
     time.sleep(0.05)
     last = lake.write("transactions", "rec1", pa.concat_tables(
         [lines("acc1", 6, 1000.0), lines("acc2", 3, 50.0)]))
-    build(lake.root, home / "warehouse.duckdb")
+    publish(lake.root, home / "warehouse.duckdb")
     return home, between, first, last
 
 

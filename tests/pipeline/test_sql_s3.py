@@ -12,7 +12,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from assets.warehouse import build
+from assets.warehouse import publish
 from resources import object_store
 from tests.assets.test_warehouse_s3 import (  # noqa: F401  (s3, landed: fixtures)
     S3,
@@ -29,7 +29,7 @@ from tests.s3 import BUCKET
 def home(landed, tmp_path_factory) -> Path:  # noqa: F811
     """A home whose warehouse was published over the S3 lake."""
     home = tmp_path_factory.mktemp("home")
-    build(landed.lake.root, home / "warehouse.duckdb")
+    publish(landed.lake.root, home / "warehouse.duckdb")
     return home
 
 
