@@ -378,7 +378,10 @@ def changed_records(uri: str, since: int) -> tuple[int, set[str]] | None:
                    .get("predicate") for a in actions):
             added = [a["add"] for a in actions if "add" in a and a["add"].get("dataChange")]
             for add in added:
-                changed |= _records_in(store, f"{base}/{unquote(add['path'])}", add)
+                try:
+                    changed |= _records_in(store, f"{base}/{unquote(add['path'])}", add)
+                except FileNotFoundError:  # vacuumed since: which records it held is lost
+                    return None
     return latest, changed
 
 

@@ -94,9 +94,18 @@ def test_the_log_names_the_records_each_kind_of_write_changed(tmp_path):
         "record_id", pa.array(["r6"] * 2)), schema("balance_periodic"))
     assert lake.changed_records("balance_periodic", -1)[1] == {"r4", "r5", "r6"}
     assert lake.changed_records("balance_periodic", p0)[1] == {"r6"}
+    # an append's file of several records compacted and vacuumed away: which it held is lost
+    from resources import delta
+    p1 = lake.version("balance_periodic")
+    lake.append_rows("balance_periodic", pa.concat_tables([periodic(a, range(2)) for a in (
+        "a7", "a8")]).append_column("record_id", pa.array(["r7"] * 2 + ["r8"] * 2)),
+        schema("balance_periodic"))
+    assert lake.changed_records("balance_periodic", p1)[1] == {"r7", "r8"}
+    delta.compact(lake.table_uri("balance_periodic"))
+    delta.vacuum(lake.table_uri("balance_periodic"), 0)
+    assert lake.changed_records("balance_periodic", p1) is None
     # compaction and vacuum change no rows
     lake_compacted = lake.version("transactions")
-    from resources import delta
     delta.compact(lake.table_uri("transactions"))
     assert lake.changed_records("transactions", lake_compacted)[1] == set()
     # an erasure names what it erased, then cuts the log: it cannot say more from before
