@@ -20,7 +20,7 @@ from starlette.responses import RedirectResponse, Response
 from . import datagen
 from .auth import BASES, SANDBOX
 from .errors import ServiceError, boolean, check_fields, invalid, json_body, one_of
-from .products import BANK_STATUS, INTERNAL, known_products
+from .products import BANK_STATUS, INTERNAL, MAX_VERIFY_FAILURES, MICRO_DEPOSITS, known_products
 from .webhooks import METHODS
 
 STATIC = Path(__file__).parent / "static" / "connect"
@@ -63,10 +63,12 @@ HINT = {"bank": f"any username, password {GOOD_PASSWORD} (or a customer id from 
         "mobile": f"any user id, PIN {GOOD_PIN}",
         "bvn": "any 11-digit BVN starting 22",
         "account_number": "any 10-digit account number but 0000000000; the record then "
-                          "awaits its micro-deposits (sandbox/records/verify, 0.01 and 0.02)",
+                          "awaits its two micro-deposits",
+        "micro_deposits": f"{MICRO_DEPOSITS[0]:.2f} and {MICRO_DEPOSITS[1]:.2f}, in any order",
         "security_question": "any answer but error_1011",
         "token": "any six digits but 000000"}
 NAME_RE = re.compile(r"[A-Za-z0-9_.@+-]{1,64}")
+NAIRA_RE = re.compile(r"\d{1,9}(\.\d{1,2})?")  # a deposit as typed: 0.01, 1, 12.5
 ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -113,7 +115,7 @@ class Connect:
         self.s = service
         self.sessions: dict[str, dict] = {}
         self.steps = {"session": self.open_session, "login": self.login, "mfa": self.mfa,
-                      "finish": self.finish}
+                      "finish": self.finish, "verify": self.verify}
 
     # -- the HTTP door: static files and the page's API -------------------------------------
     async def handle(self, request: Request, env: str, sub: str) -> Response:
@@ -289,7 +291,10 @@ class Connect:
                                 if sess.get("record") else ids, returning=True)
         else:
             rec, out = self._create(env, sess, sorted(chosen))
-        self.sessions.pop(body["session"], None)
+        if rec["verified"]:
+            self.sessions.pop(body["session"], None)
+        else:  # an account number: the page goes on to the micro-deposits
+            sess.update(step="verify", record=rec["_id"])
         if sess["payment"]:
             payment = self.s._pay(env, rec, sess["payment"], None, self.s.clock.now())
             out["payment"] = {k: payment[k] for k in ("_id", "amount", "status")}
@@ -297,6 +302,34 @@ class Connect:
                 raise WidgetError(1013, f"The account is linked as record {rec['_id']}; the "
                                         f"debit of {sess['payment']} kobo failed")
         return out
+
+    def verify(self, env: str, body: dict) -> dict:
+        """The two micro-deposits of the record an account-number login just linked, checked
+        by records/verify's own rule: three wrong pairs answer INCORRECT_DEPOSIT_AMOUNTS (with
+        `attempts_left`), the next attempt TOO_MANY_VERIFICATION_ATTEMPTS and the record is
+        locked for good; the session then goes back to choosing a bank."""
+        _fields(body, "session amounts", "session amounts")
+        sess = self._session(env, body, "verify")
+        amounts = body["amounts"]
+        if (not isinstance(amounts, list) or len(amounts) != 2
+                or not all(isinstance(a, str) and NAIRA_RE.fullmatch(a.strip())
+                           for a in amounts)):
+            raise invalid("amounts", "must be the two deposits in naira as typed, such as 0.01 "
+                                     "(digits, at most two decimals)")
+        try:
+            self.s.verify(env, {"record": sess["record"],
+                                "amounts": [float(a) for a in amounts]})
+        except ServiceError as err:
+            if err.code == "INCORRECT_DEPOSIT_AMOUNTS":
+                failures = self.s._record(env, sess["record"])[INTERNAL]["verify_failures"]
+                err.extra["attempts_left"] = max(0, MAX_VERIFY_FAILURES - failures)
+            elif err.code == "TOO_MANY_VERIFICATION_ATTEMPTS":  # the spec: use another bank
+                sess.update(step="bank", record=None)
+            else:  # VERIFICATION_EXPIRED: nothing left to confirm
+                self.sessions.pop(body["session"], None)
+            raise
+        self.sessions.pop(body["session"], None)
+        return {"record": sess["record"], "verified": True}
 
     def _create(self, env: str, sess: dict, chosen: list[int]) -> tuple[dict, dict]:
         """A new record by the control's path; its callbacks go out before this returns."""

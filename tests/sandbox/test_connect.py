@@ -228,6 +228,59 @@ def test_an_account_number_link_awaits_its_micro_deposits(box, page):
                            amounts=[0.01, 0.02]) == {"verified": True}
 
 
+def _unverified(page, nuban: str) -> tuple[str, dict]:
+    """An account-number link finished on the page: its session (now at the deposits) and
+    what onSuccess received."""
+    sess = page.session()
+    resp = page.login(sess, "wema-bank", "account_number", {"account_number": nuban})
+    assert resp.status_code == 200, resp.text
+    done = page.ok("finish", session=sess["session"], accounts=[0], consent=True)
+    assert done["verified"] is False
+    return sess["session"], done
+
+
+def test_the_page_confirms_the_micro_deposits(box, page):
+    """The page's own step: bad input is refused without costing a try, a wrong pair says how
+    many are left, the right pair (as typed, either order) releases the record's callbacks."""
+    sid, done = _unverified(page, "0123456780")
+    for amounts in (["0.01"], ["0.01", "1e3"], ["0.01", "<b>"], [0.01, 0.02]):
+        body = service_error(page.post("verify", session=sid, amounts=amounts), "INVALID_FIELD")
+        assert "amounts" in body["error_message"]
+    body = service_error(page.post("verify", session=sid, amounts=["0.10", "0.20"]),
+                         "INCORRECT_DEPOSIT_AMOUNTS")
+    assert body["attempts_left"] == 2 and "1 of 3" in body["error_message"]
+    assert body["display_message"]  # the user's words
+    assert page.ok("verify", session=sid, amounts=["0.02", " 0.01"]) == {
+        "record": done["record"], "verified": True}
+    with box.api() as api:
+        assert api.post("item/get", json={"record": done["record"]}).json()[
+            "data"]["item"]["verified"] is True
+    service_error(page.post("verify", session=sid, amounts=["0.01", "0.02"]), "INVALID_FIELD")
+
+
+def test_the_page_locks_a_link_after_three_wrong_pairs(box, page):
+    """Three wrong pairs, each answered with the tries left; the fourth attempt, right or
+    wrong, TOO_MANY_VERIFICATION_ATTEMPTS: the record is locked for good and the same session
+    goes back to choosing a bank, where another bank links."""
+    sid, done = _unverified(page, "0123456781")
+    for left in (2, 1, 0):
+        body = service_error(page.post("verify", session=sid, amounts=["1.00", "2.00"]),
+                             "INCORRECT_DEPOSIT_AMOUNTS")
+        assert body["attempts_left"] == left
+    body = service_error(page.post("verify", session=sid, amounts=["0.01", "0.02"]),
+                         "TOO_MANY_VERIFICATION_ATTEMPTS")
+    assert "another bank" in body["display_message"]
+    with box.api() as api:
+        service_error(api.post("transactions/get", json={"record": done["record"]}),
+                      "TOO_MANY_VERIFICATION_ATTEMPTS")
+    again = page.login({"session": sid}, "wema-bank", "account_number",
+                       {"account_number": "0123456781"})
+    service_error(again, "TOO_MANY_VERIFICATION_ATTEMPTS")
+    other = page.login({"session": sid}, "uba", "account_number",
+                       {"account_number": "0123456781"})
+    assert other.status_code == 200, other.text
+
+
 def test_a_link_locked_by_its_micro_deposits_sends_the_user_to_another_bank(box, page):
     creds = {"account_number": "0987654321"}
     done = page.link("wema-bank", login_type="account_number", credentials=creds)

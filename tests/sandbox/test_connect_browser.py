@@ -147,6 +147,19 @@ class Flow:
         self.frame.locator("#step-success").wait_for()
         return self.log("success")
 
+    def deposits(self, first: str, second: str) -> None:
+        """The two micro-deposits typed on the success screen of an account-number link."""
+        f = self.frame
+        f.locator("#verify-form").wait_for()
+        f.locator("#deposit-1").fill(first)
+        f.locator("#deposit-2").fill(second)
+        self.shot("deposits")
+        f.locator("#verify-submit").click()
+
+    def events(self) -> list[str]:
+        return [x["value"]["name"] for x in self.page.evaluate("window.connectLog")
+                if x["kind"] == "event"]
+
 
 def someone() -> str:
     return f"browser_user_{next(_users)}"
@@ -301,6 +314,17 @@ def test_keyboard_only(page, box, tmp_path):
     kb.press("Escape")  # the host hears onClose and takes the frame away
     flow.log("close")
     assert page.locator("#ledgerlake-connect-frame").count() == 0
+    # and gives the focus back to the button that opened it
+    assert page.evaluate("() => document.activeElement.id") == "open-iframe"
+
+
+def test_a_bank_is_named_by_its_name(page, box, tmp_path):
+    """A screen reader hears the bank's name, not the logo's letter before it."""
+    flow = Flow(page, box, tmp_path / "screens")
+    f = flow.frame
+    f.locator("#step-bank").wait_for()
+    assert f.get_by_role("button", name="Guaranty Trust Bank", exact=True).count() == 1
+    assert f.get_by_role("button", name="G Guaranty Trust Bank").count() == 0
 
 
 # -- from the user's first click to rows in the warehouse -------------------------------------
@@ -464,8 +488,14 @@ def test_each_login_method_lands_in_the_lake(page, pipeline, tmp_path, search, l
         with pipeline.box.api() as api:
             item = api.post("item/get", json={"record": record}).json()["data"]["item"]
             assert item["last_webhook"] is None
-        assert pipeline.box.control("records/verify", record=record,
-                                    amounts=[0.02, 0.01]) == {"verified": True}
+        # the user reads the test amounts off the page and types them, either order
+        f = flow.frame
+        f.locator("#verify-hint summary").click()
+        assert f.locator("#verify-hint-text").inner_text().startswith("0.01 and 0.02")
+        flow.deposits("0.02", "0.01")
+        expect(f.locator("#success-verified")).to_be_visible()
+        assert "ACCOUNT_VERIFIED" in flow.events()
+        assert f.locator("#success-done").evaluate("b => b === document.activeElement")
     assert pipeline.callbacks(record, len(picks) + 3) == expected_callbacks(len(picks))
     runs = pipeline.land()
     assert runs and record in pipeline.batched(runs)
@@ -551,21 +581,30 @@ def _account_number_link(page, pipeline, tmp_path, nuban: str) -> dict:
 
 
 def test_the_fourth_micro_deposit_attempt_locks_the_link(page, pipeline, tmp_path):
-    """Three wrong pairs are refused one by one; the fourth attempt, even a right one, finds
-    the record locked for good: it never sends a callback, the lake never sees it, and the
-    page sends the user to another bank."""
+    """On the page: three wrong pairs are refused one by one, each saying how many tries are
+    left; the fourth attempt, even a right one, finds the record locked for good: it never
+    sends a callback, the lake never sees it, and the page sends the user to another bank."""
     nuban = f"1{next(_users) % 10**9:09d}"
-    done = _account_number_link(page, pipeline, tmp_path, nuban)
-    record = done["record"]
+    flow = Flow(page, pipeline.box, tmp_path / "screens", products=LAKE_PRODUCTS)
+    flow.bank("wema")
+    flow.login("account_number", account_number=nuban)
+    flow.accounts()
+    done = flow.success()
+    assert (done["verified"], done["returning"]) == (False, False)
+    record, f = done["record"], flow.frame
+    message = f.locator("#verify-message")
+    flow.deposits("0.01", "")  # half a pair costs no try
+    expect(message).to_have_text("Enter both amounts.")
+    for left in ("2 tries left", "1 try left", "No tries left"):
+        flow.deposits("0.03", "0.04")
+        expect(message).to_contain_text(left)
+        expect(message).to_contain_text("do not match")
+    flow.deposits("0.01", "0.02")
+    f.locator("#step-locked").wait_for()
+    expect(f.locator("#locked-message")).to_contain_text("another bank")
+    assert f.locator("#locked-other").evaluate("b => b === document.activeElement")
+    flow.shot("locked-after-deposits")
     with pipeline.box.api() as api:
-        for attempt in (1, 2, 3):
-            resp = api.post("sandbox/records/verify", json={"record": record,
-                                                            "amounts": [0.03, 0.04]})
-            assert resp.json()["error_code"] == "INCORRECT_DEPOSIT_AMOUNTS"
-            assert f"{attempt} of 3" in resp.json()["error_message"]
-        resp = api.post("sandbox/records/verify", json={"record": record,
-                                                        "amounts": [0.01, 0.02]})
-        assert resp.json()["error_code"] == "TOO_MANY_VERIFICATION_ATTEMPTS"
         data = api.post("transactions/get", json={"record": record})
         assert data.json()["error_code"] == "TOO_MANY_VERIFICATION_ATTEMPTS"
         item = api.post("item/get", json={"record": record}).json()["data"]["item"]
@@ -577,11 +616,17 @@ def test_the_fourth_micro_deposit_attempt_locks_the_link(page, pipeline, tmp_pat
     assert pipeline.sql(f"select count(*) as n from accounts where record_id = '{record}'") \
         == [{"n": 0}]
     # the same account at the same bank: refused on the page, with the spec's advice
-    flow = Flow(page, pipeline.box, tmp_path / "again", products=LAKE_PRODUCTS)
+    f.locator("#locked-other").click()
+    f.locator("#step-bank").wait_for()
     flow.bank("wema")
     flow.login("account_number", account_number=nuban)
-    expect(flow.frame.locator("#login-message")).to_contain_text("another bank")
+    expect(f.locator("#login-message")).to_contain_text("another bank")
     flow.shot("locked")
+    # another bank links on the same page
+    f.locator("#login-back").click()
+    flow.bank("united")
+    flow.login("account_number", account_number=nuban)
+    f.locator("#step-accounts").wait_for()
 
 
 def test_an_unverified_link_expires_after_seven_days(page, pipeline, tmp_path):

@@ -41,6 +41,7 @@
 
   LedgerlakeConnect.prototype.open = function () {
     if (this.frame || this.popup) return;
+    this.opener = document.activeElement;  // where the focus goes back when the page closes
     window.addEventListener("message", this._onMessage);
     if (this.options.mode === "popup") {
       this.popup = window.open(this.link(), "ledgerlake-connect", "width=440,height=720");
@@ -65,6 +66,8 @@
     if (this.overlay) this.overlay.remove();
     if (this.popup && !this.popup.closed) this.popup.close();
     this.overlay = this.frame = this.popup = null;
+    if (this.opener && this.opener.isConnected && typeof this.opener.focus === "function") this.opener.focus();
+    this.opener = null;
   };
 
   LedgerlakeConnect.prototype._onMessage = function (e) {

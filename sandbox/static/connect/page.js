@@ -32,7 +32,9 @@
 
   function show(step) {
     document.querySelectorAll("section[data-step]").forEach((s) => { s.hidden = s.dataset.step !== step; });
-    const first = document.querySelector(`section[data-step="${step}"] input:not([hidden]), section[data-step="${step}"] button`);
+    // the first field or button the user can see (not one in a hidden part of the step)
+    const first = Array.from(document.querySelectorAll(`section[data-step="${step}"] input, section[data-step="${step}"] button`))
+      .find((el) => el.getClientRects().length > 0 && !el.disabled);
     if (first) first.focus();
   }
 
@@ -75,10 +77,12 @@
     logo.setAttribute("aria-hidden", "true");
     const name = document.createElement("span"); name.textContent = b.name;
     btn.append(logo, name);
+    btn.setAttribute("aria-label", b.name);  // the logo's letter is decoration, not the name
     if (BLOCKED[b.status] || b.status === "not_responding") {
       const st = document.createElement("span"); st.className = "status";
       st.textContent = BLOCKED[b.status] || "Slow to respond";
       btn.append(st);
+      btn.setAttribute("aria-label", b.name + ": " + st.textContent);
     }
     if (BLOCKED[b.status]) { btn.disabled = true; btn.setAttribute("aria-disabled", "true"); }
     btn.addEventListener("click", () => chooseBank(b));
@@ -196,11 +200,58 @@
       $("success-bank").textContent = done.bank.name;
       const ul = $("success-accounts"); ul.textContent = "";
       done.accounts.forEach((a) => { const li = document.createElement("li"); li.textContent = `${a.type} ••${a.nuban.slice(-4)}: ${a.name}`; ul.append(li); });
-      $("success-pending").hidden = done.verified;  // account number: micro-deposits first
+      // an account number: the micro-deposits come first, on this screen or at a later login
+      awaitDeposits(!done.verified);
       event("ACCOUNT_LINKED", { record: done.record });
       send("success", done);
       show("success");
     } catch (err) { failed(err, "accounts-message"); } finally { $("accounts-submit").disabled = false; }
+  }
+
+  // -- step 4, for an account number: the two micro-deposits, three tries ------------------
+  function awaitDeposits(pending) {
+    $("success-title").textContent = pending ? "Confirm your account" : "Your account is linked";
+    $("verify-form").hidden = !pending;
+    $("success-actions").hidden = pending;
+    $("success-verified").hidden = true;
+    $("verify-message").textContent = "";
+    document.querySelectorAll("input[name=deposit]").forEach((i) => { i.value = ""; });
+    $("verify-hint-text").textContent = state.hint.micro_deposits || "";
+  }
+
+  function triesLeft(n) {
+    if (n === 0) return "No tries left: one more attempt locks this link for good.";
+    return n === 1 ? "1 try left." : n + " tries left.";
+  }
+
+  async function submitDeposits(e) {
+    e.preventDefault();
+    const amounts = Array.from(document.querySelectorAll("input[name=deposit]")).map((i) => i.value.trim());
+    if (amounts.some((a) => !a)) { $("verify-message").textContent = "Enter both amounts."; return; }
+    $("verify-message").textContent = "";
+    $("verify-submit").disabled = true;
+    event("SUBMIT_DEPOSITS", {});
+    try {
+      const done = await call("verify", { session: state.session, amounts: amounts });
+      $("verify-form").hidden = true;
+      $("success-title").textContent = "Your account is linked";
+      $("success-verified").hidden = false;
+      $("success-actions").hidden = false;
+      event("ACCOUNT_VERIFIED", { record: done.record });
+      $("success-done").focus();
+    } catch (err) {
+      if (err && err.error_code === "INCORRECT_DEPOSIT_AMOUNTS") {
+        $("verify-message").textContent = (err.display_message || err.error_message) + " " + triesLeft(err.attempts_left);
+        $("deposit-1").focus();
+      } else if (err && err.error_code === "TOO_MANY_VERIFICATION_ATTEMPTS") {
+        state.finished = false;  // the link is dead; the session is back at the bank step
+        event("ERROR", { code: err.error_code });
+        $("locked-message").textContent = err.display_message || err.error_message;
+        $("locked-code").textContent = err.error_code;
+        show("locked");
+        $("locked-other").focus();
+      } else failed(err, err && err.error_code === "INVALID_FIELD" ? "verify-message" : null);
+    } finally { $("verify-submit").disabled = false; }
   }
 
   // -- the start -------------------------------------------------------------------------
@@ -235,6 +286,10 @@
   $("mfa-form").addEventListener("submit", submitMfa);
   $("accounts-form").addEventListener("submit", submitAccounts);
   $("close").addEventListener("click", close);
+  $("verify-form").addEventListener("submit", submitDeposits);
+  $("verify-later").addEventListener("click", close);
+  $("locked-other").addEventListener("click", () => { $("bank-search").value = ""; filterBanks(); show("bank"); });
+  $("locked-done").addEventListener("click", close);
   $("success-done").addEventListener("click", close);
   $("error-done").addEventListener("click", close);
   document.addEventListener("keydown", (e) => { if (e.key === "Escape") close(); });
