@@ -23,6 +23,7 @@ from .store import (
     InvalidEvent,
     LandingState,
     RecordState,
+    Vitals,
     describe,
     is_database_url,
     kept_body,
@@ -42,5 +43,6 @@ def open_inbox(location: str | Path, *, create: bool = False) -> Inbox:
 
 __all__ = ["CONNECTED", "DISCONNECTED", "FAILED", "HELD", "LANDED_OK", "NAME",
            "PERSONAL_MEMBERS", "RECORD_ID", "Event", "Inbox", "InboxMissing",
-           "InboxUnavailable", "InvalidEvent", "LandingState", "RecordState", "describe",
+           "InboxUnavailable", "InvalidEvent", "LandingState", "RecordState", "Vitals",
+           "describe",
            "is_database_url", "kept_body", "open_inbox", "scrubbed"]

@@ -14,7 +14,7 @@ import contextlib
 import functools
 import threading
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
 import psycopg2
@@ -245,6 +245,9 @@ class PostgresInbox(Inbox):
     status = _retried(Inbox.status)
     payloads = _retried(Inbox.payloads)
     numbered = _retried(Inbox.numbered)
+    vitals = _retried(Inbox.vitals)
+    landing_ages = _retried(Inbox.landing_ages)
+    _failing = _retried(Inbox.failing)
     _numbers = _retried(Inbox.numbers)
     _ids_of = _retried(Inbox.ids_of)
     _forgotten_of = _retried(Inbox.forgotten)
@@ -268,6 +271,10 @@ class PostgresInbox(Inbox):
 
     def forgotten(self, ids: Iterable[str]) -> set[str]:
         return self._forgotten_of(list(ids))
+
+    def failing(self, product: str, outcome: str, *, not_runs: Sequence[str] = (),
+                limit: int = 5) -> tuple[int, list[str], str | None]:
+        return self._failing(product, outcome, not_runs=list(not_runs), limit=limit)
 
     def landings(self, records: Iterable[str] | None = None, **kw) -> list:
         return self._landings(None if records is None else list(records), **kw)

@@ -173,6 +173,19 @@ class LandingState:
                 orjson.dumps(self.detail).decode() if self.detail else None)
 
 
+@dataclass(frozen=True)
+class Vitals:
+    """The inbox in counts (Inbox.vitals): what the alerts and the metrics read."""
+    last_event: int  # the newest event's id, 0 when there is none
+    last_received_at: float | None  # when the receiver stored it
+    waiting: int  # events after the cursor given
+    oldest_waiting_at: float | None  # when the oldest of those was stored
+    dead_letters: int
+    statuses: dict[str, int]  # records by status
+    outcomes: dict[tuple[str, str], int]  # (product, outcome) -> records, outcomes other
+    # than landed
+
+
 def _name(value, what: str, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
@@ -854,6 +867,58 @@ class Inbox:
                 f"select l.record{join} and l.landed_at < ? order by l.record limit ?",
                 (product, cutoff, limit))]
         return expected, stale, first
+
+    # -- what an operator watches (pipeline/watch.py): counts, never ids ------------------
+    def vitals(self, cursor: int) -> Vitals:
+        """The inbox's state in counts: the callbacks after `cursor` (the inbox sensor's), the
+        newest callback, dead letters, records by status, and landings that did not land. A
+        few aggregate reads, each over an index or a small table but `records`'s count."""
+        with self._snapshot():
+            last = self._db.execute("select id, received_at from events"
+                                    " order by id desc limit 1").fetchone()
+            waiting, oldest = self._db.execute(
+                "select count(*), min(received_at) from events where id > ?",
+                (cursor,)).fetchone()
+            dead = self._db.execute("select count(*) from dead_letters").fetchone()[0]
+            statuses = dict(self._db.execute(
+                "select status, count(*) from records group by status").fetchall())
+            outcomes = {(p, o): n for p, o, n in self._db.execute(
+                "select product, outcome, count(*) from landings where outcome != ?"
+                " group by product, outcome", (LANDED_OK,)).fetchall()}
+        return Vitals(last_event=last[0] if last else 0,
+                      last_received_at=last[1] if last else None, waiting=waiting,
+                      oldest_waiting_at=oldest, dead_letters=dead, statuses=statuses,
+                      outcomes=outcomes)
+
+    def landing_ages(self, product: str) -> tuple[int, float | None, float | None]:
+        """Connected records whose `product` was published: how many, and the median and the
+        oldest of their last publication times (seconds since the epoch)."""
+        join = (" from landings l join records r on r.record = l.record where l.product = ?"
+                f" and r.status = '{CONNECTED}' and l.landed_at is not null")
+        with self._snapshot():
+            count, oldest = self._db.execute(f"select count(*), min(l.landed_at){join}",
+                                             (product,)).fetchone()
+            median = self._db.execute(
+                f"select l.landed_at{join} order by l.landed_at limit 1 offset ?",
+                (product, count // 2)).fetchone() if count else None
+        return count, median[0] if median else None, oldest
+
+    def failing(self, product: str, outcome: str, *, not_runs: Sequence[str] = (),
+                limit: int = 5) -> tuple[int, list[str], str | None]:
+        """Records whose `product` last ended in `outcome` (failed or held), leaving out those
+        of the runs `not_runs` (still running: a step may try again): how many, the first
+        `limit` of them (by id), and the run that left the first so."""
+        where = "product = ? and outcome = ?"
+        params: list = [product, outcome]
+        if not_runs:
+            where += f" and run_id not in ({','.join('?' * len(not_runs))})"
+            params += list(not_runs)
+        with self._snapshot():
+            count = self._db.execute(f"select count(*) from landings where {where}",
+                                     params).fetchone()[0]
+            rows = self._db.execute(f"select record, run_id from landings where {where}"
+                                    " order by record limit ?", (*params, limit)).fetchall()
+        return count, [r[0] for r in rows], rows[0][1] if rows else None
 
     def status(self, record: str) -> str | None:
         """connected, disconnected, reauth_required, or None for a record never heard of."""
