@@ -193,6 +193,80 @@ def _flag(var: str, value: str) -> bool:
     return words[value.strip().lower()]
 
 
+def _number(var: str, value: str, lo: float, hi: float, kind: type = float) -> float:
+    """A number from `lo` to `hi` (an int when `kind` is int)."""
+    try:
+        number = kind(value.strip())
+    except ValueError:
+        number = None
+    if number is None or number != number or not lo <= number <= hi:
+        raise ConfigError(f"{var}={value!r:.40} is not a{'' if kind is float else 'n integer'}"
+                          f" number from {lo:g} to {hi:g}")
+    return number
+
+
+class SecretURL(str):
+    """A URL whose path or query is a credential (a Slack incoming webhook's is): whole where
+    it is called, only its scheme and host where it is shown."""
+
+    def __repr__(self) -> str:
+        return repr(self.shown)
+
+    @property
+    def shown(self) -> str:
+        parts = urlsplit(self)
+        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/..."
+
+
+def _http_url(var: str, value: str | None, *, secret: bool = False) -> str | None:
+    """An http(s) URL, or None when unset or empty."""
+    if value is None or not value.strip():
+        return None
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        shown = f"{parts.scheme}://..." if secret else repr(value)[:60]
+        raise ConfigError(f"{var}={shown} is not an http:// or https:// URL")
+    return SecretURL(value.strip()) if secret else value.strip().rstrip("/")
+
+
+ALERT_FORMATS = ("slack", "json")
+
+
+@dataclass(frozen=True)
+class Alerting:
+    """Where alerts go and when they fire (pipeline/alerts.py; docs/operations.md, "Alerts
+    and metrics")."""
+    url: SecretURL | None = None  # LEDGERLAKE_ALERT_URL: none, alerts only in the sensor's log
+    format: str = "slack"  # slack: {"text"}; json: the text and the incident's fields
+    quiet_minutes: float = 1500.0  # no callback this long while records are connected
+    backlog_minutes: float = 15.0  # the oldest callback the sensor has not read
+    max_per_hour: int = 20  # messages sent in any hour; the rest wait their turn
+    receiver_url: str | None = None  # whose /health the sensor checks (none: not checked)
+    dagster_url: str = "http://127.0.0.1:3000"  # the UI, for the links in alerts
+
+    @classmethod
+    def from_env(cls, env) -> Alerting:
+        if (fmt := env.get("LEDGERLAKE_ALERT_FORMAT", "slack").strip().lower()) \
+                not in ALERT_FORMATS:
+            raise ConfigError(f"LEDGERLAKE_ALERT_FORMAT must be one of {ALERT_FORMATS}, "
+                              f"not {fmt!r:.40}")
+        return cls(
+            url=_http_url("LEDGERLAKE_ALERT_URL", env.get("LEDGERLAKE_ALERT_URL"),
+                          secret=True),
+            format=fmt,
+            quiet_minutes=_number("LEDGERLAKE_ALERT_QUIET_MINUTES",
+                                  env.get("LEDGERLAKE_ALERT_QUIET_MINUTES", "1500"), 1, 1e6),
+            backlog_minutes=_number("LEDGERLAKE_ALERT_BACKLOG_MINUTES",
+                                    env.get("LEDGERLAKE_ALERT_BACKLOG_MINUTES", "15"), 1, 1e6),
+            max_per_hour=int(_number("LEDGERLAKE_ALERT_MAX_PER_HOUR",
+                                     env.get("LEDGERLAKE_ALERT_MAX_PER_HOUR", "20"), 1, 3600,
+                                     int)),
+            receiver_url=_http_url("LEDGERLAKE_RECEIVER_URL", env.get("LEDGERLAKE_RECEIVER_URL")),
+            dagster_url=_http_url("LEDGERLAKE_DAGSTER_URL", env.get("LEDGERLAKE_DAGSTER_URL"))
+            or cls.dagster_url,
+        )
+
+
 def home_from_env(environ: os._Environ | dict | None = None) -> Path:
     """LEDGERLAKE_HOME (default `./data`), checked and absolute."""
     env = os.environ if environ is None else environ
@@ -209,6 +283,7 @@ class Settings:
     environment: str
     timezone: str = "Africa/Lagos"  # the customers' days and months in the views
     forget_on_disconnect: bool = False  # erase a record's data at USER_DISCONNECT
+    alerting: Alerting = Alerting()  # the LEDGERLAKE_ALERT_* settings
 
     @classmethod
     def from_env(cls, environ: os._Environ | dict | None = None) -> Settings:
@@ -231,6 +306,7 @@ class Settings:
             timezone=check_zone(env.get("LEDGERLAKE_TIMEZONE", "Africa/Lagos")),
             forget_on_disconnect=_flag("LEDGERLAKE_FORGET_ON_DISCONNECT",
                                        env.get("LEDGERLAKE_FORGET_ON_DISCONNECT", "false")),
+            alerting=Alerting.from_env(env),
         )
 
     @property
