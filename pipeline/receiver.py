@@ -15,6 +15,10 @@ anyway, the process exits at once (EXIT_WRITER_DIED), so that its supervisor res
 runs, the inbox takes a write (the last one, or a probe when none succeeded lately: a full
 disk or a database refusing writes fails it) and answers a read; 503 otherwise.
 
+`GET /metrics` (no token either: counts, no ids) answers Prometheus's text format: callbacks
+by method and answer, dead letters, commit latency and group size, inbox errors
+(docs/operations.md, "Alerts and metrics"). Keep it, like /health, off the public address.
+
 Slow and idle clients are the server's to close (pipeline/serve.py); this app bounds the
 callbacks in flight, not the connections.
 """
@@ -35,6 +39,14 @@ from collections.abc import Callable
 
 import anyio
 import orjson
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
@@ -64,6 +76,46 @@ EXIT_WRITER_DIED = 70  # EX_SOFTWARE: the process ends so that a supervisor rest
 PROBE = object()  # a queued write probe, in place of a body
 
 
+# the methods a metric's label may name: the spec's (pipeline/status.py's PRODUCTS, and the
+# connection events; a test keeps them together); any other is "other", a body not read
+# "none", so a sender cannot make a series per made-up method
+METHODS = frozenset({"AUTH", "ACCOUNTS", "BALANCE", "PERIODIC_BALANCE", "TRANSACTIONS",
+                     "PERIODIC_TRANSACTIONS", "INCOME", "IDENTITY", "PAYMENT",
+                     "PAYMENT_RECURRING", "USER_DISCONNECT", "USER_REAUTH"})
+
+
+class ReceiverMetrics:
+    """The receiver's metrics, in a registry of its own (one per app): `GET /metrics`."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.callbacks = Counter(
+            "ledgerlake_receiver_callbacks", "Callbacks answered, by the method they name "
+            "(other: a method the spec does not name; none: no event read) and the answer "
+            "(stored, duplicate, not_an_event, unauthorized, too_large, busy, not_stored, "
+            "hung_up)", ["method", "answer"], registry=r)
+        self.dead_letters = Counter(
+            "ledgerlake_receiver_dead_letters", "Bodies kept as dead letters (answered 400: "
+            "not an event)", registry=r)
+        self.commit_seconds = Histogram(
+            "ledgerlake_receiver_commit_seconds", "Time of one commit of a group of callbacks "
+            "to the inbox", registry=r,
+            buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+        self.group_size = Histogram(
+            "ledgerlake_receiver_commit_group_size", "Callbacks one commit stored",
+            registry=r, buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
+        self.inbox_errors = Counter(
+            "ledgerlake_receiver_inbox_errors", "Writes the inbox refused or failed (their "
+            "callbacks answered 503), probes of /health included", registry=r)
+        self.in_flight = Gauge(
+            "ledgerlake_receiver_callbacks_in_flight", "Callbacks being read or stored",
+            registry=r)
+
+    def answered(self, answer: str, method: str | None = None) -> None:
+        label = "none" if method is None else method if method in METHODS else "other"
+        self.callbacks.labels(method=label, answer=answer).inc()
+
+
 class NotStored(RuntimeError):
     """The writer could not store this callback; the service will deliver it again."""
 
@@ -89,8 +141,10 @@ class Writer:
     It also keeps how its writes went, for /health: when the last one succeeded, and whether
     the last one failed."""
 
-    def __init__(self, location: str, *, on_death: Callable[[], None] = _exit_now) -> None:
+    def __init__(self, location: str, *, on_death: Callable[[], None] = _exit_now,
+                 metrics: ReceiverMetrics | None = None) -> None:
         self.location = location
+        self.metrics = metrics or ReceiverMetrics()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -111,7 +165,8 @@ class Writer:
     def running(self) -> bool:
         return not self.dead and self._thread is not None and self._thread.is_alive()
 
-    async def add(self, raw: bytes) -> tuple[int, bool]:
+    async def add(self, raw: bytes) -> tuple[int, bool, str]:
+        """(event id, whether it is new, its method), or NotAnEvent or NotStored."""
         if not self.running:
             raise NotStored("the inbox writer has stopped")
         fut = self._loop.create_future()
@@ -172,13 +227,14 @@ class Writer:
         try:
             if inbox is None:
                 inbox = open_inbox(self.location)
-            answers = _store(inbox, [raw for raw, _ in bodies]) if bodies else []
+            answers = _store(inbox, [raw for raw, _ in bodies], self.metrics) if bodies else []
             failed = any(isinstance(a, NotStored) for a in answers)
             if probes:
                 try:
                     inbox.probe_write()
                 except Exception as exc:
                     log.error("inbox probe write failed: %s", exc)
+                    self.metrics.inbox_errors.inc()
                     failed = True
         except Exception as exc:  # the inbox down, or a fault of ours: refused, the next tried
             if isinstance(exc, InboxUnavailable):
@@ -186,6 +242,7 @@ class Writer:
             else:
                 log.exception("inbox write failed")
             answers, failed = [NotStored(str(exc) or type(exc).__name__)] * len(bodies), True
+            self.metrics.inbox_errors.inc()
         self.failing = failed
         if not failed:
             self.last_ok = time.monotonic()
@@ -234,14 +291,14 @@ def _read(raw: bytes) -> tuple[dict, bytes] | str:
         return "body could not be read as an event"
 
 
-def _store(inbox, group: list[bytes]) -> list:
-    """Each body's answer: (event id, new), NotAnEvent, or NotStored."""
+def _store(inbox, group: list[bytes], metrics: ReceiverMetrics) -> list:
+    """Each body's answer: (event id, new, method), NotAnEvent, or NotStored."""
     read = [_read(raw) for raw in group]
     answers: list = [None] * len(group)
     events = [i for i, r in enumerate(read) if not isinstance(r, str)]
-    for i, answer in zip(events, _commit(inbox, [read[i] for i in events]) if events else [],
-                         strict=True):
-        answers[i] = answer
+    for i, answer in zip(events, _commit(inbox, [read[i] for i in events], metrics)
+                         if events else [], strict=True):
+        answers[i] = answer if isinstance(answer, Exception) else (*answer, read[i][0]["method"])
         if log.isEnabledFor(logging.DEBUG) and not isinstance(answer, Exception):
             info = read[i][0]  # a line per callback; INFO has one per commit
             log.debug("event %d %s %s %s", answer[0], "stored" if answer[1] else "duplicate",
@@ -250,26 +307,32 @@ def _store(inbox, group: list[bytes]) -> list:
         if isinstance(r, str):
             try:
                 inbox.dead_letter(r, scrubbed(group[i]))
+                metrics.dead_letters.inc()
             except Exception as exc:  # the answer is still 400: the body is bad
                 log.error("dead letter not kept: %s", exc)
+                metrics.inbox_errors.inc()
             answers[i] = NotAnEvent(r)
     return answers
 
 
-def _commit(inbox, group: list) -> list:
+def _commit(inbox, group: list, metrics: ReceiverMetrics) -> list:
     """Each callback's (event id, new), or NotStored."""
+    started = time.perf_counter()
     try:
         answers = inbox.add_described(group)
     except Exception as exc:
         # keep one bad write from failing its neighbours (a database that does not answer
         # fails them all alike)
         if len(group) > 1 and not isinstance(exc, InboxUnavailable):
-            return [_commit(inbox, [item])[0] for item in group]
+            return [_commit(inbox, [item], metrics)[0] for item in group]
+        metrics.inbox_errors.inc()
         if isinstance(exc, InboxUnavailable):
             log.error("inbox write failed: %s", exc)
         else:
             log.exception("inbox write failed")
         return [NotStored(str(exc) or type(exc).__name__)] * len(group)
+    metrics.commit_seconds.observe(time.perf_counter() - started)
+    metrics.group_size.observe(len(group))
     new = sum(1 for _, is_new in answers if is_new)
     log.info("stored %d callbacks (%d already stored), events up to %d",
              new, len(answers) - new, max(event for event, _ in answers))
@@ -286,7 +349,8 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
     if not token:
         raise ValueError("the receiver needs a token: callbacks without one are refused")
     inbox = open_inbox(inbox_path, create=True)  # InboxUnavailable when its database is down
-    writer = Writer(inbox_path)
+    metrics = ReceiverMetrics()
+    writer = Writer(inbox_path, metrics=metrics)
     expected = _digest(token)
     header = auth_header.strip().lower() if auth_header else None
 
@@ -325,30 +389,39 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
     async def receive(request: Request) -> JSONResponse:
         nonlocal in_flight
         if not authorized(request):
+            metrics.answered("unauthorized")
             return refuse(401, "missing or wrong token")
         if in_flight >= max_in_flight:  # the body unread: a flood holds no more memory
             log.warning("callback refused: %d already in flight", in_flight)
+            metrics.answered("busy")
             return refuse(503, "too many callbacks at once", {"Retry-After": "10"})
         in_flight += 1
+        metrics.in_flight.inc()
         try:
             return await store(request)
         finally:
             in_flight -= 1
+            metrics.in_flight.dec()
 
     async def store(request: Request) -> Response:
         try:
             raw = await read_body(request)
         except ClientDisconnect:
+            metrics.answered("hung_up")
             return refuse(400, "the sender hung up before the body ended")
         if raw is None:
+            metrics.answered("too_large")
             return refuse(413, f"body larger than {max_body} bytes")
         try:
-            event_id, new = await writer.add(raw)
+            event_id, new, method = await writer.add(raw)
         except NotAnEvent as exc:  # kept as a dead letter
+            metrics.answered("not_an_event")
             return refuse(400, str(exc))
         except Exception as exc:  # the disk, not the sender: ask for a redelivery
             log.error("callback not stored: %s", exc)
+            metrics.answered("not_stored")
             return refuse(503, "inbox unavailable", {"Retry-After": "60"})
+        metrics.answered("stored" if new else "duplicate", method)
         return Response(b'{"status":"ok","event":%d,"duplicate":%s}'
                         % (event_id, b"false" if new else b"true"), media_type=JSON)
 
@@ -370,6 +443,9 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
             return refuse(503, "inbox unavailable")
         return JSONResponse({"status": "ok"})
 
+    async def scrape(request: Request) -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         writer.start()
@@ -384,7 +460,9 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
     # GET and HEAD (Starlette adds HEAD to a GET route); a callback path of /health still
     # takes its POSTs, which only match the callback route
     routes = [Route("/health", health, methods=["GET"]),
+              Route("/metrics", scrape, methods=["GET"]),
               *(Route(p, receive, methods=["POST"]) for p in sorted(paths))]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.inbox = inbox
+    app.state.metrics = metrics
     return app
