@@ -24,6 +24,7 @@ from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import KeyUnusable, check_key
 
+from .alerts import alerts
 from .freshness import freshness_checks, freshness_job, hourly_freshness
 from .jobs import forget_job, ingest_job, refresh_job, replay_job, warehouse_job
 from .schedules import daily_refresh, hourly_replay
@@ -66,7 +67,7 @@ defs = dg.Definitions(
     asset_checks=freshness_checks,
     jobs=[ingest_job, refresh_job, replay_job, warehouse_job, lake_maintenance_job,
           freshness_job, forget_job],
-    sensors=[inbox_sensor, warehouse_follows_lake],
+    sensors=[inbox_sensor, warehouse_follows_lake, alerts],
     schedules=[daily_refresh, hourly_replay, nightly_lake_maintenance, hourly_freshness],
     # steps fetch a record's product (I/O, a few MB): a process per step would cost seconds of
     # imports each; runs execute in parallel instead (dagster.yaml, max_concurrent_runs)
