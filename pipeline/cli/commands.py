@@ -125,6 +125,26 @@ def cmd_receiver(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from resources.config import Settings
+
+    settings = Settings.from_env()
+    # DAGSTER_HOME, else the one `ledgerlake demo` and `dev` use ($LEDGERLAKE_HOME/dagster)
+    home = os.environ.get("DAGSTER_HOME") or str(settings.home / "dagster")
+    if not Path(home).is_dir():
+        return _fail("no Dagster instance: set DAGSTER_HOME, or run `ledgerlake demo` or "
+                     "`ledgerlake dev` first")
+    os.environ["DAGSTER_HOME"] = home
+    from dagster import DagsterInstance
+
+    from pipeline.metrics import create_app
+
+    with DagsterInstance.get() as instance:
+        serve(create_app(instance, settings), args.host, args.port,
+              "metrics ready: GET {url}/metrics")
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from resources.config import Settings
     from resources.inbox import NAME, RECORD_ID, InboxMissing, InboxUnavailable, open_inbox
@@ -334,7 +354,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in rows if args.records else []:  # named: told in full
         print("\n".join(explain(r)))
     needing = sum(1 for r in rows if r.needs_action)
-    print(f"{len(rows)} records; {needing} with a failed or held product"
+    print(f"{len(rows)} record{'' if len(rows) == 1 else 's'}; {needing} with a failed or "
+          "held product"
           + ("  (ledgerlake rerun --failed)" if needing else ""), file=sys.stderr)
     return 0
 
@@ -510,6 +531,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", default="/callbacks/", help="route (default %(default)s)")
     p.add_argument("--auth-header", help="also accept the token in this header, "
                                          "e.g. Service-Auth")
+
+    p = command("metrics", cmd_metrics, "serve the pipeline's state as Prometheus metrics")
+    p.add_argument("--host", type=_address, default="127.0.0.1",
+                   help="address to listen on (default %(default)s; 0.0.0.0 in a container)")
+    p.add_argument("--port", type=_port, default=9466, help="0 picks a free port")
 
     p = command("replay", cmd_replay, "re-trigger callbacks that never arrived")
     p.add_argument("--inbox", help="SQLite inbox file or postgresql:// URL "
