@@ -167,7 +167,7 @@ def test_the_helm_values_launch_runs_as_pods_of_the_image_with_the_instance_sett
 
 
 @pytest.mark.parametrize("service", ["code-location", "webserver", "daemon", "receiver-1",
-                                     "instance"])
+                                     "instance", "metrics"])
 def test_each_command_the_compose_file_starts_exists_here(service):
     cmd = OURS[service]["command"]
     words = [w for w in cmd if not w.startswith("-")][:4]
