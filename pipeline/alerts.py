@@ -107,8 +107,8 @@ def inbox_incidents(db: Inbox, instance: DagsterInstance, settings: Alerting, no
             if count:
                 more = ", ..." if count > len(first) else ""
                 found[f"{outcome}:{product}"] = Incident(
-                    f"{outcome}:{product}", f"{count} records' {title}",
-                    f"{count} records' {product} {why} ({_numbers(db, first)}{more}). "
+                    f"{outcome}:{product}", f"{_records(count)} {title}",
+                    f"{_records(count)} {product} {why} ({_numbers(db, first)}{more}). "
                     f"Run: {_link(settings, run_id)} . Then: `ledgerlake status --failed`, "
                     "`ledgerlake rerun --failed`.",
                     {"records": count, "product": product, "outcome": outcome,
@@ -138,8 +138,8 @@ def inbox_incidents(db: Inbox, instance: DagsterInstance, settings: Alerting, no
         if waited > settings.backlog_minutes * 60:
             found["behind"] = Incident(
                 "behind", "the inbox sensor behind",
-                f"{vitals.waiting} callbacks not yet read by the inbox sensor, the oldest "
-                f"stored {_span(waited)} ago. Check that inbox_sensor and the Dagster daemon "
+                f"{_count(vitals.waiting, 'callback')} not yet read by the inbox sensor, the "
+                f"oldest stored {_span(waited)} ago. Check that inbox_sensor and the Dagster daemon "
                 f"run: {settings.dagster_url}/automation",
                 {"callbacks": vitals.waiting, "oldest_seconds": round(waited)})
     seen, grew_at = state.get("dead_letters"), state.get("dead_letters_grew_at")
@@ -152,7 +152,7 @@ def inbox_incidents(db: Inbox, instance: DagsterInstance, settings: Alerting, no
         new = vitals.dead_letters - state.get("dead_letters_since", seen or 0)
         found["dead_letters"] = Incident(
             "dead_letters", "dead letters growing",
-            f"{new} new dead letters ({vitals.dead_letters} in all): bodies the receiver "
+            f"{_count(new, 'new dead letter')} ({vitals.dead_letters} in all): bodies the receiver "
             "answered 400 and kept, scrubbed, in the inbox's dead_letters table. A sender "
             "posts something that is not a callback, or the service changed its format.",
             {"new": new, "dead_letters": vitals.dead_letters})
@@ -184,7 +184,18 @@ def run_incidents(db: Inbox | None, instance: DagsterInstance, settings: Alertin
 
 def _span(seconds: float) -> str:
     minutes = round(seconds / 60)
-    return f"{minutes} minutes" if minutes < 120 else f"{minutes / 60:.1f} hours"
+    if minutes < 1:
+        return "under a minute"
+    return f"{minutes} minute{'s' * (minutes > 1)}" if minutes < 120 else \
+        f"{minutes / 60:.1f} hours"
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
+def _records(count: int) -> str:
+    return f"{count} record's" if count == 1 else f"{count} records'"
 
 
 def judge(instance: DagsterInstance, inbox: InboxResource, settings: Alerting,

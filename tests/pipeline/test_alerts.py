@@ -6,6 +6,7 @@ message is scanned for record ids and the webhook's secret."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sqlite3
 import threading
@@ -145,7 +146,7 @@ def test_quiet_callbacks_raise_one_alert_and_one_resolution(scene):
     scene.read_all()
     scene.tick()
     scene.tick()
-    assert scene.sink.texts()[1:] == ["ledgerlake resolved: callbacks quiet (open 0 minutes)"]
+    assert scene.sink.texts()[1:] == ["ledgerlake resolved: callbacks quiet (open under a minute)"]
     assert all(set(b) == {"text"} for b in scene.sink.bodies)  # Slack's incoming webhook
     no_secrets(scene)
 
@@ -158,7 +159,7 @@ def test_a_stale_record_raises_its_alert_by_number(scene):
     assert "1 of 2 connected records' balances not landed in 26 hours (#2)" in text
     scene.land("balances", LANDED_OK, record=1)
     scene.tick()
-    assert scene.sink.texts()[1] == "ledgerlake resolved: balances stale (open 0 minutes)"
+    assert scene.sink.texts()[1] == "ledgerlake resolved: balances stale (open under a minute)"
     no_secrets(scene)
 
 
@@ -167,15 +168,15 @@ def test_failed_and_held_records_are_told_with_their_run(scene):
     scene.land("income", HELD, run_id="run-8", record=0)
     scene.tick()
     texts = sorted(scene.sink.texts())
-    assert texts[0].startswith("ledgerlake alert: 1 records' income held: a blocking check "
+    assert texts[0].startswith("ledgerlake alert: 1 record's income held: a blocking check "
                                "failed, the previous rows stay in view (#1). Run: "
                                "http://dagster.example:3000/runs/run-8 .")
-    assert texts[1].startswith("ledgerlake alert: 1 records' transactions failed after every "
+    assert texts[1].startswith("ledgerlake alert: 1 record's transactions failed after every "
                                "retry (#2). Run: http://dagster.example:3000/runs/run-7 .")
     scene.land("transactions", LANDED_OK, run_id="run-9", record=1)
     scene.tick()
     assert scene.sink.texts()[2] == \
-        "ledgerlake resolved: 1 records' transactions failed (open 0 minutes)"
+        "ledgerlake resolved: 1 record's transactions failed (open under a minute)"
     no_secrets(scene)
 
 
@@ -207,7 +208,7 @@ def test_a_failed_run_opens_its_job_and_a_success_clears_it(scene):
                     f"runs/{failed.run_id} . It clears when a run of chores succeeds.")
     assert run(False).success
     scene.tick()
-    assert scene.sink.texts()[1] == "ledgerlake resolved: chores failing (open 0 minutes)"
+    assert scene.sink.texts()[1] == "ledgerlake resolved: chores failing (open under a minute)"
 
 
 def test_the_sensor_behind_and_dead_letters_growing(scene):
@@ -218,13 +219,13 @@ def test_the_sensor_behind_and_dead_letters_growing(scene):
     scene.age_callbacks(3600)  # stored an hour ago, and not read since
     scene.tick()
     texts = sorted(scene.sink.texts())
-    assert texts[0].startswith("ledgerlake alert: 1 callbacks not yet read by the inbox "
+    assert texts[0].startswith("ledgerlake alert: 1 callback not yet read by the inbox "
                                "sensor, the oldest stored 60 minutes ago")
-    assert texts[1].startswith("ledgerlake alert: 1 new dead letters (1 in all)")
+    assert texts[1].startswith("ledgerlake alert: 1 new dead letter (1 in all)")
     scene.read_all()
     scene.tick()
     assert scene.sink.texts()[2] == \
-        "ledgerlake resolved: the inbox sensor behind (open 0 minutes)"
+        "ledgerlake resolved: the inbox sensor behind (open under a minute)"
     # an hour without a new dead letter clears that one
     now = time.time() + 3700
     scene.cursor, _ = alerting.evaluate(scene.instance, InboxResource(path=scene.path),
@@ -242,7 +243,7 @@ def test_a_receiver_whose_health_fails(scene, receiver, monkeypatch):
     assert text.startswith("ledgerlake alert: The receiver's /health fails: it does not answer")
     monkeypatch.setenv("LEDGERLAKE_RECEIVER_URL", receiver.url)  # one that answers 200
     scene.tick()
-    assert scene.sink.texts()[1] == "ledgerlake resolved: receiver unhealthy (open 0 minutes)"
+    assert scene.sink.texts()[1] == "ledgerlake resolved: receiver unhealthy (open under a minute)"
 
 
 def test_a_failed_delivery_is_logged_and_tried_again(scene, caplog):
@@ -284,3 +285,60 @@ def test_an_incident_that_clears_before_its_message_went_sends_neither(scene, mo
     scene.read_all()
     scene.tick()
     assert scene.sink.bodies == []
+
+
+@pytest.mark.slow  # two runs with the engine's retries, each its own process: make test-all
+def test_a_product_failing_past_its_retries_alerts_once_and_resolves_once(
+        sandbox, sink, tmp_path, monkeypatch):
+    """The sandbox fails a record's transactions four times: the run (a real `ledgerlake
+    rerun` process, on a Dagster instance on disk) fails after its three retries, and
+    exactly one alert arrives; once the product lands, exactly one resolution."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    dagster_home = tmp_path / "dagster"
+    dagster_home.mkdir()
+    (dagster_home / "dagster.yaml").write_text((repo / "dagster.yaml").read_text())
+    env = {"DAGSTER_HOME": str(dagster_home), "LEDGERLAKE_HOME": str(tmp_path),
+           "LEDGERLAKE_API_URL": sandbox.url, "LEDGERLAKE_ENVIRONMENT": "sandbox",
+           "LEDGERLAKE_SECRET_KEY": sandbox.sandbox_key, "LEDGERLAKE_RETRY_DELAY_S": "0.1",
+           "LEDGERLAKE_ALERT_URL": sink.url, "LEDGERLAKE_DAGSTER_URL": "http://ui.example"}
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.delenv("LEDGERLAKE_INBOX", raising=False)
+    made = sandbox.control("customers/create", customers=[{"accounts": 1, "months": 1,
+                                                            "seed": 9}])["customers"][0]
+    record = made["record"]
+    sandbox.control("records/fail", record=record, product="transactions", times=4,
+                    error_code="BANK_DOWN")
+    connected(tmp_path / "inbox.sqlite3", [record])
+
+    def rerun() -> int:
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", "rerun", record,
+                               "--products", "transactions"], cwd=repo, capture_output=True,
+                              text=True, timeout=300).returncode
+
+    def tick(instance, cursor):
+        with dg.build_sensor_context(instance=instance, cursor=cursor,
+                                     resources={"inbox": InboxResource()}) as ctx:
+            return alerts(ctx).cursor
+
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        cursor = tick(instance, None)
+        assert rerun() == 1  # failed after four tries
+        cursor = tick(instance, tick(instance, cursor))
+        (alert,) = sink.texts()
+        (run,) = instance.get_run_records(dg.RunsFilter(statuses=[
+            dg.DagsterRunStatus.FAILURE]))
+        assert alert.startswith("ledgerlake alert: 1 record's transactions failed after every "
+                                f"retry (#1). Run: http://ui.example/runs/{run.dagster_run.run_id}")
+        assert rerun() == 0  # the bank is back: it lands
+        tick(instance, tick(instance, cursor))
+    (resolved,) = sink.texts()[1:]
+    assert re.fullmatch(r"ledgerlake resolved: 1 record's transactions failed \(open (under a "
+                        r"minute|\d+ minutes?)\)", resolved)
+    shown = json.dumps(sink.bodies)
+    assert record not in shown and made.get("customer", "?") not in shown
+    assert SECRET not in shown
