@@ -153,20 +153,22 @@ def draw(series: Sequence[tuple[str, list, list]], title: str | None, fmt: str =
         return _save(fig, fmt)
 
 
-def draw_cashflow(months: list, inflow: list, outflow: list, net: list, fmt: str = "svg"
-                  ) -> bytes:
-    """Monthly inflow up, outflow down, net as a line: SVG for the report, or PNG."""
+def draw_cashflow(months: list, inflow: list, outflow: list, net: list, fmt: str = "svg",
+                  size: tuple[float, float] = (9.0, 2.6)) -> bytes:
+    """Monthly inflow up, outflow down, net as a line: SVG for the report, or PNG. A narrow
+    `size` (a phone's) names every few months, as many as fit."""
     import matplotlib
 
     with matplotlib.rc_context({"font.size": 9}):
-        fig, ax = _figure((9.0, 2.6))
+        fig, ax = _figure(size)
         x = list(range(len(months)))
         ax.bar(x, [float(v) for v in inflow], color="#2e7d32", label="inflow")
         ax.bar(x, [-float(v) for v in outflow], color="#c62828", label="outflow")
         ax.plot(x, [float(v) for v in net], color="#1d2330", marker="o", linewidth=1.4,
                 label="net")
         ax.axhline(0, color="#667", linewidth=0.8)
-        ax.set_xticks(x, [m.strftime("%b %Y") for m in months])
+        every = max(1, -(-len(months) * 0.75 // size[0]))  # a label per 0.75 in at most
+        ax.set_xticks(x[::int(every)], [m.strftime("%b %Y") for m in months][::int(every)])
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=8, frameon=False, loc="lower left", bbox_to_anchor=(0, 1),
                   ncols=3)
@@ -235,10 +237,12 @@ def chart_metadata(context, lake, landings: Sequence[Landing]) -> dict:
     return {"daily_balance": MetadataValue.md("\n\n".join(charts.values()))} if charts else {}
 
 
+SUMMARY_DAYS = 92  # the daily_balances chart's window, which its title says
 # the views whose builds carry a chart of every record's rows: the series, by their SQL
 SUMMARIES = {
     "daily_balances": "select date, sum(balance) from daily_balances where date > (select "
-                      "max(date) - 92 from daily_balances) group by date order by date",
+                      f"max(date) - {SUMMARY_DAYS} from daily_balances) group by date "
+                      "order by date",
     "monthly_cashflow": "select month, sum(inflow), sum(outflow), sum(net) from "
                         "monthly_cashflow where currency = 'NGN' group by month order by month",
 }
@@ -246,7 +250,7 @@ SUMMARIES = {
 
 def summary_chart(context, warehouse: Path, view: str, budget_s: float = 5.0) -> dict:
     """For the materialization of a view in SUMMARIES, its chart over all records (`summary`):
-    the daily sum of balances over the last 92 days, or the monthly cash flow in naira. One
+    the daily sum of balances over the last SUMMARY_DAYS days, or the monthly cash flow in naira. One
     that fails, or whose query takes more than `budget_s` (a lake of millions of records: it
     reads every row), is said there and logged, never the build's failure."""
     if view not in SUMMARIES:
@@ -262,9 +266,12 @@ def summary_chart(context, warehouse: Path, view: str, budget_s: float = 5.0) ->
         if not rows:
             return {"summary": MetadataValue.md("No rows yet: nothing to draw.")}
         if view == "daily_balances":
-            png = draw([("all accounts", *map(list, zip(*rows, strict=True)))],
-                       "Sum of every account's balance, by day", size=(8.0, 2.2))
+            caption = (f"Sum of every account's balance, by day: the last {SUMMARY_DAYS} days "
+                       f"of the view, {rows[0][0]:%Y-%m-%d} to {rows[-1][0]:%Y-%m-%d}")
+            png = draw([("all accounts", *map(list, zip(*rows, strict=True)))], caption,
+                       size=(8.0, 2.2))
         else:
+            caption = "Inflow, outflow and net of every record, by month (NGN)"
             png = draw_cashflow(*map(list, zip(*rows, strict=True)), fmt="png")
     except Exception as exc:  # a chart of the view, not part of building it
         context.log.warning("no summary chart of %s: %s: %s", view, type(exc).__name__, exc)
@@ -272,4 +279,5 @@ def summary_chart(context, warehouse: Path, view: str, budget_s: float = 5.0) ->
             exc, duckdb.InterruptException) else type(exc).__name__
         return {"summary": MetadataValue.md(f"No chart this build: {why}.")}
     return {"summary": MetadataValue.md(
+        f"{caption}.\n\n"
         f"![{view} of every record](data:image/png;base64,{base64.b64encode(png).decode()})")}

@@ -127,12 +127,23 @@ STYLE = Path(__file__).with_name("report.css").read_text()  # inlined in each pa
 
 
 NUMERIC = ' class="n"'
+TRANSACTIONS = "trans&shy;actions"  # a header that may break, on a phone
 VERDICTS = {None: '<span class="none">not evaluated</span>',
             True: '<span class="pass">passed</span>', False: '<span class="fail">failed</span>'}
 
 
 def _e(value) -> str:
     return html.escape("" if value is None else str(value))
+
+
+def _name(value) -> str:
+    """An identifier (a check's or an asset's name) that may break after its underscores."""
+    return _e(value).replace("_", "_<wbr>")
+
+
+def _day(value) -> str:
+    """A date or a month, never broken at its hyphens."""
+    return f'<span class="nw">{_e(value)}</span>'
 
 
 def money(value) -> str:
@@ -146,7 +157,7 @@ def _when(ts: float | dt.datetime | None) -> str:
     if ts is None:
         return ""
     when = ts if isinstance(ts, dt.datetime) else dt.datetime.fromtimestamp(ts, dt.UTC)
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return when.astimezone(dt.UTC).strftime('<span class="nw">%Y-%m-%d</span> %H:%M UTC')
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int] = frozenset()
@@ -155,13 +166,25 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]
         return "".join(f"<{tag}{NUMERIC if i in numeric else ''}>{v}</{tag}>"
                        for i, v in enumerate(values))
     body = "".join(f"<tr>{cells('td', r)}</tr>" for r in rows)
-    return f"<table><thead><tr>{cells('th', head)}</tr></thead><tbody>{body}</tbody></table>"
+    # in a box of its own: a table wider than a phone scrolls there, never the page
+    return (f"<div class=\"table\"><table><thead><tr>{cells('th', head)}</tr></thead>"
+            f"<tbody>{body}</tbody></table></div>")
 
 
 def _svg(raw: bytes) -> str:
     """matplotlib's SVG as an inline element (its XML prologue and doctype dropped)."""
     text = raw.decode()
     return text[text.index("<svg"):]
+
+
+WIDE, NARROW = (9.0, 2.6), (4.6, 3.0)  # inches: a desktop's column, a phone's (390 px)
+
+
+def _both(draw) -> str:
+    """A chart drawn twice, for a wide screen and for a phone, the page's CSS showing the one
+    that fits: scaled down to a phone, the wide one's axis text would be 5 px high."""
+    return (f"<div class=\"wide\">{_svg(draw(WIDE))}</div>"
+            f"<div class=\"narrow\">{_svg(draw(NARROW))}</div>")
 
 
 def render(report: Report) -> str:
@@ -188,19 +211,19 @@ def render(report: Report) -> str:
         parts.append("<p class=\"muted\">No balance history landed yet.</p>")
     for account, days in report.daily.items():
         label = labels.get(account, account)
-        svg = draw([(label, [d["date"] for d in days], [d["balance"] for d in days])],
-                   None, fmt="svg", size=(9.0, 2.6))
+        series = [(label, [d["date"] for d in days], [d["balance"] for d in days])]
+        svg = _both(lambda size, series=series: draw(series, None, fmt="svg", size=size))
         parts.append(f"<figure class=\"chart\" data-account=\"{_e(account)}\">"
-                     f"<figcaption>{_e(label)}: end-of-day balance</figcaption>{_svg(svg)}</figure>")
+                     f"<figcaption>{_e(label)}: end-of-day balance</figcaption>{svg}</figure>")
 
     parts.append("<h2>Monthly cash flow</h2>")
     if report.monthly:
-        svg = draw_cashflow(*([m[k] for m in report.monthly]
-                              for k in ("month", "inflow", "outflow", "net")))
+        columns = [[m[k] for m in report.monthly] for k in ("month", "inflow", "outflow", "net")]
+        svg = _both(lambda size: draw_cashflow(*columns, size=size))
         parts.append(f"<figure class=\"cashflow\"><figcaption>Inflow, outflow and net, "
-                     f"all accounts</figcaption>{_svg(svg)}</figure>")
-        parts.append(_table(["month", "inflow", "outflow", "net", "transactions"], [
-            [m["month"].strftime("%Y-%m"), money(m["inflow"]), money(m["outflow"]),
+                     f"all accounts</figcaption>{svg}</figure>")
+        parts.append(_table(["month", "inflow", "outflow", "net", TRANSACTIONS], [
+            [_day(m["month"].strftime("%Y-%m")), money(m["inflow"]), money(m["outflow"]),
              money(m["net"]), _e(m["transactions"])] for m in report.monthly], {1, 2, 3, 4}))
     else:
         parts.append("<p class=\"muted\">No posted transactions yet.</p>")
@@ -213,10 +236,11 @@ def render(report: Report) -> str:
                      f" from {_e(n)} stream{'' if n == 1 else 's'} (confidence "
                      f"{_e(i['confidence'])}%).</p>")
     if report.streams:
-        parts.append(_table(["stream", "source", "monthly", "transactions", "first", "last"], [
+        parts.append(_table(["stream", "source", "monthly", TRANSACTIONS, "seen"], [
             [_e(s["type"]) + (" (primary)" if s["primary_stream"] else ""),
              _e(s["source_name"]), money(s["monthly_amount"]), _e(s["number_of_transactions"]),
-             _e(s["first_date"]), _e(s["last_date"])] for s in report.streams], {2, 3}))
+             f"{_day(s['first_date'])} to {_day(s['last_date'])}"] for s in report.streams],
+            {2, 3}))
     elif not report.income:
         parts.append("<p class=\"muted\">No income landed yet.</p>")
 
@@ -226,12 +250,13 @@ def render(report: Report) -> str:
                      "</p>")
     else:
         parts.append(_table(["asset", "check", "result", "when", "detail"], [
-            [_e(c.asset), _e(c.check), VERDICTS[c.passed], _when(c.at), _e(c.detail)]
+            [_name(c.asset), _name(c.check), VERDICTS[c.passed], _when(c.at), _e(c.detail)]
             for c in report.checks]))
         parts.append(_table(["product", "last landed"], [
             [_e(x.asset), _when(x.at) or "<span class=\"none\">never</span>"]
             for x in report.landed]))
     body = "\n".join(parts)
     return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>ledgerlake: record {_e(report.record)}</title>"
             f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")

@@ -111,7 +111,12 @@ def test_a_summary_chart_over_its_budget_is_said_not_waited_for(lake, tmp_path, 
     target = tmp_path / "w.duckdb"
     published(lake.root, target)
     drawn = charts.summary_chart(Context(), target, "monthly_cashflow")["summary"].value
-    assert drawn.startswith("![monthly_cashflow of every record](data:image/png;base64,")
+    assert "\n\n![monthly_cashflow of every record](data:image/png;base64," in drawn
+    # the daily chart says which days it covers: the view's last 92, not all of them
+    daily = charts.summary_chart(Context(), target, "daily_balances")["summary"].value
+    caption = daily.split("\n\n")[0]
+    assert re.fullmatch(r"Sum of every account's balance, by day: the last 92 days of the "
+                        r"view, \d{4}-\d\d-\d\d to \d{4}-\d\d-\d\d\.", caption), caption
     monkeypatch.setitem(charts.SUMMARIES, "monthly_cashflow",
                         "select count(*) from range(100000000000)")  # minutes of work
     ctx = Context()

@@ -127,12 +127,27 @@ def test_the_report_opens_whole_with_a_chart_per_account(page, demo, shots):
     report.route("**/*", lambda route: (asked.append(route.request.url), route.continue_()))
     try:
         report.goto(out.as_uri())
-        charts = report.locator("figure.chart svg")
-        assert charts.count() == accounts > 1
-        assert all(charts.nth(i).bounding_box()["height"] > 100 for i in range(accounts))
-        checks = report.locator("table", has_text="running_balance_reconciles").inner_text()
-        assert "passed" in checks and "failed" not in checks, checks
-        report.screenshot(path=str(shots / "report.png"), full_page=True)
+        # a desktop's width, then a phone's: the page never scrolls sideways, nor does any of
+        # its tables, and the charts shown are drawn for the width (their text at least at
+        # the size it was drawn, not a wide chart shrunk to 5 px letters)
+        for width, name in ((1280, "report.png"), (390, "report-phone.png")):
+            report.set_viewport_size({"width": width, "height": 844})
+            charts = report.locator("figure.chart svg:visible")
+            assert charts.count() == accounts > 1
+            assert all(charts.nth(i).bounding_box()["height"] > 100 for i in range(accounts))
+            page_width, view_width, tables, scale = report.evaluate("""() => [
+                document.documentElement.scrollWidth, document.documentElement.clientWidth,
+                Array.from(document.querySelectorAll("div.table"))
+                     .map(t => t.scrollWidth - t.clientWidth),
+                Math.min(...Array.from(document.querySelectorAll("figure svg"))
+                     .filter(s => s.getClientRects().length)
+                     .map(s => s.getBoundingClientRect().width / s.viewBox.baseVal.width))]""")
+            assert page_width <= view_width, (width, page_width, view_width)
+            assert tables and max(tables) <= 0, (width, tables)
+            assert scale >= 1, (width, scale)
+            checks = report.locator("table", has_text="running_balance_reconciles")
+            assert "passed" in checks.inner_text() and "failed" not in checks.inner_text()
+            report.screenshot(path=str(shots / name), full_page=True)
     finally:
         report.close()
     assert asked == [out.as_uri()], asked

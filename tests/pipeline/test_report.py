@@ -80,8 +80,13 @@ def test_one_page_with_a_chart_per_account(env, capsys):
     page = (env / "report-rec1.html").read_text()
     assert f"wrote {env / 'report-rec1.html'}" in capsys.readouterr().err
     charts = re.findall(r'<figure class="chart" data-account="(\w+)"><figcaption>([^<:]+): '
-                        r"end-of-day balance</figcaption><svg", page)
+                        r'end-of-day balance</figcaption><div class="wide"><svg', page)
     assert charts == [("acc1", "Savings ••6789"), ("acc2", "Current ••3210")]
+    # each chart drawn twice, for a desktop and for a phone (the CSS shows one)
+    assert page.count('<div class="wide"><svg') == page.count('<div class="narrow"><svg') == 3
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+    # the rest read as text: dates unbreakable, names breakable after underscores
+    page = re.sub(r'<span class="nw">([^<]*)</span>', r"\1", page).replace("<wbr>", "")
     # acc1's 40 and acc2's 20 daily lines from 30 January, summed per month
     months = re.findall(r"<tr><td>(2025-\d\d)</td><td class=\"n\">(₦[\d,.]+)</td>", page)
     assert [m for m, _ in months] == ["2025-01", "2025-02", "2025-03"]
