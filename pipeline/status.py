@@ -124,6 +124,11 @@ def explain(row: RecordStatus) -> list[str]:
         lines.append(f"  {asset:<13}{state:<8} {_iso(landing.at)}{last}  run {landing.run_id}"
                      f"  {landing.row_count or 0} rows"
                      + "".join(f"; {w}" for w in why if w))
+    # each check's verdict on the product's latest landing (the checks view keeps them all)
+    verdicts = [f"{name} {'failed (' + str(n) + ' problems)' if n else 'passed'} ({asset})"
+                for asset in PRODUCTS if (landing := row.landings.get(asset))
+                for name, n in landing.detail.get("checks", {}).items()]
+    lines.append("  checks: " + ("; ".join(verdicts) or "none evaluated yet"))
     lines.append("  callbacks: " + ("; ".join(
         f"{m} {code} {at}" for m, (code, at) in sorted(row.callbacks.items(),
                                                       key=lambda kv: kv[1][1]))

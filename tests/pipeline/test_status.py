@@ -64,7 +64,7 @@ def test_a_record_that_failed_every_retry_is_listed_and_rerun(sandbox, home, tmp
     assert failed["last_landed_at"] is None  # nothing of it was ever published
     table = cli(home, "status")
     assert record in table.stdout and "failed" in table.stdout
-    assert "1 records; 1 with a failed or held product" in table.stderr
+    assert "1 record; 1 with a failed or held product" in table.stderr
     told = cli(home, "status", record)  # one record: told in full, with why
     assert f"record {record}: connected" in told.stdout
     (line,) = [ln for ln in told.stdout.splitlines() if ln.strip().startswith("transactions")]
@@ -103,6 +103,29 @@ def test_status_lists_the_first_records_unless_all(home, tmp_path, make):
     assert {r["products"]["accounts"] for r in rows} == {"waiting"}  # called back, not landed
     every = json.loads(cli(env, "status", "--all", "--json").stdout)
     assert [r["record"] for r in every] == records
+
+
+def test_one_record_told_in_full_names_its_number_and_its_checks(home, tmp_path):
+    """`status '#N'`: the record by its number, told with its id, and a line of checks: each
+    check's verdict on its product's latest landing."""
+    from resources.inbox import HELD, LANDED_OK, LandingState, open_inbox
+
+    now = time.time()
+    with open_inbox(connected(tmp_path / "inbox.sqlite3", ["rec1"])) as inbox:
+        inbox.note_landings([
+            LandingState("rec1", "transactions", LANDED_OK, "run-2", now, row_count=60,
+                         detail={"checks": {"running_balance_reconciles": 0}}),
+            LandingState("rec1", "income", HELD, "run-2", now,
+                         detail={"checks": {"income_matches_transactions": 2}})])
+        number = inbox.numbers(["rec1"])["rec1"]
+    env = {k: v for k, v in home.items() if k != "DAGSTER_HOME"}
+    told = cli(env, "status", f"#{number}")
+    assert told.returncode == 0, told.stderr
+    assert f"record rec1: connected (number #{number})" in told.stdout
+    (checks,) = [ln for ln in told.stdout.splitlines() if ln.startswith("  checks: ")]
+    assert checks == ("  checks: running_balance_reconciles passed (transactions); "
+                      "income_matches_transactions failed (2 problems) (income)"), checks
+    assert "1 record; 1 with a failed or held product" in told.stderr
 
 
 @pytest.mark.parametrize("args,message", [
