@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 import re
 import time
+import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import date, datetime
@@ -34,6 +35,7 @@ from deltalake import (
     ColumnProperties,
     CommitProperties,
     DeltaTable,
+    Transaction,
     WriterProperties,
     write_deltalake,
 )
@@ -171,14 +173,15 @@ def _stream(uri: str, schema: pa.Schema, rows: Callable[[pa.Schema], Iterable[pa
             write_deltalake(table, pa.RecordBatchReader.from_batches(own, batches()),
                             mode="overwrite", predicate=predicate,
                             schema_mode="merge", writer_properties=STREAMED,
-                            target_file_size=STREAMED_FILE)
+                            target_file_size=STREAMED_FILE, commit_properties=once.properties)
         except Exception:
             if failed:
                 raise failed[0] from None
             raise
         return table.version()
 
-    return _retrying(uri, write)
+    once = _Once()
+    return _retrying(uri, write, once)
 
 
 def scan(uri: str, record_ids: str | Sequence[str], columns: Sequence[str] | None = None,
@@ -241,10 +244,12 @@ def _write(uri: str, schema: pa.Schema, data: pa.Table, mode: str, predicate: st
         table = _open_or_create(location, schema, options, stats)
         _rows_fit_table(table, data)
         write_deltalake(table, _as_stored(table, data), mode=mode, predicate=predicate,
-                        schema_mode="merge", writer_properties=ZSTD)
+                        schema_mode="merge", writer_properties=ZSTD,
+                        commit_properties=once.properties)
         return table.version()
 
-    return _retrying(uri, write)
+    once = _Once()
+    return _retrying(uri, write, once)
 
 
 def stored(table: DeltaTable) -> pa.Schema:
@@ -614,12 +619,45 @@ def check_record_id(record_id: str) -> str:
     return record_id
 
 
-def _retrying(uri: str, attempt: Callable):
+class _Once:
+    """A write's own transaction id, in each commit it tries (a Delta `txn` action). On S3 a
+    commit is a conditional put: when the store took it but the answer was lost, the client
+    puts again, gets 412, and delta-rs takes its own commit for a concurrent writer's. Its
+    conflict check then finds this id in that commit and refuses to commit the same actions
+    a second time; `_retrying` finds the id in the log and answers that version."""
+
+    def __init__(self) -> None:
+        self.app_id = f"ledgerlake-{uuid.uuid4()}"
+        self.properties = CommitProperties(
+            app_transactions=[Transaction(app_id=self.app_id, version=1)])
+
+    def committed(self, uri: str) -> int | None:
+        """The version that holds this write's commit, if one does."""
+        table = _open(uri, None)
+        if table is None or table.transaction_version(self.app_id) is None:
+            return None
+        store, base = _filesystem(uri)
+        for v in range(table.version(), -1, -1):  # the latest few: it is one of them
+            try:
+                with store.open_input_stream(f"{base}/_delta_log/{v:020d}.json") as f:
+                    if self.app_id.encode() in f.read():
+                        return v
+            except FileNotFoundError:
+                break
+        return table.version()
+
+
+def _retrying(uri: str, attempt: Callable, once: _Once | None = None):
     """Run `attempt` until it commits; each try reads the table's latest version afresh."""
     for n in range(ATTEMPTS):
         try:
             return attempt()
-        except CommitFailedError as exc:
+        except Exception as exc:
+            landed = once.committed(uri) if once is not None else None
+            if landed is not None:  # the store took it; only its answer was lost
+                return landed
+            if not isinstance(exc, CommitFailedError):
+                raise
             if n == ATTEMPTS - 1:
                 raise CommitConflict(f"{_shown(uri)}: {ATTEMPTS} commits in a row lost to "
                                      f"concurrent writers; nothing of this write landed") from exc

@@ -200,8 +200,6 @@ def test_refuses_unknown_kinds_and_operations():
 
 
 @pytest.mark.slow  # its fault holds the answer 20 s
-@pytest.mark.xfail(strict=True, reason="a bug of resources/delta.py's commits on S3 (the "
-                   "docstring); strict: once fixed, this marker must go")
 def test_a_commit_whose_answer_is_lost_is_not_made_twice(s3, proxy):
     """A commit is a conditional put of `_delta_log/N.json`. When the store took it but its
     answer never came (a timeout, then the connection closed), the writer's client puts it
@@ -210,8 +208,9 @@ def test_a_commit_whose_answer_is_lost_is_not_made_twice(s3, proxy):
     removed the file meanwhile, that second commit adds it back, and its rows are read twice.
 
     This is what the chaos suite's S3 faults can do to an appended table (landings, checks,
-    balance_history); it fails until the lake's writes make a commit idempotent (a Delta
-    `txn` action of the writer's own id and version, checked before a commit is tried again).
+    balance_history). Each write carries a Delta `txn` action of its own id
+    (resources/delta.py, `_Once`): the second try conflicts with the first instead, and the
+    writer finds its id in the log and answers that version.
     """
     import threading
     import time
