@@ -111,3 +111,27 @@ def test_the_dashboard_parses_and_names_only_exported_metrics(exported):
     families, shown = {family(n) for n in exported}, {family(n) for n in named}
     assert families - shown <= {"ledgerlake_inbox_events", "ledgerlake_records_landed",
                                 "ledgerlake_receiver_callbacks_in_flight"}
+
+
+def test_the_operations_guide_tells_every_metric_incident_and_setting(exported):
+    """docs/operations.md, "Alerts and metrics", is the code's: each metric exported, each
+    incident the sensor judges and each alert setting, and nothing else of ours."""
+    from pipeline import alerts
+
+    text = (REPO / "docs" / "operations.md").read_text()
+    section = text.split("## Alerts and metrics", 1)[1].split("\n## ", 1)[0]
+
+    def family(name: str) -> str:
+        return re.sub(r"_(bucket|count|sum|created)$", "", name)
+
+    documented = {family(m) for m in METRIC.findall(section)}
+    assert {family(n) for n in exported if not n.endswith("_created")} - documented == set()
+    assert documented - {family(n) for n in exported} == set()
+    for kind in re.findall(r"^- `(\w+)", alerts.__doc__, re.M):
+        assert f"| `{kind}" in section, kind
+    for var in ("LEDGERLAKE_ALERT_URL", "LEDGERLAKE_ALERT_FORMAT",
+                "LEDGERLAKE_ALERT_QUIET_MINUTES", "LEDGERLAKE_ALERT_BACKLOG_MINUTES",
+                "LEDGERLAKE_ALERT_MAX_PER_HOUR", "LEDGERLAKE_RECEIVER_URL",
+                "LEDGERLAKE_DAGSTER_URL"):
+        assert f"| `{var}` |" in text, var
+    assert f"every {alerts.INTERVAL_S} s" in section
