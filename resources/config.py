@@ -200,8 +200,8 @@ def _number(var: str, value: str, lo: float, hi: float, kind: type = float) -> f
     except ValueError:
         number = None
     if number is None or number != number or not lo <= number <= hi:
-        raise ConfigError(f"{var}={value!r:.40} is not a{'' if kind is float else 'n integer'}"
-                          f" number from {lo:g} to {hi:g}")
+        what = "a number" if kind is float else "an integer"
+        raise ConfigError(f"{var}={value!r:.40} is not {what} from {lo:g} to {hi:g}")
     return number
 
 

@@ -174,3 +174,25 @@ def test_an_s3_lake_setting_writes_to_s3(s3_endpoint, monkeypatch, tmp_path):  #
     assert lake.read("things", "rec1")["n"].to_pylist() == [1, 2, 3]
     assert lake.partitions("things") == ["rec1"]
     assert list(tmp_path.iterdir()) == [tmp_path / "moto.log"]  # nothing local but the log
+
+
+def test_alert_settings_are_checked_and_the_webhook_never_shown_whole():
+    secret = "T0/B0/abcdefsecret"
+    s = Settings.from_env({"LEDGERLAKE_ALERT_URL": f"https://hooks.slack.com/services/{secret}",
+                           "LEDGERLAKE_ALERT_FORMAT": "JSON",
+                           "LEDGERLAKE_ALERT_QUIET_MINUTES": "90",
+                           "LEDGERLAKE_RECEIVER_URL": "http://receiver:8766/"})
+    a = s.alerting
+    assert a.url == f"https://hooks.slack.com/services/{secret}"  # whole where it is called
+    assert (a.format, a.quiet_minutes, a.receiver_url) == ("json", 90.0, "http://receiver:8766")
+    assert secret not in repr(s) and secret not in str(a) and "hooks.slack.com" in repr(a)
+    assert Settings.from_env({"LEDGERLAKE_ALERT_URL": ""}).alerting.url is None
+    for var, value, message in [
+            ("LEDGERLAKE_ALERT_URL", f"ftp://x/{secret}", "is not an http:// or https:// URL"),
+            ("LEDGERLAKE_ALERT_FORMAT", "xml", "LEDGERLAKE_ALERT_FORMAT must be one of"),
+            ("LEDGERLAKE_ALERT_QUIET_MINUTES", "0", "is not a number from 1 to"),
+            ("LEDGERLAKE_ALERT_MAX_PER_HOUR", "2.5", "is not an integer from 1 to 3600"),
+            ("LEDGERLAKE_RECEIVER_URL", "receiver:8766", "is not an http:// or https:// URL")]:
+        with pytest.raises(ConfigError, match=message) as caught:
+            Settings.from_env({var: value})
+        assert secret not in str(caught.value)

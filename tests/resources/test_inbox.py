@@ -757,6 +757,34 @@ def test_stale_names_the_first_20_unless_asked_otherwise(inbox, make):
     assert inbox.stale("balances", 200.0) == (21, 21, ids[:20])
 
 
+def test_vitals_landing_ages_and_failing_records_are_counts(inbox, make):
+    """What the alerts and the metrics read (pipeline/watch.py), on SQLite and Postgres."""
+    assert inbox.vitals(0) == type(inbox.vitals(0))(0, None, 0, None, 0, {}, {})
+    for r in ("rec-a", "rec-b", "rec-c", "rec-d"):
+        inbox.add(make.callback(r, "AUTH", "AUTH_SUCCESS", customer=f"cust-{r[-1]}"))
+    inbox.add({**make.disconnect("cust-d", "2099-11-03T00:00:00.000Z"), "record": "rec-d"})
+    inbox.dead_letter("body is not JSON", b"{")
+    inbox.note_landings([
+        landing("rec-a", "balances", "landed", "run1", 100.0),
+        landing("rec-b", "balances", "landed", "run1", 300.0),
+        landing("rec-c", "balances", "landed", "run1", 200.0),
+        landing("rec-d", "balances", "landed", "run1", 10.0),  # disconnected: not counted
+        landing("rec-a", "transactions", "failed", "run2", 300.0),
+        landing("rec-b", "transactions", "failed", "run3", 300.0),
+        landing("rec-c", "income", "held", "run2", 300.0)])
+    vitals = inbox.vitals(2)
+    assert (vitals.last_event, vitals.waiting, vitals.dead_letters) == (5, 3, 1)
+    assert vitals.oldest_waiting_at is not None and vitals.last_received_at is not None
+    assert vitals.statuses == {"connected": 3, "disconnected": 1}
+    assert vitals.outcomes == {("transactions", "failed"): 2, ("income", "held"): 1}
+    assert inbox.landing_ages("balances") == (3, 200.0, 100.0)
+    assert inbox.landing_ages("transactions") == (0, None, None)
+    assert inbox.failing("transactions", "failed") == (2, ["rec-a", "rec-b"], "run2")
+    assert inbox.failing("transactions", "failed", not_runs=["run2"], limit=1) == \
+        (1, ["rec-b"], "run3")
+    assert inbox.failing("income", "failed") == (0, [], None)
+
+
 # -- forgetting records (`ledgerlake forget` runs it in a process of its own) -----------------
 
 def test_forget_deletes_every_row_of_the_records_and_keeps_the_others(inbox, make, where):
