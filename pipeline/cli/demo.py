@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 from dagster import DagsterInstance
 
+from pipeline.cli import devstack
 from pipeline.local import Server, one_box_pools
 from resources.config import home_from_env
 from resources.privacy import new_key
@@ -203,7 +204,8 @@ def run_dev(port: int = 3000, customers: int = 3, sandbox_port: int = 0,
     finally:
         api.close()
     key = env["LEDGERLAKE_SECRET_KEY"]  # this run's throwaway sandbox key, not a real secret
-    print(f"sandbox    {sandbox.url}/sandbox/v2/  (key for this run: {key})\n"
+    print(f"data       {home}  (lake, inbox, warehouse, logs)\n"
+          f"sandbox    {sandbox.url}/sandbox/v2/  (key for this run: {key})\n"
           f"connect    {connect['demo_url']}  (link a bank in the browser)\n"
           f"receiver   {receiver.url}/callbacks/\n"
           f"Dagster UI http://127.0.0.1:{port}\n"
@@ -215,6 +217,8 @@ def run_dev(port: int = 3000, customers: int = 3, sandbox_port: int = 0,
                  # `dagster dev` is what the README and workspace.yaml serve, not yet `dg dev`
                  "PYTHONWARNINGS": "ignore:Function `dev_command` is superseded"}
     new_key(child_env, exist_ok=True)
+    # tells `ledgerlake sql` beside it that the views are on their way
+    note = devstack.announce(home, f"http://127.0.0.1:{port}")
     # its own process group: a signal to us reaches dagster dev (and the webserver, daemon and
     # code servers it starts) as a SIGINT, its own way to stop them all; a shell's background
     # job ignores SIGINT, so both signals are taken here, whatever was inherited
@@ -238,6 +242,7 @@ def run_dev(port: int = 3000, customers: int = 3, sandbox_port: int = 0,
         with contextlib.suppress(ProcessLookupError):  # whatever is left of it: gone
             os.killpg(dev.pid, signal.SIGKILL)
         dev.wait()
+        note.unlink(missing_ok=True)
         receiver.stop()
         sandbox.stop()
     return 0 if asked or code == 0 else code

@@ -28,6 +28,8 @@ from typing import BinaryIO, TextIO
 import duckdb
 import pyarrow as pa
 
+from .devstack import missing_warehouse
+
 FORMATS = ("table", "csv", "json", "jsonl", "parquet")
 TO_STDOUT = ("csv", "json", "jsonl")  # parquet is binary: it needs --output
 COPY_OPTIONS = {"csv": "format csv, header true", "json": "format json, array true",
@@ -91,8 +93,7 @@ def open_warehouse(path: Path, lake_root: str | None = None) -> duckdb.DuckDBPyC
     from resources.object_store import connect
 
     if not path.is_file():
-        raise FileNotFoundError(f"no warehouse at {path} (run `make demo`, or materialize the "
-                                "warehouse's views: warehouse_job)")
+        raise FileNotFoundError(missing_warehouse(path))
     folders = lake_folders(lake_root)
     con = connect(str(path), lake_root, read_only=True, config=GUARDED)
     try:

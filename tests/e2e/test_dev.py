@@ -3,6 +3,7 @@ data homes and UI ports, free ports for the rest), each stopped whole by SIGTERM
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -60,7 +61,11 @@ def test_two_dev_stacks_run_side_by_side_and_stop_on_sigterm(tmp_path):
                     pass
                 assert time.monotonic() < deadline, log.read_text()
                 time.sleep(1)
-        for _, log, proc in stacks:
+        for name, (_, log, proc) in zip(("a", "b"), stacks, strict=True):
+            # the log says where its data is; its note tells `ledgerlake sql` it is running
+            assert f"data       {tmp_path / name}" in log.read_text()
+            note = tmp_path / name / ".ledgerlake-dev"
+            assert json.loads(note.read_text())["pid"] == proc.pid
             pids = tree(proc.pid)
             assert len(pids) > 3, pids  # itself, sandbox, receiver, dagster dev and its own
             proc.send_signal(signal.SIGTERM)
@@ -69,6 +74,7 @@ def test_two_dev_stacks_run_side_by_side_and_stop_on_sigterm(tmp_path):
             while alive(pids) and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert alive(pids) == set(), log.read_text()[-2000:]
+            assert not note.exists()
             text = log.read_text()
             # no Python warning (BetaWarning, dev_command's), no migration INFO lines
             assert "Warning" not in text and "alembic" not in text, text
