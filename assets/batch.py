@@ -25,8 +25,18 @@ class Batch(ConfigurableResource):
     rerun`; a run launched by hand names them in the launchpad)."""
 
     records: list[int] = Field(default=[], description=(
-        "the numbers of the records this run fetches (`ledgerlake status RECORD` shows a "
-        "record's), each on its own; empty: the run lands nothing"))
+        "the numbers of the records this run fetches, each on its own (`ledgerlake status` "
+        "lists every record's number), e.g. [1, 2]; a run that names none fails at once, "
+        "saying so, and lands nothing"))
+
+
+# what a run launched by hand without records is told (its product steps fail with it)
+NAME_THEM = (
+    "this run names no record, so it would land nothing: a run of the product assets lands "
+    "the records its config names, by number, under resources: batch: config: records: "
+    "[1, 2] (`ledgerlake status` lists each record's number). To refresh every connected "
+    "record, start the daily_refresh schedule's tick (its page, Preview tick result, "
+    "Launch all): one run per 1000 records.")
 
 
 def batch_config(numbers: list[int]) -> dict:

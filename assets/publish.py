@@ -39,7 +39,7 @@ from resources.privacy import Keys, KeyUnusable
 from resources.staging import Staged
 from resources.tables import schema
 
-from .batch import Batch
+from .batch import NAME_THEM, Batch
 from .catalog import OWNERS, PRODUCT_TAGS, column_schema
 
 SHOWN = 20  # records a batch's metadata names (by number), of those that failed
@@ -166,6 +166,8 @@ def to_land(context: dg.AssetExecutionContext, batch: Batch, inbox: Inbox,
             asset: str) -> dict[str, int]:
     """The batch's records (id -> number), less those an earlier try of this step landed and
     those forgotten; holds the erasure lock until `inbox` closes (Inbox.hold_landing)."""
+    if not batch.records:  # launched by hand with the default config: say how, land nothing
+        raise dg.Failure(NAME_THEM, allow_retries=False)
     inbox.hold_landing()
     by_number = inbox.ids_of(batch.records)
     if gone := len(set(batch.records)) - len(by_number):
@@ -357,8 +359,8 @@ def report(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Lan
     one result per check the batch evaluated; then the step fails (and is retried) if any
     record failed."""
     if not landings and context.retry_number == 0:
-        context.log.warning("this run's batch names no record to land (it names them in "
-                            "resources.batch.config.records): nothing was fetched")
+        context.log.warning("none of this run's records is known any more (forgotten): "
+                            "nothing was fetched")
     published = [x for x in landings if x.published]
     held = [x.number for x in landings if x.outcome == HELD]
     failed = [x for x in landings if x.error]

@@ -14,11 +14,19 @@ from .replay import replay_missing_callbacks
 FRESHNESS = AssetSelection.checks(*freshness_checks)
 
 # the inbox sensor's runs: the product assets of a batch of records, chosen per request
+MANUAL = (" Launched by hand, it lands the records its config names by number "
+          "(resources: batch: config: records: [1, 2]; `ledgerlake status` lists them); "
+          "with none named it fails at once, saying so.")
 ingest_job = define_asset_job(
-    "ingest_job", selection=AssetSelection.groups("products") - FRESHNESS)
+    "ingest_job", selection=AssetSelection.groups("products") - FRESHNESS,
+    description="The product assets of a batch of records, as the inbox sensor starts it for "
+                "their callbacks." + MANUAL)
 # the schedule's daily refresh: balances and transactions of every connected record
 refresh_job = define_asset_job(
-    "refresh_job", selection=AssetSelection.assets("balances", "transactions") - FRESHNESS)
+    "refresh_job", selection=AssetSelection.assets("balances", "transactions") - FRESHNESS,
+    description="Balances and transactions of a batch of records: the daily_refresh schedule "
+                "starts one run per 1000 connected records (to refresh them all now, launch "
+                "its tick from the schedule's page: Preview tick result, Launch all)." + MANUAL)
 # record statuses, the lake tables derived for the views, and the views over the lake (also
 # kept up by automation: pipeline/sensors.py)
 warehouse_job = define_asset_job("warehouse_job", selection=AssetSelection.assets(
