@@ -12,7 +12,7 @@ nothing in Dagster's storage, and its number names nothing any more (docs/privac
 
 from __future__ import annotations
 
-from dagster import AssetExecutionContext, ConfigurableResource
+from dagster import AssetExecutionContext, ConfigurableResource, InitResourceContext
 from pydantic import Field
 
 # records per run of the daily refresh and the periodic callbacks: a run's start (a process,
@@ -22,7 +22,13 @@ RECORDS_PER_RUN = 1000
 
 class Batch(ConfigurableResource):
     """The records this run lands (set per run by the sensor, the schedules and `ledgerlake
-    rerun`; a run launched by hand names them in the launchpad)."""
+    rerun`; a run launched by hand names them in the launchpad). As its steps start, the run
+    is tagged with who launched it (`ledgerlake/launched`: manual, schedule or sensor)."""
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        run, instance = context.dagster_run, context.instance
+        if run is not None and instance is not None and LAUNCHED_TAG not in run.tags:
+            instance.add_run_tags(run.run_id, {LAUNCHED_TAG: launched_by(run.tags)})
 
     records: list[int] = Field(default=[], description=(
         "the numbers of the records this run fetches, each on its own (`ledgerlake status` "
@@ -44,15 +50,38 @@ def batch_config(numbers: list[int]) -> dict:
     return {"resources": {"batch": {"config": {"records": list(numbers)}}}}
 
 
+LAUNCHED_TAG = "ledgerlake/launched"  # manual, schedule or sensor: set on every product run
+
+
+def launched_by(tags: dict[str, str]) -> str:
+    """Who started a run: `schedule` (daily_refresh), `sensor` (the inbox's callbacks), or
+    `manual`: the Launchpad, a schedule's or a sensor's preview, `ledgerlake rerun`.
+
+    Both previews copy the request's tags into the runs a person launches from them,
+    `ledgerlake/schedule` or `ledgerlake/methods` included, and the name of their schedule
+    or sensor (`dagster/schedule_name`, `dagster/sensor_name`), but never the run key, which
+    only the daemon gives the runs it starts (daily_refresh and the inbox sensor key each
+    of theirs): a run named for either without its key was launched by hand."""
+    instigated = tags.get("dagster/schedule_name") or tags.get("dagster/sensor_name")
+    if instigated and not tags.get("dagster/run_key"):
+        return "manual"
+    if tags.get("ledgerlake/schedule"):
+        return "schedule"
+    if tags.get("ledgerlake/inbox_event") and tags.get("dagster/run_key"):
+        return "sensor"
+    return "manual"
+
+
 def source_of(context: AssetExecutionContext) -> str:
     """Why this run fetched balances: callback, periodic, schedule, or manual (UI, rerun).
 
     The sensor tags a run with every callback method it serves (`ledgerlake/methods`), the
-    schedule with its name.
+    schedule with its name; a copy of either launched by hand is manual (`launched_by`).
     """
     tags = context.run.tags
-    if tags.get("ledgerlake/schedule"):
-        return "schedule"
+    launched = launched_by(tags)
+    if launched != "sensor":
+        return launched
     methods = set((tags.get("ledgerlake/methods") or tags.get("ledgerlake/method", "")).split(","))
     if "BALANCE" in methods:
         return "callback"

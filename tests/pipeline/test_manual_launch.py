@@ -4,6 +4,8 @@ check left Skipped, no "did not yield expected outputs"."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import dagster as dg
 
 from assets.balances import balances
@@ -44,3 +46,50 @@ def test_a_refresh_launched_with_no_records_refuses_and_says_how(tmp_path):
     assert "resources: batch: config: records: [1, 2]" in NAME_THEM
     assert "ledgerlake status" in refresh_job.description and "Launch all" in \
         refresh_job.description
+
+
+def test_who_launched_a_run_by_its_tags():
+    """The daemon keys the runs it starts for daily_refresh and the inbox sensor; a copy of
+    their requests launched from a preview carries their tags but no key: manual."""
+    from assets.batch import launched_by
+
+    schedule = {"ledgerlake/schedule": "daily_refresh", "ledgerlake/refresh_day": "2026-11-28",
+                "dagster/schedule_name": "daily_refresh"}
+    sensor = {"ledgerlake/inbox_event": "7", "ledgerlake/methods": "BALANCE",
+              "dagster/sensor_name": "inbox_sensor"}
+    key = {"dagster/run_key": "k-1"}
+    assert launched_by({**schedule, **key}) == "schedule"  # the daemon, at 02:00
+    assert launched_by(schedule) == "manual"  # the schedule's preview, Open in Launchpad
+    assert launched_by({**sensor, **key}) == "sensor"
+    assert launched_by(sensor) == "manual"  # the sensor's preview
+    assert launched_by({k: v for k, v in {**sensor, **key}.items()
+                        if k != "dagster/sensor_name"}) == "sensor"  # ticked in process
+    assert launched_by({"ledgerlake/rerun": "cli"}) == launched_by({}) == "manual"
+
+
+def test_a_run_copied_from_the_schedules_preview_is_manual(sandbox, tmp_path):
+    """daily_refresh's tick as the UI's preview evaluates it, launched by hand: the run is
+    tagged manual and its balance snapshots say so, not `schedule`."""
+    from pipeline.schedules import daily_refresh
+
+    record = sandbox.customer(accounts=1, months=1)["record"]
+    inbox = connected(tmp_path / "inbox.sqlite3", [record])
+    res = {"client": ConnectionClient(base_url=sandbox.url, secret_key=sandbox.sandbox_key,
+                                      environment="sandbox"),
+           "lake": Lake(root=str(tmp_path / "lake")), "inbox": InboxResource(path=inbox),
+           "batch": Batch()}
+    defs = dg.Definitions(assets=[balances, transactions], asset_checks=freshness_checks,
+                          jobs=[refresh_job], schedules=[daily_refresh], resources=res)
+    with dg.DagsterInstance.ephemeral() as instance:
+        with dg.build_schedule_context(instance=instance, resources={"inbox": res["inbox"]},
+                                       scheduled_execution_time=dt.datetime.now(dt.UTC),
+                                       repository_def=defs.get_repository_def()) as context:
+            (request,) = daily_refresh.evaluate_tick(context).run_requests
+        assert request.tags["dagster/schedule_name"] == "daily_refresh"
+        out = defs.resolve_job_def("refresh_job").execute_in_process(
+            instance=instance, run_config=request.run_config, tags=request.tags,
+            asset_selection=[dg.AssetKey("balances")])
+        assert out.success
+        assert instance.get_run_by_id(out.run_id).tags["ledgerlake/launched"] == "manual"
+    history = Lake(root=str(tmp_path / "lake")).read("balance_history", record)
+    assert set(history["source"].to_pylist()) == {"manual"}
