@@ -63,4 +63,4 @@ def accounts(context: AssetExecutionContext, batch: Batch, client: ResourceParam
 
         landings = land_each(context, "accounts", ids, land, lake, db, {"accounts": SCHEMA},
                              [ACCOUNT_HAS_RECORD])
-    yield from report(context, "accounts", landings, [ACCOUNT_HAS_RECORD])
+    yield from report(context, "accounts", landings, [ACCOUNT_HAS_RECORD], lake=lake)

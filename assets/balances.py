@@ -81,4 +81,5 @@ def balances(context: AssetExecutionContext, batch: Batch, client: ResourceParam
                              lake, db, {"balance_history": HISTORY, "balance_periodic": PERIODIC},
                              appended={"balance_history"})
     yield from report(context, "balances", landings,
-                      extra={"source": source, **chart_metadata(context, lake, landings)})
+                      extra={"source": source, **chart_metadata(context, lake, landings)},
+                      lake=lake)

@@ -60,4 +60,4 @@ def identity(context: AssetExecutionContext, batch: Batch, client: ResourceParam
     with inbox.open() as db:
         landings = land_each(context, "identity", to_land(context, batch, db, "identity"), land,
                              lake, db, {"identity": SCHEMA})
-    yield from report(context, "identity", landings)
+    yield from report(context, "identity", landings, lake=lake)

@@ -147,4 +147,5 @@ def income(context: AssetExecutionContext, batch: Batch, client: ResourceParam[C
                              {"income": SUMMARY, "income_streams": STREAMS}, [INCOME_MATCHES])
     waiting = sum(1 for x in landings if x.published and x.problems[INCOME_MATCHES.name] is None)
     yield from report(context, "income", landings, [INCOME_MATCHES],
-                      extra={"checked_when_transactions_land": waiting} if waiting else None)
+                      extra={"checked_when_transactions_land": waiting} if waiting else None,
+                      lake=lake)

@@ -113,4 +113,4 @@ def payments(context: AssetExecutionContext, batch: Batch, lake: Lake, inbox: In
 
         landings = land_each(context, "payments", to_land(context, batch, db, "payments"), land,
                              lake, db, {"payments": SCHEMA})
-    yield from report(context, "payments", landings)
+    yield from report(context, "payments", landings, lake=lake)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 import dagster as dg
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from resources.client.errors import (
     ApiError,
@@ -35,6 +36,7 @@ from resources.client.errors import (
 )
 from resources.inbox import FAILED, HELD, LANDED_OK, Inbox, LandingState
 from resources.lake import Lake
+from resources.object_store import where
 from resources.privacy import Keys, KeyUnusable
 from resources.staging import Staged
 from resources.tables import schema
@@ -129,6 +131,9 @@ def worth_retrying(exc: BaseException) -> bool:
     return not isinstance(exc, ValueError | LookupError | TypeError)  # bad data, or a bug
 
 
+TABLES: dict[str, str] = {}  # product asset -> its lake table, whose size it reports
+
+
 def product(name: str, *, description: str, checks: Sequence[Check] = (),
             table: str | None = None, tags: Mapping[str, str] | None = None,
             first: bool = False) -> Callable:
@@ -136,6 +141,7 @@ def product(name: str, *, description: str, checks: Sequence[Check] = (),
     module's docstring). Its columns are its lake table's (`table`, by default its name).
     `first`: a run lands it before the others (a priority, not a dependency: a product that
     failed for one record of the batch must not skip the others' products)."""
+    TABLES[name] = table or name
     spec = dg.AssetSpec(name, skippable=True, group_name="products", kinds={"delta"},
                         description=description, owners=OWNERS,
                         tags={**PRODUCT_TAGS, **(tags or {})},
@@ -352,12 +358,30 @@ def _detail(x: Landing, checks: Sequence[Check]) -> dict:
             if v}
 
 
+def table_rows(lake: Lake, table: str, version: int | None) -> int | None:
+    """The rows of the lake's `table` at `version` (None: its latest; 0 if there is no table
+    yet), summed from its log's file statistics: no data file is read. None if a file has no
+    count (the lake's writes always give one)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    location, options = where(lake.table_uri(table))
+    try:
+        delta = DeltaTable(location, storage_options=options, version=version)
+    except TableNotFoundError:
+        return 0
+    counts = pa.table(delta.get_add_actions(flatten=False))["num_records"]
+    return None if counts.null_count else int(pc.sum(counts).as_py() or 0)
+
+
 def report(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Landing],
-           checks: Sequence[Check] = (), extra: Mapping[str, object] | None = None
-           ) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+           checks: Sequence[Check] = (), extra: Mapping[str, object] | None = None, *,
+           lake: Lake) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     """The batch as Dagster hears of it: a materialization when any record was published,
     one result per check the batch evaluated; then the step fails (and is retried) if any
-    record failed."""
+    record failed. Its `dagster/row_count`, which Dagster and its users read as the asset's
+    size, is the asset's lake table's rows as this run's commit left it; the batch's own
+    counts have their own names (`rows_landed`, `records`, `published`...)."""
     if not landings and context.retry_number == 0:
         context.log.warning("none of this run's records is known any more (forgotten): "
                             "nothing was fetched")
@@ -366,7 +390,12 @@ def report(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Lan
     failed = [x for x in landings if x.error]
     run_id = context.run.run_id
     if published:
-        meta = {"dagster/row_count": sum(x.row_count for x in published),
+        table = TABLES.get(asset, asset)
+        mine = [x.lake_version for x in published
+                if x.lake_version is not None and x.lake_table == lake.shown(table)]
+        rows = table_rows(lake, table, max(mine) if mine else None)
+        meta = {**({"dagster/row_count": rows} if rows is not None else {}),
+                "rows_landed": sum(x.row_count for x in published),
                 "records": len(landings), "published": len(published), "held": len(held),
                 "failed": len(failed),
                 "lake_table": dg.MetadataValue.path(published[0].lake_table or ""),

@@ -758,4 +758,4 @@ def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batc
     yield from report(context, "transactions", landings, [RUNNING_BALANCE], extra={
         "fetched_rows": sum(x.fetched_rows or 0 for x in landings),
         "pulled_whole": sum(p.startswith(FULL) for p in pulls),
-        **chart_metadata(context, lake, landings)})
+        **chart_metadata(context, lake, landings)}, lake=lake)

@@ -232,7 +232,10 @@ def test_each_product_notes_the_record_it_landed(landed):
         meta = materialization(result, r["product"]).metadata
         assert (meta["records"].value, meta["published"].value, meta["held"].value,
                 meta["failed"].value) == (1, 1, 0, 0)
-        assert meta["dagster/row_count"].value == r["row_count"]
+        assert meta["rows_landed"].value == r["row_count"]  # the batch's rows
+        # the asset's size: its table's rows as the commit left them, every record's
+        assert meta["dagster/row_count"].value == Lake(root=str(lake)).read(
+            table, version=r["lake_version"]).num_rows >= r["row_count"]
         assert meta["lake_version"].value == r["lake_version"]
         assert result.run_id in meta["each_record"].value
 
@@ -267,7 +270,7 @@ def test_many_records_in_one_run(shared_sandbox, tmp_path):
         assert table["account_id"].to_pylist() == m["accounts"]
     (mat,) = out.asset_materializations_for_node("accounts")
     assert (mat.metadata["records"].value, mat.metadata["published"].value) == (3, 3)
-    assert mat.metadata["dagster/row_count"].value == 3
+    assert mat.metadata["dagster/row_count"].value == mat.metadata["rows_landed"].value == 3
     (check,) = out.get_asset_check_evaluations()
     assert check.passed and check.metadata["records_checked"].value == 3
     assert [(r["record_id"], r["outcome"]) for r in noted(tmp_path, "landings", out.run_id)] \
@@ -417,8 +420,10 @@ def test_a_large_batch_lands_chunk_by_chunk(shared_sandbox, tmp_path, monkeypatc
     assert [rows[k]["lake_version"] - first for k in keys] == [0] * 4 + [1] * 4 + [2] * 2
     (mat,) = out.asset_materializations_for_node("transactions")
     assert (mat.metadata["records"].value, mat.metadata["published"].value) == (10, 10)
-    assert mat.metadata["dagster/row_count"].value == sum(r["row_count"] for r in rows.values())
-    assert mat.metadata["fetched_rows"].value == mat.metadata["dagster/row_count"].value
+    assert mat.metadata["rows_landed"].value == sum(r["row_count"] for r in rows.values())
+    assert mat.metadata["fetched_rows"].value == mat.metadata["rows_landed"].value
+    # a fresh lake: the table holds this batch's rows and nothing else
+    assert mat.metadata["dagster/row_count"].value == mat.metadata["rows_landed"].value
     assert mat.metadata["lake_version"].value == first + 2 == Lake(
         root=str(tmp_path)).version("transactions")
     assert "ledgerlake report '#" in mat.metadata["daily_balance"].value  # more than drawn

@@ -363,7 +363,7 @@ def test_a_batched_run_reports_each_record_on_its_own(sandbox, tmp_path):
         assert state(tmp_path, k, "transactions").row_count == counts[k]
     # Dagster hears of the batch: its total, once
     (mat,) = out.asset_materializations_for_node("transactions")
-    assert mat.metadata["dagster/row_count"].value == sum(counts.values())
+    assert mat.metadata["rows_landed"].value == sum(counts.values())
     assert mat.metadata["records"].value == mat.metadata["published"].value == 3
     verdicts = {r["record_id"]: r["passed"] for r in noted(tmp_path, "checks", out.run_id)}
     assert verdicts == dict.fromkeys(keys, True)
