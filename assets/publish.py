@@ -132,6 +132,12 @@ def worth_retrying(exc: BaseException) -> bool:
 
 
 TABLES: dict[str, str] = {}  # product asset -> its lake table, whose size it reports
+# on each product's page: the UI names records by number, and this is how to find one's runs
+FIND_A_RECORD = (
+    ". To find record #N: Runs, filtered by tag ledgerlake/record-N=carried, lists the runs "
+    "of at most 10 records that carried it (every run's ledgerlake/record_numbers tag holds "
+    "its records' ranges); `ledgerlake status '#N'` tells its id, the last landing of each "
+    "product and its checks.")
 
 
 def product(name: str, *, description: str, checks: Sequence[Check] = (),
@@ -143,7 +149,7 @@ def product(name: str, *, description: str, checks: Sequence[Check] = (),
     failed for one record of the batch must not skip the others' products)."""
     TABLES[name] = table or name
     spec = dg.AssetSpec(name, skippable=True, group_name="products", kinds={"delta"},
-                        description=description, owners=OWNERS,
+                        description=description + FIND_A_RECORD, owners=OWNERS,
                         tags={**PRODUCT_TAGS, **(tags or {})},
                         metadata={"dagster/column_schema": column_schema(
                             schema(table or name), table or name, record_id=True)})

@@ -20,7 +20,7 @@ from dagster import (
     schedule,
 )
 
-from assets.batch import RECORDS_PER_RUN, batch_config
+from assets.batch import RECORDS_PER_RUN, batch_config, record_tags
 from resources.inbox import CONNECTED
 from resources.inbox.resource import InboxResource
 
@@ -37,7 +37,7 @@ def daily_refresh(context: ScheduleEvaluationContext, inbox: InboxResource):
         while page := db.numbered(after, RECORDS_PER_RUN, status=CONNECTED):
             requests.append(RunRequest(
                 run_key=f"refresh-{day}-{page[0]}", run_config=batch_config(page),
-                tags={"ledgerlake/schedule": "daily_refresh", "ledgerlake/records": str(len(page)),
+                tags={"ledgerlake/schedule": "daily_refresh", **record_tags(page),
                       "ledgerlake/refresh_day": day}))
             after = page[-1]
     return requests or SkipReason("no record is connected")

@@ -38,7 +38,7 @@ from dagster import (
     sensor,
 )
 
-from assets.batch import RECORDS_PER_RUN, batch_config
+from assets.batch import RECORDS_PER_RUN, batch_config, record_tags
 from assets.publish import named
 from assets.warehouse import LAKE_TABLES, VIEWS, derived_of, view_key, view_reads
 from resources.config import Settings
@@ -186,7 +186,7 @@ def _batched_runs(wanted: dict[str, tuple[dict[str, None], list[Event]]],
                 tags={"ledgerlake/inbox_event": str(last.id), "ledgerlake/method": last.method
                       or "", "ledgerlake/methods": ",".join(dict.fromkeys(
                           e.method or "" for e in evs))[:1000],
-                      "ledgerlake/records": str(len(batch))}))
+                      **record_tags([numbers[r] for r in batch])}))
     return requests
 
 

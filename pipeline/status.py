@@ -142,7 +142,7 @@ def rerun(defs, instance, numbers: Sequence[int], assets: Sequence[str], *,
     in `instance` like any run."""
     import dagster as dg
 
-    from assets.batch import batch_config
+    from assets.batch import batch_config, record_tags
 
     config = {**(run_config or {}), **batch_config(list(numbers))}
     if full_history and "transactions" in assets:
@@ -150,5 +150,5 @@ def rerun(defs, instance, numbers: Sequence[int], assets: Sequence[str], *,
     return defs.resolve_job_def("ingest_job").execute_in_process(
         instance=instance, run_config=config, raise_on_error=False,
         asset_selection=[dg.AssetKey(a) for a in assets],
-        tags={"ledgerlake/rerun": "cli", "ledgerlake/records": str(len(numbers)),
+        tags={"ledgerlake/rerun": "cli", **record_tags(list(numbers)),
               "ledgerlake/full_history": str(full_history).lower()})

@@ -8,7 +8,7 @@ import gc
 import dagster as dg
 import pytest
 
-from assets.batch import RECORDS_PER_RUN, batch_config
+from assets.batch import RECORDS_PER_RUN, batch_config, ranges
 from pipeline.schedules import daily_refresh
 from resources.inbox import Inbox, describe, kept_body
 from resources.inbox.resource import InboxResource
@@ -78,6 +78,19 @@ def test_connected_records_are_paged_one_run_per_page(tmp_path, monkeypatch, mak
         f"refresh-2026-11-22-{r.run_config['resources']['batch']['config']['records'][0]}"
         for r in requests]
     assert [r.tags["ledgerlake/records"] for r in requests] == [str(len(p)) for p in pages]
+    # a big run names its records by ranges, in one tag; only a small one has a tag each
+    numbers = [r.run_config["resources"]["batch"]["config"]["records"] for r in requests]
+    assert [r.tags["ledgerlake/record_numbers"] for r in requests] == [
+        ranges(n) for n in numbers]
+    assert [sum(k.startswith("ledgerlake/record-") for k in r.tags) for r in requests] == \
+        [0, 0, 1]
+
+
+def test_record_numbers_as_ranges():
+    assert ranges([5, 1, 2, 3, 9, 7, 8, 3]) == "1-3,5,7-9"
+    assert ranges([]) == "" and ranges([4]) == "4"
+    cut = ranges(list(range(1, 4000, 2)))  # every other number: no range to fold
+    assert len(cut) == 1000 and cut.endswith("...")
 
 
 def test_nothing_connected_skips(tmp_path, monkeypatch, make):

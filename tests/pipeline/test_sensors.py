@@ -91,6 +91,10 @@ def test_ready_products_become_runs_keyed_by_inbox_event(inbox, defs, instance, 
     assert rr.tags["ledgerlake/inbox_event"] == str(last)
     assert rr.tags["ledgerlake/methods"] == "AUTH,ACCOUNTS,BALANCE,TRANSACTIONS"
     assert rr.tags["ledgerlake/records"] == "1"
+    # a small run: a tag the UI's run filter finds the record by, and its number's range
+    number = inbox.numbers([r1])[r1]
+    assert rr.tags[f"ledgerlake/record-{number}"] == "carried"
+    assert rr.tags["ledgerlake/record_numbers"] == str(number)
     assert r1 not in str(rr.tags) and r1 not in rr.run_key  # a record is named by its number
     assert result.cursor == str(last)
 
