@@ -139,8 +139,8 @@ def inbox_incidents(db: Inbox, instance: DagsterInstance, settings: Alerting, no
             found["behind"] = Incident(
                 "behind", "the inbox sensor behind",
                 f"{_count(vitals.waiting, 'callback')} not yet read by the inbox sensor, the "
-                f"oldest stored {_span(waited)} ago. Check that inbox_sensor and the Dagster daemon "
-                f"run: {settings.dagster_url}/automation",
+                f"oldest stored {_span(waited)} ago. Check that inbox_sensor and the Dagster "
+                f"daemon run: {settings.dagster_url}/automation",
                 {"callbacks": vitals.waiting, "oldest_seconds": round(waited)})
     seen, grew_at = state.get("dead_letters"), state.get("dead_letters_grew_at")
     if seen is not None and vitals.dead_letters > seen:
