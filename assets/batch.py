@@ -30,7 +30,9 @@ class Batch(ConfigurableResource):
         if run is not None and instance is not None and LAUNCHED_TAG not in run.tags:
             instance.add_run_tags(run.run_id, {LAUNCHED_TAG: launched_by(run.tags)})
 
-    records: list[int] = Field(default=[], description=(
+    # required: the Launchpad's default config, which names no record, is refused before a
+    # run starts (Dagster says which entry is missing); bound as Batch.configure_at_launch()
+    records: list[int] = Field(description=(
         "the numbers of the records this run fetches, each on its own (`ledgerlake status` "
         "lists every record's number), e.g. [1, 2]; a run that names none fails at once, "
         "saying so, and lands nothing"))

@@ -382,12 +382,13 @@ def table_rows(lake: Lake, table: str, version: int | None) -> int | None:
 
 def report(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Landing],
            checks: Sequence[Check] = (), extra: Mapping[str, object] | None = None, *,
-           lake: Lake) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+           lake: Lake | None = None) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     """The batch as Dagster hears of it: a materialization when any record was published,
     one result per check the batch evaluated; then the step fails (and is retried) if any
     record failed. Its `dagster/row_count`, which Dagster and its users read as the asset's
     size, is the asset's lake table's rows as this run's commit left it; the batch's own
-    counts have their own names (`rows_landed`, `records`, `published`...)."""
+    counts have their own names (`rows_landed`, `records`, `published`...). Without a `lake`
+    (a bench's stand-in asset) the table's count is left out."""
     if not landings and context.retry_number == 0:
         context.log.warning("none of this run's records is known any more (forgotten): "
                             "nothing was fetched")
@@ -397,9 +398,9 @@ def report(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Lan
     run_id = context.run.run_id
     if published:
         table = TABLES.get(asset, asset)
-        mine = [x.lake_version for x in published
-                if x.lake_version is not None and x.lake_table == lake.shown(table)]
-        rows = table_rows(lake, table, max(mine) if mine else None)
+        mine = [x.lake_version for x in published if lake and x.lake_version is not None
+                and x.lake_table == lake.shown(table)]
+        rows = table_rows(lake, table, max(mine) if mine else None) if lake else None
         meta = {**({"dagster/row_count": rows} if rows is not None else {}),
                 "rows_landed": sum(x.row_count for x in published),
                 "records": len(landings), "published": len(published), "held": len(held),

@@ -67,7 +67,7 @@ def child(job: dict) -> dict:
     run = dg.Definitions(
         assets=[asset], jobs=[dg.define_asset_job("run", selection=[asset.key])],
         resources={"client": ConnectionClient(base_url=job["url"], secret_key=job["key"]),
-                   "lake": lake, "inbox": InboxResource(path=str(inbox)), "batch": Batch()},
+                   "lake": lake, "inbox": InboxResource(path=str(inbox)), "batch": Batch.configure_at_launch()},
     ).resolve_job_def("run")
 
     @dg.asset

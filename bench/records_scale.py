@@ -216,7 +216,7 @@ def stand_in_defs() -> dg.Definitions:
                 stand_in(transactions, [RUNNING_BALANCE],
                          lambda n: {"fetched_rows": 250 * n, "pulled_whole": n // 7})],
         jobs=[dg.define_asset_job("refresh_job", selection=["balances", "transactions"])],
-        resources={"batch": Batch()}, executor=dg.in_process_executor)
+        resources={"batch": Batch.configure_at_launch()}, executor=dg.in_process_executor)
 
 
 def execute(job, instance, rr, **tags) -> dict:

@@ -85,7 +85,7 @@ def child_ledgerlake(job: dict) -> dict:
     defs = dg.Definitions(
         assets=[transactions], jobs=[dg.define_asset_job("bench", selection=["transactions"])],
         resources={"client": ConnectionClient(base_url=job["url"], secret_key=job["key"]),
-                   "lake": lake, "inbox": InboxResource(path=str(inbox)), "batch": Batch()})
+                   "lake": lake, "inbox": InboxResource(path=str(inbox)), "batch": Batch.configure_at_launch()})
     ingest = defs.resolve_job_def("bench")
 
     @dg.asset
@@ -333,7 +333,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
             assets=[transactions], jobs=[ingest_job], sensors=[inbox_sensor],
             asset_checks=freshness_checks,  # ingest_job leaves them out by name
             resources={"client": ConnectionClient(base_url=box.url, secret_key=box.key),
-                       "lake": lake, "inbox": InboxResource(), "batch": Batch(),
+                       "lake": lake, "inbox": InboxResource(), "batch": Batch.configure_at_launch(),
                        # forget_job's, a target of the sensor (it never runs here)
                        "warehouse_db": Warehouse(path=str(home / "warehouse.duckdb"))})
         api.post("settings/webhook", json={"url": receiver.url + "/callbacks/",

@@ -81,7 +81,8 @@ defs = dg.Definitions(
         "lake": Lake(root=str(local_path(settings.lake) or settings.lake)),
         # LEDGERLAKE_INBOX read when opened: no database URL in the UI
         "inbox": InboxResource(),
-        "batch": Batch(),  # each run's records, given in its config (assets/batch.py)
+        # each run's records, given in its config, required (assets/batch.py)
+        "batch": Batch.configure_at_launch(),
         "warehouse_db": Warehouse(path=str(settings.warehouse_path),
                                   timezone=settings.timezone),
     },

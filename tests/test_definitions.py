@@ -22,10 +22,10 @@ def test_definitions_validate():
     assert defs.resolve_sensor_def("inbox_sensor").default_status == dg.DefaultSensorStatus.RUNNING
 
 
-def test_runs_are_over_batches_of_records_not_partitions():
+def test_runs_are_over_batches_of_records_not_partitions(monkeypatch):
     """The unit of orchestration is a run over a batch of records (assets/batch.py): no asset
     is partitioned, and each product asset takes its records from the run's `batch`."""
-    from assets.batch import Batch
+    from assets.batch import Batch, batch_config
     from pipeline.definitions import defs
 
     graph = defs.resolve_asset_graph()
@@ -33,7 +33,13 @@ def test_runs_are_over_batches_of_records_not_partitions():
     products = ["accounts", "balances", "transactions", "income", "identity", "payments"]
     assert [p for p in products
             if "batch" not in defs.resolve_assets_def(p).required_resource_keys] == []
-    assert isinstance(defs.resources["batch"], Batch) and defs.resources["batch"].records == []
+    # given per run, required: the Launchpad's default config (no records) is refused
+    monkeypatch.setenv("LEDGERLAKE_SECRET_KEY", "sk_test_config_only")  # the client's config
+    assert defs.resources["batch"].resource_cls is Batch
+    for job in ("ingest_job", "refresh_job"):
+        with pytest.raises(dg.DagsterInvalidConfigError, match='"resources"'):
+            dg.validate_run_config(defs.resolve_job_def(job), {})
+        dg.validate_run_config(defs.resolve_job_def(job), batch_config([1]))
 
 
 def test_dg_check_defs(tmp_path):

@@ -95,7 +95,7 @@ def test_runs_event_logs_and_schedules_live_in_postgres(production, postgres_url
         assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 4
         assert instance.run_monitoring_enabled and instance.run_retries_max_retries == 2
         # a run's batch is its config, kept with the run (no partitions)
-        result = dg.materialize([tiny], instance=instance, resources={"batch": Batch()},
+        result = dg.materialize([tiny], instance=instance, resources={"batch": Batch.configure_at_launch()},
                                 run_config=batch_config([1, 2]),
                                 tags={"ledgerlake/records": "2"})
         instance.create_tick(TickData(
@@ -111,7 +111,9 @@ def test_runs_event_logs_and_schedules_live_in_postgres(production, postgres_url
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen == {"status": "SUCCESS", "materializations": [result.run_id],
-                    "records": [1, 2], "tags": {"ledgerlake/records": "2"},
+                    # the run tags itself as it starts (who launched it) in the same store
+                    "records": [1, 2], "tags": {"ledgerlake/records": "2",
+                                                "ledgerlake/launched": "manual"},
                     "ticks": 1, "launcher": "DefaultRunLauncher",
                     "storage": "PostgresRunStorage"}
     assert result.output_for_node("tiny") == 2  # the run got its batch

@@ -256,7 +256,7 @@ def test_a_record_failing_past_the_last_retry_is_listed_and_rerun(sandbox, tmp_p
     res = resources(sandbox, tmp_path, [record], max_attempts=2, backoff_base_s=0.01)
     # the job leaves out the freshness checks: they are the definitions' too
     defs = dg.Definitions(assets=[transactions], asset_checks=freshness_checks,
-                          jobs=[ingest_job], resources={**res, "batch": Batch()})
+                          jobs=[ingest_job], resources={**res, "batch": Batch.configure_at_launch()})
     with open_inbox(inbox_of(tmp_path)) as inbox:
         number = inbox.numbers([record])[record]  # what a run's batch names it by
     with dg.DagsterInstance.ephemeral() as instance:

@@ -1,15 +1,17 @@
-"""A run launched by hand as the Launchpad opens it (the default config: no records) fails at
-once, saying how to name records, and lands nothing: no green run that fetched nothing, no
-check left Skipped, no "did not yield expected outputs"."""
+"""A run launched by hand as the Launchpad opens it (the default config: no records) is refused
+before it starts; one given an empty list of records fails at once, saying how to name them,
+and lands nothing: no green run that fetched nothing, no check left Skipped, no "did not yield
+expected outputs". And a run launched by hand is tagged manual, wherever launched from."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 import dagster as dg
+import pytest
 
 from assets.balances import balances
-from assets.batch import NAME_THEM, Batch
+from assets.batch import NAME_THEM, Batch, batch_config
 from assets.transactions import transactions
 from pipeline.freshness import freshness_checks
 from pipeline.jobs import refresh_job
@@ -20,6 +22,8 @@ from tests.conftest import connected
 
 
 def test_a_refresh_launched_with_no_records_refuses_and_says_how(tmp_path):
+    """The Launchpad's default config names no record: refused before a run exists. Records
+    given as an empty list: the run fails at once, saying how to name them."""
     # the job leaves out the freshness checks: they are the definitions' too
     defs = dg.Definitions(assets=[balances, transactions], asset_checks=freshness_checks,
                           jobs=[refresh_job], resources={
@@ -28,10 +32,13 @@ def test_a_refresh_launched_with_no_records_refuses_and_says_how(tmp_path):
                                    environment="sandbox"),
         "lake": Lake(root=str(tmp_path / "lake")),
         "inbox": InboxResource(path=connected(tmp_path / "inbox.sqlite3", ["r1"])),
-        "batch": Batch()})
+        "batch": Batch.configure_at_launch()})
+    job = defs.resolve_job_def("refresh_job")
+    with pytest.raises(dg.DagsterInvalidConfigError, match="records"):
+        dg.validate_run_config(job, {})
     with dg.DagsterInstance.ephemeral() as instance:
-        out = defs.resolve_job_def("refresh_job").execute_in_process(
-            instance=instance, raise_on_error=False)
+        out = job.execute_in_process(instance=instance, raise_on_error=False,
+                                     run_config=batch_config([]))
         assert not out.success
         failures = [e for e in out.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
         assert {e.step_key for e in failures} == {"balances", "transactions"}
@@ -77,7 +84,7 @@ def test_a_run_copied_from_the_schedules_preview_is_manual(sandbox, tmp_path):
     res = {"client": ConnectionClient(base_url=sandbox.url, secret_key=sandbox.sandbox_key,
                                       environment="sandbox"),
            "lake": Lake(root=str(tmp_path / "lake")), "inbox": InboxResource(path=inbox),
-           "batch": Batch()}
+           "batch": Batch.configure_at_launch()}
     defs = dg.Definitions(assets=[balances, transactions], asset_checks=freshness_checks,
                           jobs=[refresh_job], schedules=[daily_refresh], resources=res)
     with dg.DagsterInstance.ephemeral() as instance:
