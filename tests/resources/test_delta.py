@@ -148,6 +148,24 @@ def test_compact_then_vacuum_change_no_answer(tmp_path):
     assert delta.vacuum(uri, retention_hours=0)["files_removed"] == 0
 
 
+def test_every_kind_of_write_keeps_row_groups_small_enough_to_skip(tmp_path):
+    """A lookup reads its record's row group whole: no write, compaction included, leaves
+    one over 128k rows (delta-rs's own default is a million)."""
+    import pyarrow.parquet as pq
+
+    uri = str(tmp_path / "transactions")
+    many = pa.concat_tables([rows(30_000, gen=i).append_column(
+        "record_id", pa.array([f"r{i}"] * 30_000)) for i in range(5)])
+    delta.append(uri, SCHEMA, many)  # 150k rows in one commit (a replace writes as it does)
+    delta.append(uri, SCHEMA, many.slice(0, 10))
+    delta.compact(uri, order_by="record_id")  # the two files rewritten as one
+    sizes = [pq.ParquetFile(f.removeprefix("file://")).metadata.row_group(g).num_rows
+             for f in delta.files(uri) for g in range(pq.ParquetFile(
+                 f.removeprefix("file://")).metadata.num_row_groups)]
+    assert sum(sizes) == 150_010
+    assert max(sizes) <= 128 * 1024, sizes
+
+
 def test_a_reader_never_sees_a_record_half_replaced(tmp_path):
     """30 commits replace record r (generation g has 3 + g % 4 rows) while a thread reads it;
     after each commit the writer waits for two more reads, so reads overlap every commit."""
