@@ -143,8 +143,9 @@ def _refresh(lake: Lake, zone: str, gone: set[str], progress: Callable[[str], No
         done.mode, done.records = "records", len(changed)
         done.sample = changed[::max(1, len(changed) // AUDITED)]
         progress(f"derived tables: {len(changed)} records")
+        made = _some_rows(lake, changed, now, zone)
         for d in DERIVED.values():
-            rows = _some_rows(lake, d, changed, now, zone)
+            rows = made[d.name]
             done.versions_written[d.name] = lake.replace_stream(d.name, changed, rows.batches,
                                                                 schema(d.name))
             done.rows[d.name] = rows.count
@@ -275,18 +276,20 @@ class _Rows:
             yield batch
 
 
-def _some_rows(lake: Lake, d: Derived, records: Sequence[str], now: dict[str, int | None],
-               zone: str) -> _Rows:
-    """`d`'s rows of `records` (at most MOST_SOME: a few hundred thousand rows, held), CHUNK
-    records at a time, read through the lake's scan (its files picked by their record
-    ranges) at the versions `now`. Made before the commit reads them: delta-rs, which runs
-    the commit, cannot be called from inside it."""
-    made: list[pa.RecordBatch] = []
+def _some_rows(lake: Lake, records: Sequence[str], now: dict[str, int | None], zone: str
+               ) -> dict[str, _Rows]:
+    """Each derived table's rows of `records` (at most MOST_SOME: a few hundred thousand
+    rows, held), CHUNK records at a time, each source read once for all (through the lake's
+    scan, its files picked by their record ranges) at the versions `now`. Made before the
+    commits read them: delta-rs, which runs a commit, cannot be called from inside it."""
+    made: dict[str, list[pa.RecordBatch]] = {name: [] for name in DERIVED}
     for at in range(0, len(records), CHUNK):
         chunk = records[at:at + CHUNK]
-        tables = {t: _scanned(lake, t, chunk, now[t]) for t in d.sources if now[t] is not None}
-        made += list(_derived(d, tables, zone))
-    return _Rows(lambda: iter(made))
+        tables = {t: _scanned(lake, t, chunk, now[t]) for t in SOURCES if now[t] is not None}
+        for d in DERIVED.values():
+            made[d.name] += _derived(d, {t: r for t, r in tables.items() if t in d.sources},
+                                     zone)
+    return {name: _Rows(lambda b=batches: iter(b)) for name, batches in made.items()}
 
 
 def _all_rows(lake: Lake, d: Derived, now: dict[str, int | None], zone: str,
