@@ -26,7 +26,7 @@ class Batch(ConfigurableResource):
     is tagged with who launched it (`ledgerlake/launched`: manual, schedule or sensor)."""
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
-        run, instance = context.dagster_run, context.instance
+        run, instance = context.run, context.instance
         if run is not None and instance is not None and LAUNCHED_TAG not in run.tags:
             instance.add_run_tags(run.run_id, {LAUNCHED_TAG: launched_by(run.tags)})
 

@@ -134,9 +134,11 @@ def test_every_view_built_over_a_lake_the_assets_filled(sandbox_lake):
     assert view_columns(target, "payments") == VIEWS["payments"]
     assert query(target, "select count(*) as n from payments")["n"][0] == 0
     # a chart over every record on the views that have one, drawn from the view's rows
+    # (after a line saying what it shows: the daily one, which days)
     for name in ("daily_balances", "monthly_cashflow"):
-        assert views[name]["summary"].value.startswith(
-            f"![{name} of every record](data:image/png;base64,")
+        assert f".\n\n![{name} of every record](data:image/png;base64," in \
+            views[name]["summary"].value
+    assert "the last 92 days" in views["daily_balances"]["summary"].value
     assert "summary" not in views["payments"]
 
 
