@@ -375,7 +375,9 @@ def warehouse(context: AssetExecutionContext, lake: Lake, warehouse_db: Warehous
     if done is not None:
         context.log.info("derived tables: %s (%d records) in %.1f s", done.mode, done.records,
                          done.seconds)
+        # what the views read: the sources as derived, the derived tables as just written
         versions |= {t: v for t, v in done.versions.items() if v is not None}
+        versions |= done.versions_written
         yield from _derived_results(lake, made, done, warehouse_db.timezone, context)
     context.log.info("published %s with views %s", target, ", ".join(built))
     shown = warehouse_columns(target)

@@ -190,3 +190,21 @@ def test_the_audit_finds_a_day_that_is_not_its_last_line(lake):
     checked, problems = derived.audit(lake, done, ZONE)
     assert checked == 1
     assert [(p["kind"], p["balance"]) for p in problems] == [("day", "1.00")]
+
+
+def test_a_build_that_derived_leaves_nothing_stale_for_the_sensor(lake, tmp_path):
+    """The views' `lake_versions` are those of the derived tables the build wrote, not from
+    before: otherwise the warehouse sensor sees them moved and asks for a second, empty
+    build after every one that derived (found by bench/freshness.py)."""
+    from dagster import DagsterInstance, SkipReason, build_sensor_context, materialize
+
+    from assets.warehouse import Warehouse, warehouse
+    from pipeline.sensors import warehouse_follows_lake
+
+    with DagsterInstance.ephemeral() as instance:
+        resources = {"lake": lake, "warehouse_db": Warehouse(path=str(tmp_path / "w.duckdb"))}
+        for _ in range(2):  # the first derives every record; the second, after a landing, some
+            assert materialize([warehouse], resources=resources, instance=instance).success
+            with build_sensor_context(instance=instance, resources={"lake": lake}) as ctx:
+                assert isinstance(warehouse_follows_lake(ctx), SkipReason)
+            lake.replace("transactions", {"r1": lines("a1", 6)}, schema("transactions"))
