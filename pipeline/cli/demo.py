@@ -95,7 +95,9 @@ def start_upstream(home: Path, sandbox_port: int = 0, receiver_port: int = 0):
            "LEDGERLAKE_SECRET_KEY": keys["LEDGERLAKE_SANDBOX_KEY"],
            "LEDGERLAKE_HOME": str(home), "LEDGERLAKE_LAKE": str(home / "lake"),
            "LEDGERLAKE_WAREHOUSE": str(home / "warehouse.duckdb"),
-           "LEDGERLAKE_INBOX": str(home / "inbox.sqlite3")}
+           "LEDGERLAKE_INBOX": str(home / "inbox.sqlite3"),
+           # the alerts sensor and `ledgerlake metrics` watch this receiver's /health
+           "LEDGERLAKE_RECEIVER_URL": receiver.url}
     return sandbox, receiver, api, env
 
 
