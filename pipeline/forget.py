@@ -21,7 +21,7 @@ from dagster import Config, OpExecutionContext, op
 
 from assets.derived import DERIVED, carry
 from assets.publish import named
-from assets.warehouse import LAKE_TABLES, Warehouse, build
+from assets.warehouse import LAKE_TABLES, Warehouse, publish
 from resources import delta
 from resources.inbox import DISCONNECTED, Inbox
 from resources.inbox.resource import InboxResource
@@ -167,7 +167,9 @@ class ForgetConfig(Config):
     records: list[int]  # numbers (assets/batch.py): a run's config never names a record
 
 
-@op(description="Forget records the service disconnected (LEDGERLAKE_FORGET_ON_DISCONNECT)")
+# in the warehouse's pool: its rebuild derives the derived tables, one writer at a time
+@op(description="Forget records the service disconnected (LEDGERLAKE_FORGET_ON_DISCONNECT)",
+    pool="duckdb")
 def forget_disconnected(context: OpExecutionContext, config: ForgetConfig, lake: Lake,
                         inbox: InboxResource, warehouse_db: Warehouse) -> None:
     """Erase each record still disconnected when the run starts: one connected again since
@@ -183,6 +185,6 @@ def forget_disconnected(context: OpExecutionContext, config: ForgetConfig, lake:
                           progress=context.log.info, inbox=db)
             context.log.info(f"forgot {named(number)}: {done.rows} rows deleted, "
                              f"{done.files} files purged (erasure {done.erasure_id})")
-    if gone:
-        build(lake.root, warehouse_db.path, warehouse_db.timezone)
+    if gone:  # the derived tables too: views of the sources and of them must agree
+        publish(lake.root, warehouse_db.path, warehouse_db.timezone)
         context.log.info("warehouse rebuilt")

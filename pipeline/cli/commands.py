@@ -413,7 +413,7 @@ def _lake(settings):
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    from assets.warehouse import build
+    from assets.warehouse import publish
     from pipeline.forget import TABLES, forget, records_for
     from resources.config import Settings
     from resources.inbox import CONNECTED, InboxMissing, InboxUnavailable, open_inbox
@@ -438,8 +438,8 @@ def cmd_forget(args: argparse.Namespace) -> int:
             _fail(f"no record of {who} in the lake or the inbox; nothing to erase (recorded)")
         done = forget(lake, TABLES, record=args.record, customer=args.customer,
                       records=None if args.record else records, reason=args.reason,
-                      rebuild=lambda: build(lake.root, settings.warehouse_path,
-                                            settings.timezone),
+                      rebuild=lambda: publish(lake.root, settings.warehouse_path,
+                                              settings.timezone),
                       progress=lambda line: print(f"  {line}", file=sys.stderr), inbox=inbox)
     print(f"forgot {who}: {len(done.records)} record(s), {done.rows} rows deleted, "
           f"{done.files} files purged; erasure {done.erasure_id} in the lake's erasures table")

@@ -22,7 +22,8 @@ import pyarrow.compute as pc
 import pytest
 
 from assets import identity as identity_module
-from assets.warehouse import LAKE_TABLES, Warehouse, build, publish
+from assets.derived import DERIVED
+from assets.warehouse import LAKE_TABLES, Warehouse, publish
 from pipeline.forget import BY_CUSTOMER, TABLES, audit, forget, records_of
 from pipeline.jobs import forget_job
 from pipeline.sensors import plan
@@ -148,7 +149,7 @@ def home(tmp_path) -> dict:
     """A lake of A's two records and B's one, its warehouse, and the command's environment
     (no inbox file: `forget` reads a missing inbox as no record connected)."""
     write_lake(tmp_path / "lake")
-    build(tmp_path / "lake", tmp_path / "warehouse.duckdb")
+    publish(tmp_path / "lake", tmp_path / "warehouse.duckdb")  # derived as the build does
     env = {**os.environ, "LEDGERLAKE_HOME": str(tmp_path / "home"),
            "LEDGERLAKE_LAKE": str(tmp_path / "lake"),
            "LEDGERLAKE_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
@@ -241,7 +242,7 @@ def test_forget_a_customer_erases_every_version_and_keeps_the_others(home):
                and r["requested_at"] <= r["finished_at"] for r in rows_)
     deleted = {t: sum(r["rows_deleted"] for r in rows_ if r["lake_table"] == t)
                for t in ERASABLE}
-    assert deleted == {t: before[(t, R1)] + before[(t, R2)] for t in ERASABLE}
+    assert deleted == {t: before.get((t, R1), 0) + before.get((t, R2), 0) for t in ERASABLE}
     assert all(sum(r["files_purged"] for r in rows_ if r["lake_table"] == t) >= 1
                for t in ERASABLE)  # the older version's file, at least
     assert erasure in out.stdout
@@ -270,8 +271,8 @@ def test_time_travel_to_before_an_erasure_names_it(home):
         assert f"history before erasure {erasure} (of customer {A}, " in told.stderr
         assert "ledgerlake forget" in told.stderr and "vacuum" not in told.stderr
     # the delete, then the commit the history starts at
-    assert {r["lake_version"] for r in erasures_of(lake, A) if r["files_purged"]} == {
-        before + 2}
+    assert {r["lake_version"] for r in erasures_of(lake, A) if r["files_purged"]
+            and r["lake_table"] not in DERIVED} == {before + 2}  # derived: once more written
     logs = b"".join(p.read_bytes() for p in (home["root"] / "lake" / "accounts" /
                                              "_delta_log").glob("*.json"))
     assert logs and not [r for r in (R1, R2) if r.encode() in logs]
@@ -441,7 +442,7 @@ def test_a_pass_stopped_after_any_table_is_finished_by_running_it_again(tmp_path
 def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected(tmp_path):
     lake = write_lake(tmp_path / "lake")
     warehouse = tmp_path / "warehouse.duckdb"
-    build(lake.root, warehouse)
+    publish(lake.root, warehouse)
     path = tmp_path / "inbox.sqlite3"
     with open_inbox(path, create=True) as inbox:
         for record in (R1, R2):
@@ -478,6 +479,11 @@ def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected
     assert found(tmp_path / "lake", [NUBAN[R1]]) == {}
     assert found(tmp_path / "lake", [NUBAN[R2]])
     assert in_views(warehouse)["accounts"] == {R2, R3}
+    # the rebuild derived the derived tables up to the sources it published: the views of
+    # transactions and of daily_balances agree (chaos's readers found a forget's build did not)
+    from assets import derived
+    assert derived._read_state(lake)["versions"] == {
+        t: lake.version(t) for t in derived.SOURCES}
     (erased,) = {(r["subject"], r["reason"]) for r in erasures_of(lake, R1)}
     assert erased == ("record", "disconnect")
     assert erasures_of(lake, R2) == []
