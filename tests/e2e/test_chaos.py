@@ -39,7 +39,9 @@ def test_one_seed_of_chaos_ends_exactly_once(tmp_path):
     (run,) = result["runs"]
     assert run.get("problems") == [], "\n".join(run.get("problems", []))[:5000]
     assert done.returncode == 0 and result["passed"]
-    assert run["mismatches"] == 0 and run["records_checked"] >= 15
+    # 18 records and their users' new logins linked, less those of the customers it forgets
+    # (3 of them in this seed): most of them checked against the sandbox's own data
+    assert run["mismatches"] == 0 and run["records_checked"] >= 12
     # the faults did happen: processes killed, the service misbehaving, events redelivered
     assert {"receiver", "daemon"} <= set(run["faults"])
     assert sum(run["faults"].get(k, 0) for k in ("429", "500", "503", "reset", "truncate",

@@ -69,8 +69,10 @@ def test_two_dev_stacks_run_side_by_side_and_stop_on_sigterm(tmp_path):
             pids = tree(proc.pid)
             assert len(pids) > 3, pids  # itself, sandbox, receiver, dagster dev and its own
             proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=10)
-            deadline = time.monotonic() + 2
+            # a bound against a hang, not a speed: dagster dev's own shutdown takes its
+            # processes' grace, over 10 s on a loaded machine (make test-all beside chaos)
+            proc.wait(timeout=60)
+            deadline = time.monotonic() + 10
             while alive(pids) and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert alive(pids) == set(), log.read_text()[-2000:]
