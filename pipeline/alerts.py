@@ -86,10 +86,12 @@ def _link(settings: Alerting, run_id: str | None) -> str:
     return f"{settings.dagster_url}/runs/{run_id}" if run_id else settings.dagster_url
 
 
-def _numbers(db: Inbox, records: list[str]) -> str:
-    """The records as the Dagster UI names them, by number (`#12`); a forgotten one as `#?`."""
+def _numbers(db: Inbox, records: list[str], count: int) -> str:
+    """The first `records` of `count` as the Dagster UI names them, by number (`#12`; a
+    forgotten one `#?`), with `...` when there are more."""
     numbers = db.numbers(records)
-    return ", ".join(f"#{numbers[r]}" if r in numbers else "#?" for r in records)
+    shown = ", ".join(f"#{numbers[r]}" if r in numbers else "#?" for r in records)
+    return shown + (", ..." if count > len(records) else "")
 
 
 def inbox_incidents(db: Inbox, instance: DagsterInstance, settings: Alerting, now: float,
@@ -105,10 +107,9 @@ def inbox_incidents(db: Inbox, instance: DagsterInstance, settings: Alerting, no
                                           "stay in view")):
             count, first, run_id = db.failing(product, outcome, not_runs=going, limit=SHOWN)
             if count:
-                more = ", ..." if count > len(first) else ""
                 found[f"{outcome}:{product}"] = Incident(
                     f"{outcome}:{product}", f"{_records(count)} {title}",
-                    f"{_records(count)} {product} {why} ({_numbers(db, first)}{more}). "
+                    f"{_records(count)} {product} {why} ({_numbers(db, first, count)}). "
                     f"Run: {_link(settings, run_id)} . Then: `ledgerlake status --failed`, "
                     "`ledgerlake rerun --failed`.",
                     {"records": count, "product": product, "outcome": outcome,
@@ -117,11 +118,10 @@ def inbox_incidents(db: Inbox, instance: DagsterInstance, settings: Alerting, no
     for product in CHECKED:
         expected, stale, first = db.stale(product, now - MAX_AGE.total_seconds(), SHOWN)
         if stale:
-            more = ", ..." if stale > len(first) else ""
             found[f"stale:{product}"] = Incident(
                 f"stale:{product}", f"{product} stale",
                 f"{stale} of {expected} connected records' {product} not landed in {hours} "
-                f"hours ({_numbers(db, first)}{more}): the freshness check "
+                f"hours ({_numbers(db, first, stale)}): the freshness check "
                 f"connected_records_fresh fails. Then: `ledgerlake rerun --products {product}` "
                 "for them, and see whether the daily refresh ran.",
                 {"records": stale, "connected": expected, "product": product})
