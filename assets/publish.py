@@ -226,25 +226,39 @@ def commit(lake: Lake, landings: Iterable[Landing], tables: Mapping[str, pa.Sche
     landings = [x for x in given if x.published and x.rows]
     try:
         for table, columns in tables.items():
-            parts = {x.record_id: x.rows[table] for x in landings if table in x.rows}
-            if not parts:
-                continue
-            try:
-                version = _write(lake, table, parts, columns, table in appended)
-            except Exception as exc:
-                for x in landings:
-                    x.published, x.error = False, f"{type(exc).__name__}: {exc}"
-                    x.retryable = True
+            if not _commit_table(lake, table, columns, landings, table in appended):
                 break
-            for x in landings:
-                if table in x.rows and x.lake_table is None:
-                    x.lake_table, x.lake_version = lake.shown(table), version
     finally:
         for x in given:
-            for part in x.rows.values():
-                if isinstance(part, Streamed):
-                    part.discard()
-            x.rows = {}  # written: the run need not hold them any longer
+            _let_go(x)
+
+
+def _let_go(x: Landing) -> None:
+    """The landing's rows, written or not: the run need not hold them any longer (those
+    staged on disk are deleted)."""
+    for part in x.rows.values():
+        if isinstance(part, Streamed):
+            part.discard()
+    x.rows = {}
+
+
+def _commit_table(lake: Lake, table: str, columns: pa.Schema, landings: list[Landing],
+                  appended: bool) -> bool:
+    """One commit of the landings' rows of `table`, each landing told its version; False,
+    every landing failed, if the commit fails."""
+    parts = {x.record_id: x.rows[table] for x in landings if table in x.rows}
+    if not parts:
+        return True
+    try:
+        version = _write(lake, table, parts, columns, appended)
+    except Exception as exc:
+        for x in landings:
+            x.published, x.error, x.retryable = False, f"{type(exc).__name__}: {exc}", True
+        return False
+    for x in landings:
+        if table in x.rows and x.lake_table is None:
+            x.lake_table, x.lake_version = lake.shown(table), version
+    return True
 
 
 def _write(lake: Lake, table: str, parts: Mapping[str, pa.Table | Streamed],

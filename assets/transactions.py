@@ -23,6 +23,7 @@ import os
 import queue
 import threading
 import zlib
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -213,6 +214,172 @@ def land_one(client: Client, record_id: str, table: pa.Table,
                    rows={} if problems else {"transactions": table})
 
 
+# -- a run's records, staged: prefetch -> window -> validate and audit -> commit, a chunk a time --
+
+@dataclass(frozen=True)
+class Fetched:
+    """A record's pull as fetched (or the error that stopped it), with the rows the lake held
+    of it (None: not read, the record is new, too big to read, or pulled whole)."""
+    record_id: str
+    start: dt.date | None
+    existing: pa.Table | None
+    fresh: "pa.Table | Pull | None" = None
+    error: Exception | None = None
+
+
+@dataclass(frozen=True)
+class Windowed:
+    """A record's rows after its pull, held, waiting to be validated and audited."""
+    record_id: str
+    table: pa.Table
+    start: dt.date | None
+    fetched: int
+
+
+class LakeRows:
+    """What the lake holds of a run's records: their row counts, and the rows of those small
+    enough to hold, read a chunk at a time (one scan for CHUNK records, not one each)."""
+
+    def __init__(self, lake: Lake, ids: list[str], full: Collection[str], stream_rows: int):
+        self.lake = lake
+        self.chunks = [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
+        self.chunk_of = {r: n for n, chunk in enumerate(self.chunks) for r in chunk}
+        # a backfill's records are mostly new: their rows need not be looked for chunk by
+        # chunk; those with more rows than a piece are never read whole
+        self.sizes = lake.row_counts("transactions", [r for r in ids if r not in full])
+        self.big = {r for r, n in self.sizes.items() if n > stream_rows}
+        self.held: dict[str, pa.Table] = {}
+        self.read: set[int] = set()
+
+    def take(self, record_id: str) -> pa.Table | None:
+        n = self.chunk_of[record_id]
+        if n not in self.read:
+            self.read.add(n)
+            self.held.update(self.lake.read_many("transactions", [
+                r for r in self.chunks[n] if r in self.sizes and r not in self.big], SCHEMA))
+        return self.held.pop(record_id, None)
+
+    def ends_chunk(self, record_id: str) -> bool:
+        return record_id == self.chunks[self.chunk_of[record_id]][-1]
+
+
+def prefetch(client: Client, rows: LakeRows, ids: list[str], full: Collection[str],
+             lone: bool, stream_rows: int) -> Iterator[Fetched]:
+    """Each record's pull, in order: FETCHERS threads fetch the next AHEAD records while the
+    caller works on this one."""
+    with ThreadPoolExecutor(FETCHERS, thread_name_prefix="transactions-fetch") as pool:
+        waiting: deque[tuple[str, dt.date | None, pa.Table | None, Future]] = deque()
+        for n, record_id in enumerate(ids):
+            if record_id in full:
+                existing, start = None, None
+            elif record_id in rows.big:
+                existing, start = None, pull_from_lake(rows.lake, record_id)
+            else:
+                existing = rows.take(record_id)
+                start = pull_from(existing)
+            waiting.append((record_id, start, existing, pool.submit(
+                fetch_ahead, client, record_id, start, lone, stream_rows)))
+            while len(waiting) > AHEAD or (waiting and n == len(ids) - 1):
+                yield _fetched(*waiting.popleft())
+
+
+def _fetched(record_id: str, start: dt.date | None, existing: pa.Table | None,
+             fetching: Future) -> Fetched:
+    try:
+        return Fetched(record_id, start, existing, fetching.result())
+    except Exception as exc:
+        return Fetched(record_id, start, existing, error=exc)
+
+
+def windowed(fetched: Iterable[Fetched], client: Client, rows: LakeRows, stream_rows: int,
+             say: Callable[..., None] | None) -> Iterator[tuple[Landing | Windowed, bool]]:
+    """Each record's rows after its pull (a record too big to hold, or failed: its landing
+    already), with whether it ends its chunk: the chunk's last record, or CHUNK_ROWS rows
+    held since the last commit."""
+    held = 0
+    for f in fetched:
+        item = _windowed(f, client, rows, stream_rows)
+        if say is not None and (n := _fetched_rows(item, f)) is not None:
+            say("%s: %d fetched (%s), %d in the record", f.record_id, n,
+                f"from {f.start}" if f.start else "full history",
+                item.table.num_rows if isinstance(item, Windowed) else item.row_count)
+        held += item.table.num_rows if isinstance(item, Windowed) else 0
+        ends = rows.ends_chunk(f.record_id) or held >= CHUNK_ROWS
+        held = 0 if ends else held
+        del f  # its rows as fetched and as the lake held them: not kept while others land
+        yield item, ends
+
+
+def _windowed(f: Fetched, client: Client, rows: LakeRows, stream_rows: int
+              ) -> Landing | Windowed:
+    if f.error is not None:
+        return Landing.failed(f.record_id, f.error)
+    if isinstance(f.fresh, Pull) or f.record_id in rows.big:
+        return land_big(client, rows.lake, f.record_id, f.fresh, f.start,
+                        rows.sizes.get(f.record_id, 0), stream_rows)
+    return Windowed(f.record_id, apply_window(f.existing, f.fresh, f.start), f.start,
+                    f.fresh.num_rows)
+
+
+def _fetched_rows(item: Landing | Windowed, f: Fetched) -> int | None:
+    if isinstance(item, Windowed):
+        return item.fetched
+    return None if f.error is not None else item.fetched_rows
+
+
+def audited(items: Iterable[tuple[Landing | Windowed, bool]], client: Client,
+            audits: ThreadPoolExecutor, stream_rows: int
+            ) -> Iterator[tuple[Landing | Future, bool]]:
+    """The records in order, those held validated together (up to VALIDATE_ROWS rows a
+    pandera call, and at each chunk's end) and their audits started beside (a future)."""
+    group: list[tuple[Landing | Windowed, bool]] = []
+    rows = 0
+    for item, ends in items:
+        size = item.table.num_rows if isinstance(item, Windowed) else 0
+        if size and rows + size > VALIDATE_ROWS:
+            yield from _validated(group, client, audits, stream_rows)
+            group, rows = [], 0
+        group.append((item, ends))
+        rows += size
+        if ends:
+            yield from _validated(group, client, audits, stream_rows)
+            group, rows = [], 0
+    yield from _validated(group, client, audits, stream_rows)
+
+
+def _validated(group: list[tuple[Landing | Windowed, bool]], client: Client,
+               audits: ThreadPoolExecutor, stream_rows: int
+               ) -> Iterator[tuple[Landing | Future, bool]]:
+    bad = bad_records({x.record_id: x.table for x, _ in group if isinstance(x, Windowed)})
+    for x, ends in group:
+        if isinstance(x, Windowed) and x.record_id in bad:
+            x = Landing(x.record_id, error=bad[x.record_id], retryable=False)
+        elif isinstance(x, Windowed):
+            x = audits.submit(land_audited, client, x, stream_rows)
+        yield x, ends
+
+
+def land_audited(client: Client, x: Windowed, stream_rows: int) -> Landing:
+    """`land_one` of a validated record; its failure (the audit's /balance call) is its own."""
+    try:
+        return land_one(client, x.record_id, x.table, x.start, x.fetched, stream_rows)
+    except Exception as exc:
+        return Landing.failed(x.record_id, exc)
+
+
+def committed(items: Iterable[tuple[Landing | Future, bool]], lake: Lake
+              ) -> Iterator[list[Landing]]:
+    """Each chunk's landings, once its last is audited, those that hold committed together."""
+    chunk: list[Landing | Future] = []
+    for item, ends in items:
+        chunk.append(item)
+        if ends:
+            landings = [x.result() if isinstance(x, Future) else x for x in chunk]
+            chunk = []
+            commit(lake, landings, {"transactions": SCHEMA})
+            yield landings
+
+
 def land_chunks(client: Client, lake: Lake, ids: list[str],
                 full: Collection[str] = frozenset(), say: Callable[..., None] | None = None,
                 split: bool = False, stream_rows: int = STREAM_ROWS
@@ -221,108 +388,21 @@ def land_chunks(client: Client, lake: Lake, ids: list[str],
     landings (fewer once they hold CHUNK_ROWS rows), those that hold committed together, as
     soon as the last of them is audited.
 
-    Threads do the waiting: FETCHERS fetch the next AHEAD records while this thread merges
-    and validates (also while the caller tells Dagster of a chunk), and the audits' /balance
-    calls run beside. `full`: records pulled whole whatever the lake holds. `split`: a lone
-    record of SPLIT_ROWS or more is fetched as page ranges at once. A record whose pull, or
-    whose rows in the lake, hold more than `stream_rows` lines is landed piece by piece and
-    never held (`land_big`). A record whose fetch or validation fails is reported with its
-    error; the others go on.
+    A staged pipeline of generators: `prefetch` (FETCHERS threads fetch the next AHEAD
+    records while this thread works), `windowed`, `audited` (pandera over several records at
+    once; the audits' /balance calls on threads beside) and `committed`. `full`: records
+    pulled whole whatever the lake holds. `split`: a lone record of SPLIT_ROWS or more is
+    fetched as page ranges at once. A record whose pull, or whose rows in the lake, hold
+    more than `stream_rows` lines is landed piece by piece and never held (`land_big`). A
+    record whose fetch or validation fails is reported with its error; the others go on.
     """
-    chunks = [ids[i:i + CHUNK] for i in range(0, len(ids), CHUNK)]
-    chunk_of = {r: n for n, chunk in enumerate(chunks) for r in chunk}
-    # a backfill's records are mostly new: their rows need not be looked for chunk by chunk;
-    # those with more rows than a piece are never read whole
-    sizes = lake.row_counts("transactions", [r for r in ids if r not in full])
-    big = {r for r, n in sizes.items() if n > stream_rows}
-    held: dict[str, pa.Table] = {}
-    read: set[int] = set()
+    rows = LakeRows(lake, ids, full, stream_rows)
     lone = split and len(ids) == 1  # the sensor's runs: one record, maybe a big one
-
-    def existing_of(record_id: str) -> pa.Table | None:
-        n = chunk_of[record_id]
-        if n not in read:  # a chunk's rows in one pass, not one scan of the table a record
-            read.add(n)
-            held.update(lake.read_many("transactions", [
-                r for r in chunks[n] if r in sizes and r not in big], SCHEMA))
-        return held.pop(record_id, None)
-
-    with (ThreadPoolExecutor(FETCHERS, thread_name_prefix="transactions-fetch") as pool,
-          ThreadPoolExecutor(2, thread_name_prefix="transactions-audit") as io):
-
-        def start_fetch(record_id: str) -> tuple[pa.Table | None, dt.date | None, Future]:
-            if record_id in full:
-                existing, start = None, None
-            elif record_id in big:
-                existing, start = None, pull_from_lake(lake, record_id)
-            else:
-                existing = existing_of(record_id)
-                start = pull_from(existing)
-            return existing, start, pool.submit(fetch_ahead, client, record_id, start, lone,
-                                                stream_rows)
-
-        ahead = {r: start_fetch(r) for r in ids[:AHEAD]}
-        group: dict[str, tuple[pa.Table, dt.date | None, int]] = {}
-        landings: dict[str, Landing | Future] = {}
-        pending, pending_rows = [], 0  # landed since the last commit
-
-        def flush() -> None:
-            bad = bad_records({r: t for r, (t, _, _) in group.items()})
-            for rid, (table, start, fetched) in group.items():
-                if rid in bad:
-                    landings[rid] = Landing(rid, error=bad[rid], retryable=False)
-                else:
-                    landings[rid] = io.submit(land_one, client, rid, table, start, fetched,
-                                              stream_rows)
-            group.clear()
-
-        for i, record_id in enumerate(ids):
-            existing, start, fetched = ahead.pop(record_id)
-            if i + AHEAD < len(ids):
-                nxt = ids[i + AHEAD]
-                ahead[nxt] = start_fetch(nxt)
-            try:
-                fresh = fetched.result()
-            except Exception as exc:
-                landings[record_id] = Landing.failed(record_id, exc)
-            else:
-                del fetched
-                if isinstance(fresh, Pull) or record_id in big:
-                    landing = landings[record_id] = land_big(
-                        client, lake, record_id, fresh, start, sizes.get(record_id, 0),
+    with ThreadPoolExecutor(2, thread_name_prefix="transactions-audit") as audits:
+        fetched = prefetch(client, rows, ids, full, lone, stream_rows)
+        items = audited(windowed(fetched, client, rows, stream_rows, say), client, audits,
                         stream_rows)
-                    if say is not None and landing.fetched_rows is not None:
-                        say("%s: %d fetched (%s), %d in the record", record_id,
-                            landing.fetched_rows, f"from {start}" if start else "full history",
-                            landing.row_count)
-                else:
-                    table = apply_window(existing, fresh, start)
-                    if say is not None:
-                        say("%s: %d fetched (%s), %d in the record", record_id,
-                            fresh.num_rows, f"from {start}" if start else "full history",
-                            table.num_rows)
-                    if (sum(t.num_rows for t, _, _ in group.values()) + table.num_rows
-                            > VALIDATE_ROWS):
-                        flush()
-                    group[record_id] = (table, start, fresh.num_rows)
-                    pending_rows += table.num_rows
-                del existing, fresh
-            pending.append(record_id)
-            if record_id != chunks[chunk_of[record_id]][-1] and pending_rows < CHUNK_ROWS:
-                continue
-            flush()
-            out = []
-            for rid in pending:
-                landing = landings.pop(rid)
-                if isinstance(landing, Future):
-                    try:
-                        landing = landing.result()
-                    except Exception as exc:  # the audit's /balance call
-                        landing = Landing.failed(rid, exc)
-                out.append(landing)
-            pending, pending_rows = [], 0
-            commit(lake, out, {"transactions": SCHEMA})
-            yield out
+        yield from committed(items, lake)
 
 
 # -- a record too big to hold: prefetch, pieces, validate, audit, stage; committed from disk ----
@@ -390,46 +470,56 @@ def prefetched(client: Client, record_id: str, start: dt.date | None, first_page
     total = client.transaction_total(record_id, from_date=start)
     pages = -(-total // client.page_size)
     firsts = list(range(first_page, pages + 1, PARSE_PAGES)) or [first_page]
+    groups = [(f, None if i == len(firsts) - 1 else f + PARSE_PAGES - 1)
+              for i, f in enumerate(firsts)]
     queues: list[queue.Queue] = [queue.Queue(depth) for _ in range(ranges)]
     stop = threading.Event()
-
-    def put(ready: queue.Queue, item: object) -> bool:
-        while not stop.is_set():
-            try:
-                ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def read(worker: int) -> None:
-        try:
-            for i in range(worker, len(firsts), ranges):
-                last = None if i == len(firsts) - 1 else firsts[i] + PARSE_PAGES - 1
-                for batch in client.transaction_groups(record_id, from_date=start,
-                                                       first_page=firsts[i], last_page=last):
-                    if not put(queues[worker], batch):
-                        return
-                if not put(queues[worker], _END):
-                    return
-        except BaseException as exc:  # raised where the lines are taken
-            put(queues[worker], exc)
-
-    readers = [threading.Thread(target=read, args=(w,), daemon=True,
-                                name=f"transactions-range-{w}") for w in range(ranges)]
+    readers = [threading.Thread(target=_read_groups, daemon=True, name=f"transactions-range-{w}",
+                                args=(client, record_id, start, groups[w::ranges], queues[w],
+                                      stop)) for w in range(ranges)]
     for reader in readers:
         reader.start()
     try:
-        for i in range(len(firsts)):
-            ready = queues[i % ranges]
-            while (item := ready.get()) is not _END:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+        for i in range(len(groups)):
+            yield from _taken(queues[i % ranges])
     finally:
         stop.set()
         for reader in readers:
             reader.join()
+
+
+def _read_groups(client: Client, record_id: str, start: dt.date | None,
+                 groups: list[tuple[int, int | None]], ready: queue.Queue,
+                 stop: threading.Event) -> None:
+    """One reader's groups of pages into `ready`, each followed by _END (its error instead,
+    if it fails), until they are read or `stop` is set."""
+    try:
+        for first, last in groups:
+            batches = client.transaction_groups(record_id, from_date=start, first_page=first,
+                                                last_page=last)
+            if not all(_put(ready, b, stop) for b in batches) or not _put(ready, _END, stop):
+                return
+    except BaseException as exc:  # raised where the lines are taken
+        _put(ready, exc, stop)
+
+
+def _put(ready: queue.Queue, item: object, stop: threading.Event) -> bool:
+    """Put `item` once there is room; False if `stop` is set first."""
+    while not stop.is_set():
+        try:
+            ready.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _taken(ready: queue.Queue) -> Iterator[pa.RecordBatch]:
+    """One group's batches as its reader puts them, up to its _END; its error raised."""
+    while (item := ready.get()) is not _END:
+        if isinstance(item, BaseException):
+            raise item
+        yield item
 
 
 def pieces(batches: Iterable[pa.RecordBatch], rows: int, tail: int = TAIL

@@ -171,37 +171,15 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(target)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    kept = set()
-    if only is not None and target.exists():  # a copy of a file at rest: no reader blocks it
-        shutil.copyfile(target, tmp)
-        with duckdb.connect(str(tmp), read_only=True) as con:
-            kept = {n for (n,) in con.execute("select view_name from duckdb_views() "
-                                              "where not internal").fetchall()} - set(only)
-    views = [v for v in views if v.name not in kept]
-    if sources is None:
-        read = {t for v in views for t in v.tables | v.optional}
-        on_the_fly = read & set(DERIVED) if as_of is not None else set()
-        read = (read - on_the_fly) | {s for t in on_the_fly for s in DERIVED[t].sources}
-        sources = lake_sources(Lake(root=str(lake_root)), read,
-                               as_of if as_of is not None else pins)
-        for t in on_the_fly:
-            sources[t] = f"({DERIVED[t].select(sources, timezone)})"
-    created: list[str] = []
     try:
+        kept = _kept(target, tmp, only)
+        views = [v for v in views if v.name not in kept]
+        if sources is None:
+            sources = _sources(lake_root, views, as_of, pins, timezone)
         with object_store.connect(str(tmp), str(lake_root), config=FILE_CONFIG) as con:
             check_timezone(con, timezone)
             con.execute("begin")  # one commit for every view and comment: ~0.1 s less
-            for view in views:  # a view is built once the views it reads are
-                if not set(view.needs) <= kept | set(created):
-                    continue
-                try:
-                    con.execute(render(view, sources, timezone))
-                except duckdb.Error as exc:
-                    raise RuntimeError(f"view {view.name} ({SQL_DIR / view.name}.sql) "
-                                       f"does not build over "
-                                       f"{object_store.shown(str(lake_root))}: {exc}") from exc
-                created.append(view.name)
-                describe_view(con, view, reads)
+            created = _create(con, views, sources, timezone, kept, reads, lake_root)
             con.execute("commit")
             con.execute("checkpoint")
         fsync(tmp)
@@ -210,6 +188,49 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
     finally:
         tmp.unlink(missing_ok=True)
         tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+    return created
+
+
+def _kept(target: Path, tmp: Path, only: Collection[str] | None) -> set[str]:
+    """The views a build of `only` some keeps from the published file, copied to `tmp`
+    (a copy of a file at rest: no reader blocks it); none for a whole build."""
+    if only is None or not target.exists():
+        return set()
+    shutil.copyfile(target, tmp)
+    with duckdb.connect(str(tmp), read_only=True) as con:
+        return {n for (n,) in con.execute("select view_name from duckdb_views() "
+                                          "where not internal").fetchall()} - set(only)
+
+
+def _sources(lake_root: Path | str, views: list[View], as_of: AsOf,
+             pins: Mapping[str, int] | None, timezone: str) -> dict[str, str]:
+    """The relation each lake table the views read is read through; at `as_of`, a derived
+    table is derived on the fly from its sources as they stood."""
+    read = {t for v in views for t in v.tables | v.optional}
+    on_the_fly = read & set(DERIVED) if as_of is not None else set()
+    read = (read - on_the_fly) | {s for t in on_the_fly for s in DERIVED[t].sources}
+    sources = lake_sources(Lake(root=str(lake_root)), read,
+                           as_of if as_of is not None else pins)
+    for t in on_the_fly:
+        sources[t] = f"({DERIVED[t].select(sources, timezone)})"
+    return sources
+
+
+def _create(con: duckdb.DuckDBPyConnection, views: list[View], sources: dict[str, str],
+            timezone: str, kept: set[str], reads: dict, lake_root: Path | str) -> list[str]:
+    """Create each view once the views it reads are (in the order they come), described;
+    the names of those created."""
+    created: list[str] = []
+    for view in views:
+        if not set(view.needs) <= kept | set(created):
+            continue
+        try:
+            con.execute(render(view, sources, timezone))
+        except duckdb.Error as exc:
+            raise RuntimeError(f"view {view.name} ({SQL_DIR / view.name}.sql) does not build "
+                               f"over {object_store.shown(str(lake_root))}: {exc}") from exc
+        created.append(view.name)
+        describe_view(con, view, reads)
     return created
 
 

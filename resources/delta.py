@@ -371,24 +371,40 @@ def changed_records(uri: str, since: int) -> tuple[int, set[str]] | None:
     store, base = _filesystem(uri)
     changed: set[str] = set()
     for v in range(since + 1, latest + 1):
-        try:
-            with store.open_input_stream(f"{base}/_delta_log/{v:020d}.json") as f:
-                actions = [orjson.loads(line) for line in f.read().splitlines() if line]
-        except FileNotFoundError:
-            return None
-        named = _named_in(actions)
+        entry = _log_entry(store, base, v)
+        actions = None if entry is None else [orjson.loads(x) for x in entry.splitlines() if x]
+        named = None if actions is None else _named_in(actions)
         if named is None:
             return None
         changed |= named
         if not any("commitInfo" in a and a["commitInfo"].get("operationParameters", {})
                    .get("predicate") for a in actions):
-            added = [a["add"] for a in actions if "add" in a and a["add"].get("dataChange")]
-            for add in added:
-                try:
-                    changed |= _records_in(store, f"{base}/{unquote(add['path'])}", add)
-                except FileNotFoundError:  # vacuumed since: which records it held is lost
-                    return None
+            added = _appended(store, base, actions)
+            if added is None:
+                return None
+            changed |= added
     return latest, changed
+
+
+def _log_entry(store, base: str, version: int) -> bytes | None:
+    """The table's log entry of `version` (None: there is none, or no longer)."""
+    try:
+        with store.open_input_stream(f"{base}/_delta_log/{version:020d}.json") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _appended(store, base: str, actions: list[dict]) -> set[str] | None:
+    """The records in the data files a commit without a predicate added; None if one has
+    been vacuumed since (which records it held is lost)."""
+    records: set[str] = set()
+    for add in (a["add"] for a in actions if "add" in a and a["add"].get("dataChange")):
+        try:
+            records |= _records_in(store, f"{base}/{unquote(add['path'])}", add)
+        except FileNotFoundError:
+            return None
+    return records
 
 
 def _named_in(actions: list[dict]) -> set[str] | None:
@@ -639,12 +655,11 @@ class _Once:
             return None
         store, base = _filesystem(uri)
         for v in range(table.version(), -1, -1):  # the latest few: it is one of them
-            try:
-                with store.open_input_stream(f"{base}/_delta_log/{v:020d}.json") as f:
-                    if self.app_id.encode() in f.read():
-                        return v
-            except FileNotFoundError:
+            entry = _log_entry(store, base, v)
+            if entry is None:
                 break
+            if self.app_id.encode() in entry:
+                return v
         return table.version()
 
 
