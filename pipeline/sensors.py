@@ -22,12 +22,12 @@ records cause a handful of builds and a record that lands while a build runs is 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from typing import Literal, NamedTuple
 
 from dagster import (
     AssetKey,
     AssetObservation,
     DagsterInstance,
-    DagsterRunStatus,
     DefaultSensorStatus,
     MetadataValue,
     RunRequest,
@@ -49,6 +49,7 @@ from resources.lake import Lake
 from .forget import forget_disconnected
 from .jobs import forget_job, ingest_job, warehouse_job
 from .status import PRODUCTS
+from .watch import RUNNING as BUILDING  # a build queued or under way
 
 BATCH = 2000  # events per tick; a backlog drains over consecutive ticks
 # A burst of new records' callbacks is spread over as many runs as the instance runs at once
@@ -82,93 +83,110 @@ FAILED_CODES = {"INCOME_FAILED", "PAYMENT_FAILED"}
 PERIODIC = {"PERIODIC_BALANCE", "PERIODIC_TRANSACTIONS"}  # sent for every record once a day
 
 
+class Ask(NamedTuple):
+    """What one inbox event asks for: a fetch of `assets`, a periodic refresh of them, a
+    failure to report on `assets[0]`, a connection change, or nothing; `why`: a line to log."""
+    kind: Literal["fetch", "periodic", "failure", "connection", "nothing"]
+    event: Event
+    assets: tuple[str, ...] = ()
+    why: str = ""
+
+
 def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
          numbers: Mapping[str, int], fetchable: set[str] | None = None, forget: bool = False,
          parallel: int = PARALLEL
          ) -> tuple[list[RunRequest], list[AssetObservation], list[str]]:
-    """Runs to request, observations to report and lines to log.
+    """Runs to request, observations to report and lines to log: what each event asks for
+    (`route`), then the fetches grouped into runs, the failures into observations.
 
     `existing` holds the asset names in the Definitions, `fetchable` those `ingest_job` can run
-    (default: all of them); `status` each record's status, `numbers` its number (none: forgotten). `forget`: a
-    USER_DISCONNECT also asks for a run of `forget_job` for its records. `parallel`: the runs
-    the instance runs at once, over which a burst of new records is spread. Every event of one
-    record (a connection's AUTH, ACCOUNTS, one BALANCE per account, TRANSACTIONS, INCOME...)
-    lands in one run of all the assets they ask for, so its income is checked against the
-    transactions fetched in the same run. Records with nothing but periodic callbacks share
-    bigger batches.
+    (default: all of them); `status` each record's status, `numbers` its number (none:
+    forgotten). `forget`: a USER_DISCONNECT also asks for a run of `forget_job` for its
+    records. `parallel`: the runs the instance runs at once, over which a burst of new records
+    is spread.
     """
     fetchable = existing if fetchable is None else fetchable
-    wanted: dict[str, tuple[dict[str, None], list[Event]]] = {}
-    periodic: dict[str, tuple[dict[str, None], list[Event]]] = {}
+    asks = [route(ev, existing, fetchable, status, numbers) for ev in events]
+    fetches = [a for a in asks if a.kind == "fetch"]
+    fresh = {a.event.record for a in fetches}
+    refreshes = [a for a in asks if a.kind == "periodic"]
+    # all a record's fetches (AUTH, ACCOUNTS, a BALANCE per account, TRANSACTIONS, INCOME...)
+    # in one run, so its income is checked against the transactions fetched with it, and its
+    # periodic refreshes along; records with only periodic refreshes share bigger batches
+    runs = _batched_runs(fetches + [a for a in refreshes if a.event.record in fresh], numbers,
+                         NEW_PER_RUN, "inbox", parallel)
+    runs += _batched_runs([a for a in refreshes if a.event.record not in fresh], numbers,
+                          RECORDS_PER_RUN, "periodic")
     failures: dict[str, list[Event]] = {}
-    notes: list[str] = []
-    moved: list[Event] = []  # connection events: record_status must be rebuilt
-    requests_forget: list[RunRequest] = []
-    def shown(records: Iterable[str]) -> str:
-        return ", ".join(named(numbers.get(r)) for r in records) or "no record"
-
-    for ev in events:
-        if ev.kind == "connection":
-            notes.append(f"event {ev.id}: {ev.method} for {shown(ev.records)}")
-            moved.append(ev)
-            if forget and ev.method == "USER_DISCONNECT" and ev.records:
-                requests_forget.append(RunRequest(
-                    run_key=f"forget-{ev.id}", job_name=forget_job.name,
-                    run_config={"ops": {forget_disconnected.name: {"config": {"records": [
-                        numbers[r] for r in ev.records if r in numbers]}}}},
-                    tags={"ledgerlake/inbox_event": str(ev.id),
-                          "ledgerlake/method": ev.method}))
-            continue
-        if ev.record is not None and ev.record not in numbers:
-            continue  # forgotten since the receiver stored it
-        if ev.record is None:
-            notes.append(f"event {ev.id}: {ev.method} {ev.code} names no record; ignored")
-            continue
-        if ev.status == "is_failed" or ev.code in FAILED_CODES:
-            asset = FAILED_ON.get(ev.method)
-            failures.setdefault(asset if asset in existing else STATUS_ASSET, []).append(ev)
-            continue
-        assets = READY.get((ev.method, ev.code))
-        if assets is None:
-            notes.append(f"event {ev.id}: {ev.method} {ev.code} is not a product we fetch")
-            continue
-        present = tuple(a for a in assets if a in fetchable)
-        if not present:
-            continue
-        if status.get(ev.record, CONNECTED) != CONNECTED:
-            notes.append(f"event {ev.id}: {shown([ev.record])} is {status[ev.record]}; "
-                         f"{ev.method} not fetched")
-            continue
-        into = periodic if ev.method in PERIODIC else wanted
-        assets_of, evs = into.setdefault(ev.record, ({}, []))
-        assets_of.update(dict.fromkeys(present))
-        evs.append(ev)
-    for record in [r for r in periodic if r in wanted]:  # it has a run of its own anyway
-        assets, evs = periodic.pop(record)
-        wanted[record][0].update(assets)
-        wanted[record][1].extend(evs)
-        wanted[record][1].sort(key=lambda e: e.id)
+    for ask in (a for a in asks if a.kind == "failure"):
+        failures.setdefault(ask.assets[0], []).append(ask.event)
     observations = [_observe(asset, evs, status, numbers) for asset, evs in failures.items()
                     if asset in existing]
-    notes += [f"{len(evs)} failure callbacks reported on {asset}"
-              for asset, evs in failures.items()]
-    requests = _batched_runs(wanted, numbers, NEW_PER_RUN, "inbox", parallel)
-    requests += _batched_runs(periodic, numbers, RECORDS_PER_RUN, "periodic")
+    lines = [a.why for a in asks if a.why] + [
+        f"{len(evs)} failure callbacks reported on {asset}" for asset, evs in failures.items()]
+    moved = [a.event for a in asks if a.kind == "connection"]
+    return runs + _connection_runs(moved, existing, numbers, forget), observations, lines
+
+
+def route(ev: Event, existing: set[str], fetchable: set[str], status: dict[str, str],
+          numbers: Mapping[str, int]) -> Ask:
+    """What one event asks for (the arguments as `plan`'s)."""
+    if ev.kind == "connection":
+        return Ask("connection", ev,
+                   why=f"event {ev.id}: {ev.method} for {_record_names(ev.records, numbers)}")
+    said = f"event {ev.id}: {ev.method} {ev.code}"
+    if ev.record is None:
+        return Ask("nothing", ev, why=f"{said} names no record; ignored")
+    if ev.record not in numbers:
+        return Ask("nothing", ev)  # forgotten since the receiver stored it
+    if ev.status == "is_failed" or ev.code in FAILED_CODES:
+        asset = FAILED_ON.get(ev.method)
+        return Ask("failure", ev, (asset if asset in existing else STATUS_ASSET,))
+    assets = READY.get((ev.method, ev.code))
+    if assets is None:
+        return Ask("nothing", ev, why=f"{said} is not a product we fetch")
+    present = tuple(a for a in assets if a in fetchable)
+    if not present:
+        return Ask("nothing", ev)  # none of its assets is in this deployment's ingest_job
+    if (state := status.get(ev.record, CONNECTED)) != CONNECTED:
+        return Ask("nothing", ev, why=f"event {ev.id}: {_record_names([ev.record], numbers)} "
+                                      f"is {state}; {ev.method} not fetched")
+    return Ask("periodic" if ev.method in PERIODIC else "fetch", ev, present)
+
+
+def _record_names(records: Iterable[str], numbers: Mapping[str, int]) -> str:
+    return ", ".join(named(numbers.get(r)) for r in records) or "no record"
+
+
+def _connection_runs(moved: list[Event], existing: set[str], numbers: Mapping[str, int],
+                     forget: bool) -> list[RunRequest]:
+    """A rebuild of record_status after connection events, keyed by the last; with `forget`,
+    a run of `forget_job` for the records each USER_DISCONNECT names."""
+    runs = []
     if moved and STATUS_ASSET in existing:
-        requests.append(RunRequest(
-            run_key=f"status-{moved[-1].id}", job_name=warehouse_job.name,
+        last = moved[-1]
+        runs.append(RunRequest(
+            run_key=f"status-{last.id}", job_name=warehouse_job.name,
             asset_selection=[AssetKey(STATUS_ASSET)],
-            tags={"ledgerlake/inbox_event": str(moved[-1].id),
-                  "ledgerlake/method": moved[-1].method or ""}))
-    return requests + requests_forget, observations, notes
+            tags={"ledgerlake/inbox_event": str(last.id), "ledgerlake/method": last.method or ""}))
+    return runs + [RunRequest(
+        run_key=f"forget-{ev.id}", job_name=forget_job.name,
+        run_config={"ops": {forget_disconnected.name: {"config": {"records": [
+            numbers[r] for r in ev.records if r in numbers]}}}},
+        tags={"ledgerlake/inbox_event": str(ev.id), "ledgerlake/method": ev.method})
+        for ev in moved if forget and ev.method == "USER_DISCONNECT" and ev.records]
 
 
-def _batched_runs(wanted: dict[str, tuple[dict[str, None], list[Event]]],
-                  numbers: Mapping[str, int], least: int, prefix: str, parallel: int = 1
-                  ) -> list[RunRequest]:
-    """The records that want a product set, in the order they called, spread over `parallel`
-    runs of at least `least` and at most RECORDS_PER_RUN records; each keyed by the set and
-    the newest event it serves."""
+def _batched_runs(asks: list[Ask], numbers: Mapping[str, int], least: int, prefix: str,
+                  parallel: int = 1) -> list[RunRequest]:
+    """The records that ask for a product set, in the order they first asked, spread over
+    `parallel` runs of at least `least` and at most RECORDS_PER_RUN records; each keyed by the
+    set and the newest event it serves."""
+    wanted: dict[str, tuple[dict[str, None], list[Event]]] = {}
+    for ask in asks:
+        assets, evs = wanted.setdefault(ask.event.record or "", ({}, []))
+        assets.update(dict.fromkeys(ask.assets))
+        evs.append(ask.event)
     by_products: dict[tuple[str, ...], list[str]] = {}
     for record, (assets, _) in wanted.items():
         by_products.setdefault(tuple(sorted(assets)), []).append(record)
@@ -224,26 +242,22 @@ def inbox_sensor(context: SensorEvaluationContext, inbox: InboxResource):
     cursor = int(context.cursor or 0)
     with inbox.open() as db:
         events = db.after(cursor, BATCH)
-        named = {r for ev in events for r in ev.records}
-        status = {r: s.status for r, s in db.records(named).items()}
-        numbers = db.numbers(named)
+        mentioned = {r for ev in events for r in ev.records}
+        status = {r: s.status for r, s in db.records(mentioned).items()}
+        numbers = db.numbers(mentioned)
     if not events:
         return SkipReason(f"no inbox events after {cursor}")
     known, fetchable = asset_names(context)
     # no run queue (an ephemeral instance, the default run coordinator): no limit to read
     queue = context.instance.get_concurrency_config().run_queue_config
     runs = queue.max_concurrent_runs if queue is not None else 0
-    requests, observations, notes = plan(events, known, status, numbers, fetchable,
+    requests, observations, lines = plan(events, known, status, numbers, fetchable,
                                          forget=Settings.from_env().forget_on_disconnect,
                                          parallel=runs if runs > 0 else PARALLEL)
-    for line in notes:
+    for line in lines:
         context.log.info(line)
     return SensorResult(run_requests=requests, asset_events=observations,
                         cursor=str(events[-1].id))
-
-
-BUILDING = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
-            DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 
 
 def lake_versions(lake: Lake) -> dict[str, int]:
