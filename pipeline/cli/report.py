@@ -188,75 +188,83 @@ def _both(draw) -> str:
 
 
 def render(report: Report) -> str:
-    from assets.charts import account_label, draw, draw_cashflow
+    from assets.charts import account_label
 
     labels = {a["account_id"]: account_label(a) for a in report.accounts}
-    parts = [f"<h1>Record {_e(report.record)}</h1>"]
     status = report.status or {}
     since = f" since {_when(status['status_at'])}" if status.get("status_at") else ""
-    parts.append(f"<p class=\"muted\">Connection: <b>{_e(status.get('status') or 'unknown')}"
-                 f"</b>{since}; last callback "
-                 f"{_when(status.get('last_callback_at')) or 'unknown'}. "
-                 f"Report made {_when(dt.datetime.now(dt.UTC))}; days and months are "
-                 f"{_e(report.timezone)}'s.</p>")
+    body = "\n".join([
+        f"<h1>Record {_e(report.record)}</h1>",
+        f"<p class=\"muted\">Connection: <b>{_e(status.get('status') or 'unknown')}</b>{since}; "
+        f"last callback {_when(status.get('last_callback_at')) or 'unknown'}. Report made "
+        f"{_when(dt.datetime.now(dt.UTC))}; days and months are {_e(report.timezone)}'s.</p>",
+        "<h2>Accounts</h2>",
+        _table(["account", "currency", "ledger balance", "available", "as of"], [
+            [_e(labels[a["account_id"]]), _e(a["currency"]), money(a["ledger_balance"]),
+             money(a["available_balance"]), _when(a["fetched_at"])] for a in report.accounts],
+            {2, 3}),
+        "<h2>Daily balance</h2>", *_daily(report.daily, labels),
+        "<h2>Monthly cash flow</h2>", *_cashflow(report.monthly),
+        "<h2>Income</h2>", *_income(report.income, report.streams),
+        "<h2>Checks</h2>", *_checks(report)])
+    return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>ledgerlake: record {_e(report.record)}</title>"
+            f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
 
-    parts.append("<h2>Accounts</h2>")
-    parts.append(_table(["account", "currency", "ledger balance", "available", "as of"], [
-        [_e(labels[a["account_id"]]), _e(a["currency"]), money(a["ledger_balance"]),
-         money(a["available_balance"]), _when(a["fetched_at"])] for a in report.accounts],
-        {2, 3}))
 
-    parts.append("<h2>Daily balance</h2>")
-    if not report.daily:
-        parts.append("<p class=\"muted\">No balance history landed yet.</p>")
-    for account, days in report.daily.items():
+def _daily(daily: dict[str, list[dict]], labels: dict[str, str]) -> list[str]:
+    from assets.charts import draw
+
+    if not daily:
+        return ["<p class=\"muted\">No balance history landed yet.</p>"]
+    parts = []
+    for account, days in daily.items():
         label = labels.get(account, account)
         series = [(label, [d["date"] for d in days], [d["balance"] for d in days])]
         svg = _both(lambda size, series=series: draw(series, None, fmt="svg", size=size))
         parts.append(f"<figure class=\"chart\" data-account=\"{_e(account)}\">"
                      f"<figcaption>{_e(label)}: end-of-day balance</figcaption>{svg}</figure>")
+    return parts
 
-    parts.append("<h2>Monthly cash flow</h2>")
-    if report.monthly:
-        columns = [[m[k] for m in report.monthly] for k in ("month", "inflow", "outflow", "net")]
-        svg = _both(lambda size: draw_cashflow(*columns, size=size))
-        parts.append(f"<figure class=\"cashflow\"><figcaption>Inflow, outflow and net, "
-                     f"all accounts</figcaption>{svg}</figure>")
-        parts.append(_table(["month", "inflow", "outflow", "net", TRANSACTIONS], [
-            [_day(m["month"].strftime("%Y-%m")), money(m["inflow"]), money(m["outflow"]),
-             money(m["net"]), _e(m["transactions"])] for m in report.monthly], {1, 2, 3, 4}))
-    else:
-        parts.append("<p class=\"muted\">No posted transactions yet.</p>")
 
-    parts.append("<h2>Income</h2>")
-    if report.income:
-        i = report.income
-        n = i["number_of_streams"]
-        parts.append(f"<p>Average monthly income <b>{money(i['average_monthly_income'])}</b>"
-                     f" from {_e(n)} stream{'' if n == 1 else 's'} (confidence "
-                     f"{_e(i['confidence'])}%).</p>")
-    if report.streams:
+def _cashflow(monthly: list[dict]) -> list[str]:
+    from assets.charts import draw_cashflow
+
+    if not monthly:
+        return ["<p class=\"muted\">No posted transactions yet.</p>"]
+    columns = [[m[k] for m in monthly] for k in ("month", "inflow", "outflow", "net")]
+    svg = _both(lambda size: draw_cashflow(*columns, size=size))
+    return [f"<figure class=\"cashflow\"><figcaption>Inflow, outflow and net, all accounts"
+            f"</figcaption>{svg}</figure>",
+            _table(["month", "inflow", "outflow", "net", TRANSACTIONS], [
+                [_day(m["month"].strftime("%Y-%m")), money(m["inflow"]), money(m["outflow"]),
+                 money(m["net"]), _e(m["transactions"])] for m in monthly], {1, 2, 3, 4})]
+
+
+def _income(income: dict | None, streams: list[dict]) -> list[str]:
+    parts = []
+    if income:
+        n = income["number_of_streams"]
+        parts.append(f"<p>Average monthly income <b>{money(income['average_monthly_income'])}"
+                     f"</b> from {_e(n)} stream{'' if n == 1 else 's'} (confidence "
+                     f"{_e(income['confidence'])}%).</p>")
+    if streams:
         parts.append(_table(["stream", "source", "monthly", TRANSACTIONS, "seen"], [
             [_e(s["type"]) + (" (primary)" if s["primary_stream"] else ""),
              _e(s["source_name"]), money(s["monthly_amount"]), _e(s["number_of_transactions"]),
-             f"{_day(s['first_date'])} to {_day(s['last_date'])}"] for s in report.streams],
-            {2, 3}))
-    elif not report.income:
+             f"{_day(s['first_date'])} to {_day(s['last_date'])}"] for s in streams], {2, 3}))
+    elif not income:
         parts.append("<p class=\"muted\">No income landed yet.</p>")
+    return parts
 
-    parts.append("<h2>Checks</h2>")
+
+def _checks(report: Report) -> list[str]:
     if report.checks is None:
-        parts.append("<p class=\"muted\">Unknown: no inbox to ask (set LEDGERLAKE_INBOX)."
-                     "</p>")
-    else:
-        parts.append(_table(["asset", "check", "result", "when", "detail"], [
-            [_name(c.asset), _name(c.check), VERDICTS[c.passed], _when(c.at), _e(c.detail)]
-            for c in report.checks]))
-        parts.append(_table(["product", "last landed"], [
-            [_e(x.asset), _when(x.at) or "<span class=\"none\">never</span>"]
-            for x in report.landed]))
-    body = "\n".join(parts)
-    return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>ledgerlake: record {_e(report.record)}</title>"
-            f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
+        return ["<p class=\"muted\">Unknown: no inbox to ask (set LEDGERLAKE_INBOX).</p>"]
+    return [_table(["asset", "check", "result", "when", "detail"], [
+                [_name(c.asset), _name(c.check), VERDICTS[c.passed], _when(c.at), _e(c.detail)]
+                for c in report.checks]),
+            _table(["product", "last landed"], [
+                [_e(x.asset), _when(x.at) or "<span class=\"none\">never</span>"]
+                for x in report.landed])]
