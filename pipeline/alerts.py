@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -51,7 +52,7 @@ from dagster import (
 )
 
 from resources.config import Alerting, Settings
-from resources.inbox import CONNECTED, FAILED, HELD, Inbox, InboxMissing, InboxUnavailable
+from resources.inbox import CONNECTED, FAILED, HELD, Inbox, InboxMissing, InboxUnavailable, Vitals
 from resources.inbox.resource import InboxResource
 
 from . import watch
@@ -97,23 +98,8 @@ def _numbers(db: Inbox, records: list[str], count: int) -> str:
 def inbox_incidents(db: Inbox, instance: DagsterInstance, settings: Alerting, now: float,
                     state: dict) -> dict[str, Incident]:
     """The incidents the inbox tells (all but `run:`, `receiver` and `inbox`)."""
-    found: dict[str, Incident] = {}
     vitals = db.vitals(watch.inbox_cursor(instance))
-    going = watch.running(instance)
-    for product in PRODUCTS:
-        for outcome, title, why in (
-                (FAILED, f"{product} failed", "failed after every retry"),
-                (HELD, f"{product} held", "held: a blocking check failed, the previous rows "
-                                          "stay in view")):
-            count, first, run_id = db.failing(product, outcome, not_runs=going, limit=SHOWN)
-            if count:
-                found[f"{outcome}:{product}"] = Incident(
-                    f"{outcome}:{product}", f"{_records(count)} {title}",
-                    f"{_records(count)} {product} {why} ({_numbers(db, first, count)}). "
-                    f"Run: {_link(settings, run_id)} . Then: `ledgerlake status --failed`, "
-                    "`ledgerlake rerun --failed`.",
-                    {"records": count, "product": product, "outcome": outcome,
-                     "link": _link(settings, run_id)})
+    found = {i.key: i for i in _failing(db, settings, going=watch.running(instance))}
     hours = int(MAX_AGE.total_seconds() // 3600)
     for product in CHECKED:
         expected, stale, first = db.stale(product, now - MAX_AGE.total_seconds(), SHOWN)
@@ -142,23 +128,48 @@ def inbox_incidents(db: Inbox, instance: DagsterInstance, settings: Alerting, no
                 f"oldest stored {_span(waited)} ago. Check that inbox_sensor and the Dagster "
                 f"daemon run: {settings.dagster_url}/automation",
                 {"callbacks": vitals.waiting, "oldest_seconds": round(waited)})
+    if (growing := _dead_letters(vitals, state, now)) is not None:
+        found["dead_letters"] = growing
+    return found
+
+
+def _failing(db: Inbox, settings: Alerting, going: list[str]) -> Iterator[Incident]:
+    """`failed:` and `held:` of each product, in the runs not `going` (a run still going may
+    try again)."""
+    for product in PRODUCTS:
+        for outcome, title, why in (
+                (FAILED, f"{product} failed", "failed after every retry"),
+                (HELD, f"{product} held", "held: a blocking check failed, the previous rows "
+                                          "stay in view")):
+            count, first, run_id = db.failing(product, outcome, not_runs=going, limit=SHOWN)
+            if count:
+                yield Incident(
+                    f"{outcome}:{product}", f"{_records(count)} {title}",
+                    f"{_records(count)} {product} {why} ({_numbers(db, first, count)}). "
+                    f"Run: {_link(settings, run_id)} . Then: `ledgerlake status --failed`, "
+                    "`ledgerlake rerun --failed`.",
+                    {"records": count, "product": product, "outcome": outcome,
+                     "link": _link(settings, run_id)})
+
+
+def _dead_letters(vitals: Vitals, state: dict, now: float) -> Incident | None:
+    """Dead letters that grew within the last DEAD_LETTERS_CALM_S, by `state`'s count."""
     seen, grew_at = state.get("dead_letters"), state.get("dead_letters_grew_at")
     if seen is not None and vitals.dead_letters > seen:
         grew_at = now
         state["dead_letters_since"] = state.get("dead_letters_since") or seen
     state["dead_letters"] = vitals.dead_letters
     state["dead_letters_grew_at"] = grew_at
-    if grew_at is not None and now - grew_at < DEAD_LETTERS_CALM_S:
-        new = vitals.dead_letters - state.get("dead_letters_since", seen or 0)
-        found["dead_letters"] = Incident(
-            "dead_letters", "dead letters growing",
-            f"{_count(new, 'new dead letter')} ({vitals.dead_letters} in all): bodies the receiver "
-            "answered 400 and kept, scrubbed, in the inbox's dead_letters table. A sender "
-            "posts something that is not a callback, or the service changed its format.",
-            {"new": new, "dead_letters": vitals.dead_letters})
-    else:
+    if grew_at is None or now - grew_at >= DEAD_LETTERS_CALM_S:
         state.pop("dead_letters_since", None)
-    return found
+        return None
+    new = vitals.dead_letters - state.get("dead_letters_since", seen or 0)
+    return Incident(
+        "dead_letters", "dead letters growing",
+        f"{_count(new, 'new dead letter')} ({vitals.dead_letters} in all): bodies the receiver "
+        "answered 400 and kept, scrubbed, in the inbox's dead_letters table. A sender "
+        "posts something that is not a callback, or the service changed its format.",
+        {"new": new, "dead_letters": vitals.dead_letters})
 
 
 def run_incidents(db: Inbox | None, instance: DagsterInstance, settings: Alerting,
