@@ -160,13 +160,11 @@ class Client:
                 if resp.status_code < 400 and raw:  # parsed by the caller (Arrow's reader)
                     return RawAnswer(resp.content, resp.status_code, request_id)
                 if resp.status_code < 400:
-                    try:
-                        whole = _envelope(resp.content, resp.status_code, request_id, method,
-                                          path)
-                    except DamagedAnswer as damaged:  # cut short on the way: try again
-                        err = damaged
-                    else:
+                    whole = _envelope(RawAnswer(resp.content, resp.status_code, request_id),
+                                      method, path)
+                    if not isinstance(whole, DamagedAnswer):
                         return whole if envelope else whole["data"]
+                    err = whole  # cut short on the way: try again
                 else:
                     err = from_response(resp.status_code, _json_or_none(resp.content),
                                         request_id, method=method, path=path,
@@ -457,11 +455,8 @@ def _read_pages(group: list[tuple[int, RawAnswer]], path: str,
                 (n, pg, c) for (n, _), pg, c in zip(group, paginations, counts, strict=True)]
     batches, pages = [], []
     for number, answer in group:
-        try:
-            data = _envelope(answer.content, answer.status, answer.request_id, "POST",
-                             path)["data"]
-        except DamagedAnswer as damaged:
-            data = again(number, damaged)
+        body = _envelope(answer, "POST", path)
+        data = again(number, body) if isinstance(body, DamagedAnswer) else body["data"]
         items, pagination = _page_parts(data, "transaction", number, path)
         batches.append(transactions_batch(items))
         pages.append((number, pagination, len(items)))
@@ -481,15 +476,20 @@ def _total_pages(raw: bytes) -> int | None:
     return total if type(total) is int else None
 
 
-def _envelope(raw: bytes, status: int, request_id: str | None, method: str, path: str) -> dict:
-    body = _json_or_none(raw)
-    if (not isinstance(body, dict) or body.get("status") != "success"
-            or not isinstance(body.get("data"), dict)):
-        kind, got = ((DamagedAnswer, "a body that is not JSON") if body is None
-                     else (MalformedResponse, "JSON without status and data"))
-        raise kind(f"a {status} answer with {got} ({len(raw)} bytes)", http_code=status,
-                   request_id=request_id, method=method, path=path)
-    return body
+def _envelope(answer: RawAnswer, method: str, path: str) -> dict | DamagedAnswer:
+    """A 2xx answer's success envelope. A body that is not JSON was most likely cut short on
+    the way: its DamagedAnswer is returned, for the call to be tried again; other JSON raises."""
+    body = _json_or_none(answer.content)
+    if (isinstance(body, dict) and body.get("status") == "success"
+            and isinstance(body.get("data"), dict)):
+        return body
+    kind, got = ((DamagedAnswer, "a body that is not JSON") if body is None
+                 else (MalformedResponse, "JSON without status and data"))
+    err = kind(f"a {answer.status} answer with {got} ({len(answer.content)} bytes)",
+               http_code=answer.status, request_id=answer.request_id, method=method, path=path)
+    if body is not None:
+        raise err
+    return err
 
 
 def _json_or_none(raw: bytes) -> object:
