@@ -91,6 +91,8 @@ class BankError(ServiceError):
 class TransportError(ServiceError):
     """No usable answer: a timeout, or a connection refused or dropped mid-answer."""
 
+    transient = unsent = False  # for the retry policy: may a new try answer; did it never leave
+
 
 class MalformedResponse(ServiceError):
     """A 2xx answer whose body is not the success envelope the interface promises."""

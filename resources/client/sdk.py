@@ -136,82 +136,66 @@ class Client:
     def _request(self, method: str, path: str, *, content: bytes | None = None,
                  params: dict | None = None, idempotent: bool = True,
                  envelope: bool = False, raw: bool = False, tried: int = 0) -> Any:
-        """The answer's `data` (`envelope`: the whole body; `raw`: the bytes, unparsed), retried
-        as the module says. `tried`: failed tries already spent on this call elsewhere."""
-        http = self._client()
+        """The answer's `data` (`envelope`: the whole body; `raw`: a RawAnswer), sent once a try,
+        tried again as `_retry_wait` says. `tried`: failed tries spent on this call elsewhere."""
         deadline = time.monotonic() + self.retry_budget_s
         attempt = failed = tried
         while True:
             attempt += 1
-            resp, final = None, False
-            try:
-                resp = http.send(self._build(http, method, path, content, params))
-            except httpx.RequestError as exc:
-                # An httpx error's message holds no header but its `.request` does: keep only
-                # the message, and raise after this block so the error has no __context__.
-                err: ServiceError = TransportError(
-                    f"{type(exc).__name__}: {str(exc) or 'no detail'}", method=method, path=path)
-                final = not isinstance(exc, _TRANSIENT) or (
-                    not idempotent and not isinstance(exc, _NOT_SENT))
-            if final:
-                raise err.after(attempt)
-            if resp is not None:
-                request_id = resp.headers.get("x-request-id")
-                if resp.status_code < 400 and raw:  # parsed by the caller (Arrow's reader)
-                    return RawAnswer(resp.content, resp.status_code, request_id)
-                if resp.status_code < 400:
-                    whole = _envelope(RawAnswer(resp.content, resp.status_code, request_id),
-                                      method, path)
-                    if not isinstance(whole, DamagedAnswer):
-                        return whole if envelope else whole["data"]
-                    err = whole  # cut short on the way: try again
-                else:
-                    err = from_response(resp.status_code, _json_or_none(resp.content),
-                                        request_id, method=method, path=path,
-                                        retry_after=_retry_after(resp.headers))
-            wait = self._wait(err, attempt, idempotent)
+            answer = self._send_once(method, path, content, params, raw)
+            if not isinstance(answer, ServiceError):
+                return answer if raw or envelope else answer["data"]
             # A 429 is the service pacing its callers, not a failure: it spends the time budget,
             # never an attempt, so runs that share a rate limit slow down together rather than
             # fail when many of them were told to wait at once.
-            failed += err.http_code != 429
-            if wait is None or failed >= self.max_attempts:
-                raise err.after(attempt) from None
-            if time.monotonic() + wait > deadline:
-                raise err.after(attempt, f"retry budget of {self.retry_budget_s:g}s "
-                                         f"spent (next wait {wait:.1f}s)") from None
+            failed += answer.http_code != 429
+            wait = self._retry_wait(answer, attempt, failed, deadline, idempotent)
             log.warning("retrying %s %s in %.2fs (attempt %d of %d): %s", method, path, wait,
-                        attempt + 1, self.max_attempts, err)
+                        attempt + 1, self.max_attempts, answer)
             time.sleep(wait)
 
-    def _build(self, http: httpx.Client, method: str, path: str, content: bytes | None,
-               params: dict | None) -> httpx.Request:
-        """What `http.request` would send (`send` adds the timeout), its URL merged once a
-        path: merging it and the headers into each call cost ~0.15 of a page's ~0.7 ms of CPU."""
+    def _send_once(self, method: str, path: str, content: bytes | None, params: dict | None,
+                   raw: bool) -> Any:
+        """One try: the answer (a RawAnswer if `raw`, else as `_envelope` reads it), or the
+        ServiceError it amounts to, returned for the retry policy. It sends what `http.request`
+        would (`send` adds the timeout), its URL merged once a path: merging it and the headers
+        into each call cost ~0.15 of a page's ~0.7 ms of CPU."""
+        http = self._client()
         if (url := self._urls.get(path)) is None:
             url = self._urls[path] = http.build_request(method, path).url
-        return httpx.Request(method, url, params=params, content=content, headers=http.headers,
-                             cookies=http.cookies)
+        try:
+            resp = http.send(httpx.Request(method, url, params=params, content=content,
+                                           headers=http.headers, cookies=http.cookies))
+        except httpx.RequestError as exc:
+            # An httpx error's message holds no header but its `.request` does: keep only the
+            # message, and return the error from outside a raise so that it has no __context__.
+            err = TransportError(f"{type(exc).__name__}: {str(exc) or 'no detail'}",
+                                 method=method, path=path)
+            err.transient, err.unsent = isinstance(exc, _TRANSIENT), isinstance(exc, _NOT_SENT)
+            return err
+        answer = RawAnswer(resp.content, resp.status_code, resp.headers.get("x-request-id"))
+        if resp.status_code >= 400:
+            return from_response(answer.status, _json_or_none(answer.content), answer.request_id,
+                                 method=method, path=path, retry_after=_retry_after(resp.headers))
+        return answer if raw else _envelope(answer, method, path)  # raw: Arrow's reader parses it
 
-    def _wait(self, err: ServiceError, attempt: int, idempotent: bool) -> float | None:
-        """Seconds to wait before the next try, or None when `err` is not worth one."""
-        status = err.http_code
-        if status == 429:
-            if err.retry_after:
-                return err.retry_after
-        elif isinstance(err, TransportError):
-            pass
-        elif isinstance(err, DamagedAnswer):
-            if not idempotent:  # a 2xx: the call was carried out, only its answer was lost
-                return None
-        elif status is not None and status >= 500:
-            # A 5xx of a call that changes state may have been half done; maintenance and 503
-            # say it was not done at all.
-            if not idempotent and status != 503 and err.error_code != "PLANNED_MAINTENANCE":
-                return None
-        elif err.error_code != "BANK_NOT_RESPONDING":
-            return None
-        ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+    def _retry_wait(self, err: ServiceError, attempt: int, failed: int, deadline: float,
+                    idempotent: bool) -> float:
+        """The retry policy: seconds to wait before trying again after `err`, or `err` raised
+        (telling its attempts) when it is not worth a try or the tries or the time are spent."""
+        if err.http_code == 429 and err.retry_after:
+            wait = err.retry_after
+        elif _worth_retrying(err, idempotent):
+            ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
+            wait = ceiling / 2 + random.uniform(0, ceiling / 2)
+        else:
+            raise err.after(attempt) from None
+        if failed >= self.max_attempts:
+            raise err.after(attempt) from None
+        if time.monotonic() + wait > deadline:
+            raise err.after(attempt, f"retry budget of {self.retry_budget_s:g}s "
+                                     f"spent (next wait {wait:.1f}s)") from None
+        return wait
 
     # -- paging ------------------------------------------------------------------------------
     def pages(self, path: str, body: dict[str, Any], key: str, *, first: int = 1,
@@ -490,6 +474,20 @@ def _envelope(answer: RawAnswer, method: str, path: str) -> dict | DamagedAnswer
     if body is not None:
         raise err
     return err
+
+
+def _worth_retrying(err: ServiceError, idempotent: bool) -> bool:
+    """Whether another try of the call that failed with `err` may succeed, and is safe."""
+    status = err.http_code
+    if isinstance(err, TransportError):  # a request that left may have been acted on
+        return err.transient and (idempotent or err.unsent)
+    if isinstance(err, DamagedAnswer):  # a 2xx: the call was carried out, only its answer lost
+        return idempotent
+    if status is not None and status >= 500:
+        # A 5xx of a call that changes state may have been half done; maintenance and 503
+        # say it was not done at all.
+        return idempotent or status == 503 or err.error_code == "PLANNED_MAINTENANCE"
+    return status == 429 or err.error_code == "BANK_NOT_RESPONDING"
 
 
 def _json_or_none(raw: bytes) -> object:
