@@ -4,10 +4,10 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, ResourceParam
 
 from resources.client import Client
-from resources.columns import ref
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.tables import UTC_MS, schema
+from resources.wire import ref
 
 from .batch import Batch
 from .checks import accounts_belong_to_record

@@ -13,10 +13,10 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, ResourceParam
 
 from resources.client import Client
-from resources.columns import money, ref
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.tables import UTC_MS, schema
+from resources.wire import money, ref
 
 from .batch import Batch, source_of
 from .charts import chart_metadata

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from resources.columns import kobo_of, money, naira
+from resources.wire import kobo_of, money, naira
 
 # a running balance is checked in posting order: when the line cleared, then its id (ids sort
 # in posting order within an account; pending lines have neither cleared_date nor balance)

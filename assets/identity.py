@@ -9,11 +9,11 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, ResourceParam
 
 from resources.client import Client
-from resources.columns import ref
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import protect
 from resources.tables import schema
+from resources.wire import ref
 
 from .batch import Batch
 from .catalog import PII

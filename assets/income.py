@@ -11,10 +11,10 @@ import pyarrow.compute as pc
 from dagster import AssetExecutionContext, ResourceParam
 
 from resources.client import Client
-from resources.columns import money, ref
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.tables import MONEY, UTC_MS, schema
+from resources.wire import money, ref
 
 from .batch import Batch
 from .checks import income_credits, income_matches_transactions

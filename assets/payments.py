@@ -9,10 +9,10 @@ naira, `decimal(18,2)`, the unit of every other amount (docs/lake.md).
 import pyarrow as pa
 from dagster import AssetExecutionContext
 
-from resources.columns import money_from_kobo
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.tables import MONEY, UTC_MS, schema
+from resources.wire import money_from_kobo
 
 from .batch import Batch
 from .publish import Landing, land_each, product, report, to_land

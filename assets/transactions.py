@@ -35,12 +35,12 @@ from dagster import AssetExecutionContext, Config, ResourceParam
 
 from resources.client import Client
 from resources.client.sdk import PARSE_PAGES, tls_context
-from resources.columns import TRANSACTION_SCHEMA
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import Keys, protect_narrations
 from resources.staging import Staged
 from resources.tables import UTC_MS, schema
+from resources.wire import TRANSACTION_SCHEMA
 
 from .batch import Batch
 from .charts import chart_metadata

@@ -110,7 +110,7 @@ TABLES: dict[str, Table] = {
         Col("available_balance", MONEY, "available balance at the end of that day, naira",
             PUBLIC),
         Col("ledger_balance", MONEY, "ledger balance at the end of that day, naira", PUBLIC))),
-    # the pages' columns (resources/columns.py builds them in this order)
+    # the pages' columns (resources/wire.py builds them in this order)
     "transactions": Table(key=("transaction_id",), columns=(
         Col("transaction_id", TEXT, "the service's id of the transaction line", PUBLIC),
         Col("account_id", TEXT, "the account the line is on (accounts.account_id)", PUBLIC,

@@ -16,8 +16,8 @@ from decimal import Decimal
 import httpx
 import pyarrow as pa
 
-from resources.columns import ref
 from resources.lake import Lake
+from resources.wire import ref
 
 
 def wait(what: str, ready: Callable, timeout_s: float, *procs, every_s: float = 1.0):

@@ -24,7 +24,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from resources.columns import (
+from resources.wire import (
     TRANSACTION_SCHEMA,
     read_transaction_pages,
     transactions_batch,

@@ -16,7 +16,7 @@ from assets.checks import (
     last_running_balances,
     ledger_mismatches,
 )
-from resources.columns import MONEY
+from resources.wire import MONEY
 
 T0 = dt.datetime(2026, 3, 1, 9, tzinfo=dt.UTC)
 

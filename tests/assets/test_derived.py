@@ -15,9 +15,9 @@ import pytest
 from assets import derived
 from pipeline.forget import TABLES as ERASABLE
 from pipeline.forget import forget
-from resources.columns import MONEY
 from resources.lake import Lake
 from resources.tables import schema
+from resources.wire import MONEY
 
 TS = pa.timestamp("ms", tz="UTC")
 ZONE = "Africa/Lagos"

@@ -21,8 +21,8 @@ from assets import transactions as tx
 from assets.publish import commit
 from assets.schemas import ValidationFailed
 from resources.client import Client
-from resources.columns import naira
 from resources.lake import Lake
+from resources.wire import naira
 from tests.bad_service import BadPages
 from tests.conftest import Sandbox, start_sandbox
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from assets import transactions as tx
-from resources.columns import MONEY
+from resources.wire import MONEY
 
 TS = pa.timestamp("ms", tz="UTC")
 

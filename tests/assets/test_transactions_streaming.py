@@ -23,10 +23,10 @@ import pytest
 from assets import transactions as tx
 from assets.checks import NotInPostingOrder, RunningBalance, chain_breaks
 from resources.client import Client
-from resources.columns import MONEY
 from resources.lake import Lake
 from resources.privacy import Keys
 from resources.tables import lake_schema
+from resources.wire import MONEY
 from tests.conftest import Sandbox, start_sandbox
 
 CHECK = tx.RUNNING_BALANCE.name

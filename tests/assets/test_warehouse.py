@@ -746,7 +746,7 @@ def test_a_view_picked_alone_is_rebuilt_alone(tmp_path):
 def lagos_lines() -> pa.Table:
     from decimal import Decimal
 
-    from resources.columns import MONEY
+    from resources.wire import MONEY
 
     at = [dt.datetime(2024, 2, 29, 23, 30, tzinfo=UTC),  # 00:30 on 1 March in Lagos
           dt.datetime(2024, 3, 1, 23, 30, tzinfo=UTC),   # 00:30 on 2 March in Lagos

@@ -20,8 +20,8 @@ import pytest
 from assets import balances as balances_module
 from assets.warehouse import build
 from resources import delta, object_store
-from resources.columns import MONEY
 from resources.lake import Lake
+from resources.wire import MONEY
 from tests.s3 import BUCKET, S3, free_port, moto_s3
 
 REPO = Path(__file__).resolve().parents[2]

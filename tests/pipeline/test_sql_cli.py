@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets.warehouse import publish
-from resources.columns import money
 from resources.lake import Lake
+from resources.wire import money
 
 TS = pa.timestamp("ms", tz="UTC")
 

@@ -13,7 +13,7 @@ from sandboxes import client_for, make_customers
 
 from resources.client.errors import AuthError, InvalidInput, InvalidRequest, RecordError
 from resources.client.sdk import PARSE_PAGES
-from resources.columns import MONEY, TRANSACTION_SCHEMA
+from resources.wire import MONEY, TRANSACTION_SCHEMA
 
 
 @pytest.fixture(scope="module")

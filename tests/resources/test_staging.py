@@ -9,8 +9,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from resources.columns import MONEY
 from resources.staging import Staged
+from resources.wire import MONEY
 
 SCHEMA = pa.schema([("id", pa.string()), ("amount", MONEY)])
 

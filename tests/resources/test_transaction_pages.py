@@ -11,7 +11,7 @@ import pytest
 from faults import answer, reset_mid_body, success
 
 from resources.client.errors import MalformedResponse
-from resources.columns import transactions_batch
+from resources.wire import transactions_batch
 
 RECORD = "a" * 24
 
