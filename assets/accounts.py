@@ -11,7 +11,7 @@ from resources.wire import ref
 
 from .batch import Batch
 from .checks import accounts_belong_to_record
-from .publish import Check, Landing, land_each, product, report, to_land
+from .publish import Check, Landing, Run, product
 from .schemas import Accounts, validate
 
 ACCOUNT_HAS_RECORD = Check("account_has_record", "every account names its record, and the "
@@ -44,23 +44,16 @@ def to_table(accounts: list[dict]) -> pa.Table:
     }, schema=SCHEMA)
 
 
-@product("accounts", checks=[ACCOUNT_HAS_RECORD],
+@product("accounts", tables={"accounts": SCHEMA}, checks=[ACCOUNT_HAS_RECORD],
          description="Every account of the record: NUBAN, name, type, currency, bank, owner")
 def accounts(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client],
              lake: Lake, inbox: InboxResource):
-    with inbox.open() as db:
-        ids = to_land(context, batch, db, "accounts")
-        known = set(db.records(ids))
-
-        def land(record_id: str) -> Landing:
-            raw = client.accounts(record_id)
-            table = to_table(raw)
-            validate(Accounts, table, f"accounts of record {record_id}")
-            problems = accounts_belong_to_record(record_id, raw, known)
-            return Landing(record_id, published=not problems, row_count=table.num_rows,
-                           problems={ACCOUNT_HAS_RECORD.name: problems},
-                           rows={"accounts": table})
-
-        landings = land_each(context, "accounts", ids, land, lake, db, {"accounts": SCHEMA},
-                             [ACCOUNT_HAS_RECORD])
-    yield from report(context, "accounts", landings, [ACCOUNT_HAS_RECORD], lake=lake)
+    def land(record_id: str, run: Run) -> Landing:
+        raw = client.accounts(record_id)
+        table = to_table(raw)
+        validate(Accounts, table, f"accounts of record {record_id}")
+        known = run.once("known", lambda: set(run.inbox.records(run.ids)))
+        problems = accounts_belong_to_record(record_id, raw, known)
+        return Landing(record_id, published=not problems, row_count=table.num_rows,
+                       problems={ACCOUNT_HAS_RECORD.name: problems}, rows={"accounts": table})
+    return land

@@ -20,7 +20,7 @@ from resources.wire import money, ref
 
 from .batch import Batch, source_of
 from .charts import chart_metadata
-from .publish import Landing, land_each, product, report, to_land
+from .publish import Landing, Lands, Run, product
 from .schemas import BalanceHistory, BalancePeriodic, validate
 
 HISTORY, PERIODIC = schema("balance_history"), schema("balance_periodic")
@@ -59,13 +59,15 @@ def periodic(items: list[dict]) -> pa.Table:
 
 
 @product("balances", table="balance_history",
+         tables={"balance_history": HISTORY, "balance_periodic": PERIODIC},
+         appended={"balance_history"},
          description="Available and ledger balance of every account, as a "
                      "history of snapshots beside the service's daily series")
-def balances(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client], lake: Lake,
-             inbox: InboxResource):
+def balances(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client],
+             lake: Lake, inbox: InboxResource) -> Lands:
     source = source_of(context)
 
-    def land(record_id: str) -> Landing:
+    def land(record_id: str, run: Run) -> Landing:
         items = client.balance(record_id)
         # milliseconds: two runs fetching one record at once keep two snapshots
         now = dt.datetime.now(dt.UTC)
@@ -76,10 +78,5 @@ def balances(context: AssetExecutionContext, batch: Batch, client: ResourceParam
         return Landing(record_id, published=True, row_count=fresh.num_rows,
                        rows={"balance_history": fresh, "balance_periodic": series})
 
-    with inbox.open() as db:
-        landings = land_each(context, "balances", to_land(context, batch, db, "balances"), land,
-                             lake, db, {"balance_history": HISTORY, "balance_periodic": PERIODIC},
-                             appended={"balance_history"})
-    yield from report(context, "balances", landings,
-                      extra={"source": source, **chart_metadata(context, lake, landings)},
-                      lake=lake)
+    return Lands(land, metadata=lambda landings: {
+        "source": source, **chart_metadata(context, lake, landings)})

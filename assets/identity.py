@@ -17,7 +17,7 @@ from resources.wire import ref
 
 from .batch import Batch
 from .catalog import PII
-from .publish import Landing, land_each, product, report, to_land
+from .publish import Landing, Run, product
 from .publish import keys as publish_keys
 from .schemas import Identity, validate
 
@@ -45,19 +45,15 @@ def to_table(items: list[dict]) -> pa.Table:
     return pa.table(cols).select(RAW.names).cast(RAW)
 
 
-@product("identity", tags=PII,
+@product("identity", tables={"identity": SCHEMA}, tags=PII,
          description="Who the record's customer is, as their bank knows them")
-def identity(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client], lake: Lake,
-             inbox: InboxResource):
+def identity(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client],
+             lake: Lake, inbox: InboxResource):
     keys = publish_keys(local_lake=lake.is_local)
 
-    def land(record_id: str) -> Landing:
+    def land(record_id: str, run: Run) -> Landing:
         raw = to_table(client.identity(record_id))
         validate(Identity, raw, f"identity of record {record_id}")
         return Landing(record_id, published=True, row_count=raw.num_rows,
                        rows={"identity": protect(raw, keys, SCHEMA)})
-
-    with inbox.open() as db:
-        landings = land_each(context, "identity", to_land(context, batch, db, "identity"), land,
-                             lake, db, {"identity": SCHEMA})
-    yield from report(context, "identity", landings, lake=lake)
+    return land

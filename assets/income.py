@@ -18,7 +18,7 @@ from resources.wire import money, ref
 
 from .batch import Batch
 from .checks import income_credits, income_matches_transactions
-from .publish import Check, Landing, Verdict, land_each, product, report, to_land
+from .publish import Check, Landing, Lands, Run, Verdict, product
 from .schemas import Income, IncomeStreams, validate
 
 INCOME_MATCHES = Check(
@@ -121,31 +121,27 @@ def recheck_income(lake: Lake, record_ids: list[str]) -> list[Verdict]:
         for record_id, summary in summaries.items()]
 
 
-@product("income", checks=[INCOME_MATCHES],
+@product("income", tables={"income": SUMMARY, "income_streams": STREAMS},
+         checks=[INCOME_MATCHES],
          description="Income summary and streams (salary and recurrent credits) of the record")
-def income(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client], lake: Lake,
-           inbox: InboxResource):
-    with inbox.open() as db:
-        ids = to_land(context, batch, db, "income")
-        # the batch's transactions counted once (one pass over the table, not one per record)
-        landed = credits_in_lake(lake, list(ids))
+def income(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client],
+           lake: Lake, inbox: InboxResource) -> Lands:
+    def land(record_id: str, run: Run) -> Landing:
+        data = client.income(record_id)
+        summary, streams = summary_table(data), streams_table(data)
+        validate(Income, summary, f"income of record {record_id}")
+        validate(IncomeStreams, streams, f"income streams of record {record_id}")
+        # the run's transactions counted once (one pass over the table, not one per record);
+        # a record without its transactions yet is checked when they land
+        credits = run.once("credits", lambda: credits_in_lake(lake, list(run.ids)))
+        problems = None if record_id not in credits else income_matches_transactions(
+            record_id, summary, streams, credits[record_id])
+        return Landing(record_id, published=True, row_count=summary.num_rows,
+                       problems={INCOME_MATCHES.name: problems},
+                       rows={"income": summary, "income_streams": streams})
 
-        def land(record_id: str) -> Landing:
-            data = client.income(record_id)
-            summary, streams = summary_table(data), streams_table(data)
-            validate(Income, summary, f"income of record {record_id}")
-            validate(IncomeStreams, streams, f"income streams of record {record_id}")
-            transactions = landed.get(record_id)
-            # without its transactions yet, it is checked when they land
-            problems = None if transactions is None else income_matches_transactions(
-                record_id, summary, streams, transactions)
-            return Landing(record_id, published=True, row_count=summary.num_rows,
-                           problems={INCOME_MATCHES.name: problems},
-                           rows={"income": summary, "income_streams": streams})
+    def metadata(landings: list[Landing]) -> dict | None:
+        waiting = sum(x.published and x.problems[INCOME_MATCHES.name] is None for x in landings)
+        return {"checked_when_transactions_land": waiting} if waiting else None
 
-        landings = land_each(context, "income", ids, land, lake, db,
-                             {"income": SUMMARY, "income_streams": STREAMS}, [INCOME_MATCHES])
-    waiting = sum(1 for x in landings if x.published and x.problems[INCOME_MATCHES.name] is None)
-    yield from report(context, "income", landings, [INCOME_MATCHES],
-                      extra={"checked_when_transactions_land": waiting} if waiting else None,
-                      lake=lake)
+    return Lands(land, metadata=metadata)

@@ -15,7 +15,7 @@ from resources.tables import MONEY, UTC_MS, schema
 from resources.wire import money_from_kobo
 
 from .batch import Batch
-from .publish import Landing, land_each, product, report, to_land
+from .publish import Landing, Run, product
 from .schemas import Payments, validate
 
 PAYMENT_METHODS = ("PAYMENT", "PAYMENT_RECURRING")  # the callbacks that carry payments
@@ -100,17 +100,13 @@ def to_table(callbacks: list[dict]) -> pa.Table:
     return pa.table(cols, schema=SCHEMA)
 
 
-@product("payments",
+@product("payments", tables={"payments": SCHEMA},
          description="Payments (one-off and recurring) made from the record's "
                      "accounts, from the PAYMENT callbacks")
 def payments(context: AssetExecutionContext, batch: Batch, lake: Lake, inbox: InboxResource):
-    with inbox.open() as db:
-        def land(record_id: str) -> Landing:
-            table = to_table(db.payloads(record_id, PAYMENT_METHODS))
-            validate(Payments, table, f"payments of record {record_id}")
-            return Landing(record_id, published=True, row_count=table.num_rows,
-                           rows={"payments": table})
-
-        landings = land_each(context, "payments", to_land(context, batch, db, "payments"), land,
-                             lake, db, {"payments": SCHEMA})
-    yield from report(context, "payments", landings, lake=lake)
+    def land(record_id: str, run: Run) -> Landing:
+        table = to_table(run.inbox.payloads(record_id, PAYMENT_METHODS))
+        validate(Payments, table, f"payments of record {record_id}")
+        return Landing(record_id, published=True, row_count=table.num_rows,
+                       rows={"payments": table})
+    return land

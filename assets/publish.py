@@ -16,6 +16,7 @@ so the engine's retry policy tries again; a retry skips the records this run alr
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -82,9 +83,9 @@ class Check:
     blocking: bool = True  # a record that fails keeps its previous rows in view
 
 
-@dataclass
+@dataclass(frozen=True)
 class Landing:
-    """What happened to one record in a run."""
+    """What happened to one record in a run (a new one for each step of its landing)."""
     record_id: str
     published: bool = False
     row_count: int = 0
@@ -140,26 +141,83 @@ FIND_A_RECORD = (
     "product and its checks.")
 
 
-def product(name: str, *, description: str, checks: Sequence[Check] = (),
+@dataclass(frozen=True)
+class Run:
+    """A run's batch as a product lands it: the records still to land (id -> number), the
+    inbox (open, holding the erasure lock) and the lake."""
+    context: dg.AssetExecutionContext
+    ids: Mapping[str, int]
+    inbox: Inbox
+    lake: Lake
+    _once: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def once(self, name: str, fn: Callable[[], object]):
+        """`fn()`, computed for the run's first record only and kept under `name` for the
+        others (one scan for all its records, not one each)."""
+        if name not in self._once:
+            self._once[name] = fn()
+        return self._once[name]
+
+
+Chunk = tuple[list[Landing], list["Verdict"]]  # landings committed, other assets' verdicts
+
+
+@dataclass(frozen=True)
+class Lands:
+    """How a product asset lands its run: `land` one record (committed with the others, one
+    commit per table), or `chunks`, the run's records landed and committed chunk by chunk,
+    each with the verdicts it gave on other assets' checks. `metadata`: the batch's own,
+    for its materialization."""
+    land: Callable[[str, Run], Landing] | None = None
+    chunks: Callable[[Run], Iterable[Chunk]] | None = None
+    metadata: Callable[[list[Landing]], Mapping[str, object] | None] = lambda landings: None
+
+
+def product(name: str, *, description: str, tables: Mapping[str, pa.Schema],
+            checks: Sequence[Check] = (), appended: Collection[str] = (),
             table: str | None = None, tags: Mapping[str, str] | None = None,
             first: bool = False) -> Callable:
-    """A product asset that lands a run's batch of records and reports the batch (see the
-    module's docstring). Its columns are its lake table's (`table`, by default its name).
-    `first`: a run lands it before the others (a priority, not a dependency: a product that
-    failed for one record of the batch must not skip the others' products)."""
+    """A product asset: the decorated function gives how its run lands (`Lands`, or the
+    function landing one record), and this runs write, audit, publish around it (see the
+    module's docstring). It writes `tables` (name -> columns; those `appended` to are
+    added to, the others replace each record's rows); its columns are its lake table's
+    (`table`, by default its name). `first`: a run lands it before the others (a priority,
+    not a dependency: a product that failed for one record of the batch must not skip the
+    others' products)."""
     TABLES[name] = table or name
     spec = dg.AssetSpec(name, skippable=True, group_name="products", kinds={"delta"},
                         description=description + FIND_A_RECORD, owners=OWNERS,
                         tags={**PRODUCT_TAGS, **(tags or {})},
                         metadata={"dagster/column_schema": column_schema(
                             schema(table or name), table or name, record_id=True)})
-    # blocking per record, not per batch: a record that fails is held back by the asset
-    # itself, and the others of its batch land
-    return dg.multi_asset(
-        name=name, specs=[spec], can_subset=True, retry_policy=FETCH_RETRY, pool=SERVICE_POOL,
-        op_tags={"dagster/priority": "1"} if first else None,
-        check_specs=[dg.AssetCheckSpec(c.name, asset=name, description=c.description,
-                                       blocking=False) for c in checks])
+
+    def decorate(fn: Callable[..., Lands | Callable[[str, Run], Landing]]) -> dg.AssetsDefinition:
+        @functools.wraps(fn)  # Dagster reads the resources it asks for from fn's signature
+        def body(context: dg.AssetExecutionContext, **resources):
+            lands = fn(context, **resources)
+            lands = lands if isinstance(lands, Lands) else Lands(land=lands)
+            with resources["inbox"].open() as db:
+                run = Run(context, to_land(context, resources["batch"], db, name), db,
+                          resources["lake"])
+                chunks = lands.chunks(run) if lands.chunks else [
+                    (land_each(run, lands.land, tables, appended), [])]
+                landings, rechecked = [], []
+                for chunk, verdicts in chunks:  # noted while the next chunk lands
+                    note(context, run.lake, db, name, chunk, checks, extra=verdicts)
+                    landings += chunk
+                    rechecked += verdicts
+            log_rechecks(context, rechecked)
+            yield from report(context, name, landings, checks, lands.metadata(landings),
+                              lake=run.lake)
+
+        # blocking per record, not per batch: a record that fails is held back by the asset
+        # itself, and the others of its batch land
+        return dg.multi_asset(
+            name=name, specs=[spec], can_subset=True, retry_policy=FETCH_RETRY,
+            pool=SERVICE_POOL, op_tags={"dagster/priority": "1"} if first else None,
+            check_specs=[dg.AssetCheckSpec(c.name, asset=name, description=c.description,
+                                           blocking=False) for c in checks])(body)
+    return decorate
 
 
 def keys(local_lake: bool = True) -> Keys:
@@ -196,69 +254,59 @@ def to_land(context: dg.AssetExecutionContext, batch: Batch, inbox: Inbox,
     return {r: n for r, n in ids.items() if r not in done}
 
 
-def land_each(context: dg.AssetExecutionContext, asset: str, ids: Mapping[str, int],
-              land: Callable[[str], Landing], lake: Lake, inbox: Inbox,
-              tables: Mapping[str, pa.Schema], checks: Sequence[Check] = (),
-              appended: Collection[str] = ()) -> list[Landing]:
-    """Fetch and check the records one by one with `land`, commit the rows of those that
-    pass (one commit per table), and note every record's landing (a record that raises is
-    failed; the others still land)."""
+def land_each(run: Run, land: Callable[[str, Run], Landing],
+              tables: Mapping[str, pa.Schema], appended: Collection[str] = ()
+              ) -> list[Landing]:
+    """Fetch and check the run's records one by one with `land`, and commit the rows of
+    those that pass (one commit per table); a record that raises is failed, the others
+    still land."""
     landings = []
-    for record_id in ids:
+    for record_id, number in run.ids.items():
         try:
-            landings.append(land(record_id))
+            landing = land(record_id, run)
         except Exception as exc:  # noted with the record; the step fails after the rest
-            landings.append(Landing.failed(record_id, exc))
-        landings[-1].number = ids[record_id]
-    commit(lake, landings, tables, appended)
-    note(context, lake, inbox, asset, landings, checks)
-    return landings
+            landing = Landing.failed(record_id, exc)
+        landings.append(replace(landing, number=number))
+    return commit(run.lake, landings, tables, appended)
 
 
 def commit(lake: Lake, landings: Iterable[Landing], tables: Mapping[str, pa.Schema],
-           appended: Collection[str] = ()) -> None:
+           appended: Collection[str] = ()) -> list[Landing]:
     """Write the published records' rows: one commit per table for all of them (a commit
     costs the same for one record as for a hundred), appended or replacing each record's
-    rows. Each landing learns its table and version; if a commit fails, every record it
-    carried is failed instead (retried by the engine: the commit is all or none). Rows that
-    are `Streamed`, not held, are streamed into the commit, then discarded."""
+    rows; the landings as they stand after it, each with its table and version, their rows
+    let go. If a commit fails, every record it carried is failed instead (retried by the
+    engine: the commit is all or none). Rows that are `Streamed`, not held, are streamed
+    into the commit, then discarded."""
     given = list(landings)
-    landings = [x for x in given if x.published and x.rows]
+    out = given
     try:
         for table, columns in tables.items():
-            if not _commit_table(lake, table, columns, landings, table in appended):
-                break
+            out = _commit_table(lake, table, columns, out, table in appended)
     finally:
         for x in given:
-            _let_go(x)
-
-
-def _let_go(x: Landing) -> None:
-    """The landing's rows, written or not: the run need not hold them any longer (those
-    staged on disk are deleted)."""
-    for part in x.rows.values():
-        if isinstance(part, Streamed):
-            part.discard()
-    x.rows = {}
+            for part in x.rows.values():
+                if isinstance(part, Streamed):
+                    part.discard()
+    return [replace(x, rows={}) for x in out]  # written: the run need not hold them
 
 
 def _commit_table(lake: Lake, table: str, columns: pa.Schema, landings: list[Landing],
-                  appended: bool) -> bool:
-    """One commit of the landings' rows of `table`, each landing told its version; False,
-    every landing failed, if the commit fails."""
-    parts = {x.record_id: x.rows[table] for x in landings if table in x.rows}
+                  appended: bool) -> list[Landing]:
+    """One commit of the published landings' rows of `table`, each told its version; if it
+    fails, every landing with rows to write is failed."""
+    parts = {x.record_id: x.rows[table] for x in landings if x.published and table in x.rows}
     if not parts:
-        return True
+        return landings
     try:
         version = _write(lake, table, parts, columns, appended)
     except Exception as exc:
-        for x in landings:
-            x.published, x.error, x.retryable = False, f"{type(exc).__name__}: {exc}", True
-        return False
-    for x in landings:
-        if table in x.rows and x.lake_table is None:
-            x.lake_table, x.lake_version = lake.shown(table), version
-    return True
+        error = f"{type(exc).__name__}: {exc}"
+        return [replace(x, published=False, error=error, retryable=True)
+                if x.published and x.rows else x for x in landings]
+    return [replace(x, lake_table=lake.shown(table), lake_version=version)
+            if x.published and table in x.rows and x.lake_table is None else x
+            for x in landings]
 
 
 def _write(lake: Lake, table: str, parts: Mapping[str, pa.Table | Streamed],
@@ -447,12 +495,11 @@ def check_results(asset: str, judged: Sequence[Verdict], checks: Sequence[Check]
             yield dg.AssetCheckResult(asset_key=asset, check_name=check.name, **fields)
 
 
-def log_rechecks(context: dg.AssetExecutionContext, asset: str, judged: Sequence[Verdict],
-                 checks: Sequence[Check]) -> None:
-    """Verdicts this step gave on another asset's checks (income's, when transactions land
+def log_rechecks(context: dg.AssetExecutionContext, judged: Sequence[Verdict]) -> None:
+    """Verdicts this step gave on other assets' checks (income's, when transactions land
     after it), told as evaluations, which Dagster counts for that asset's latest
     materialization: its check shows the verdict, not a skip for want of transactions."""
-    for check in checks:
+    for asset, check in dict.fromkeys((v.product, v.check) for v in judged):
         if fields := _verdict(check, judged, context.run.run_id):
             context.log_event(dg.AssetCheckEvaluation(
                 asset_key=dg.AssetKey(asset), check_name=check.name, **fields))

@@ -53,19 +53,8 @@ from .checks import (
     ledger_problems,
     posted_in_order,
 )
-from .income import INCOME_MATCHES, recheck_income
-from .publish import (
-    Check,
-    Landing,
-    Streamed,
-    commit,
-    keys,
-    log_rechecks,
-    note,
-    product,
-    report,
-    to_land,
-)
+from .income import recheck_income
+from .publish import Check, Chunk, Landing, Lands, Run, Streamed, commit, keys, product
 from .schemas import Transactions, ValidationFailed, checked_columns, validate
 
 SCHEMA = schema("transactions")  # the lake adds record_id to each row (resources/lake.py)
@@ -202,8 +191,7 @@ def land_one(client: Client, record_id: str, table: pa.Table,
         if isinstance(fresh, Pull):
             whole = land_streamed(client, record_id, fresh, stream_rows,
                                   pull=f"{FULL} (the window pull from {start} did not reconcile)")
-            whole.fetched_rows = (whole.fetched_rows or 0) + fetched
-            return whole
+            return replace(whole, fetched_rows=(whole.fetched_rows or 0) + fetched)
         fetched += fresh.num_rows
         table = dedupe(fresh).sort_by(ORDER)
         pull = f"{FULL} (the window pull from {start} did not reconcile)"
@@ -376,8 +364,7 @@ def committed(items: Iterable[tuple[Landing | Future, bool]], lake: Lake
         if ends:
             landings = [x.result() if isinstance(x, Future) else x for x in chunk]
             chunk = []
-            commit(lake, landings, {"transactions": SCHEMA})
-            yield landings
+            yield commit(lake, landings, {"transactions": SCHEMA})
 
 
 def land_chunks(client: Client, lake: Lake, ids: list[str],
@@ -600,8 +587,7 @@ def land_big(client: Client, lake: Lake, record_id: str, fresh: pa.Table | Pull,
             whole = land_streamed(client, record_id, Pull(client, record_id, None),
                                   stream_rows,
                                   pull=f"{FULL} (the window pull from {start} did not reconcile)")
-        whole.fetched_rows = (whole.fetched_rows or 0) + window
-        return whole
+        return replace(whole, fetched_rows=(whole.fetched_rows or 0) + window)
     except Exception as exc:
         return Landing.failed(record_id, exc)
 
@@ -619,8 +605,7 @@ def land_streamed(client: Client, record_id: str, fresh: Pull, stream_rows: int 
         table = apply_window(None, fetched, None)
         validate(Transactions, table.select(CHECKED), f"transactions of record {record_id}")
         landing = land_one(client, record_id, table, None, fetched.num_rows)
-        landing.pull = f"{FULL} (held whole: {exc})"
-        return landing
+        return replace(landing, pull=f"{FULL} (held whole: {exc})")
 
 
 def land_pull(client: Client, record_id: str, lines: Iterable[pa.RecordBatch],
@@ -815,37 +800,32 @@ def full_pulls(context: AssetExecutionContext, config: PullConfig, ids: list[str
 
 
 # first: income's check, in the same run, then finds them in the lake (assets/income.py)
-@product("transactions", checks=[RUNNING_BALANCE], first=True,
+@product("transactions", tables={"transactions": SCHEMA}, checks=[RUNNING_BALANCE], first=True,
          description="Every transaction of the record: signed amount, running balance, "
                      "narration; the source wins inside each pull's window")
 def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batch,
-                 client: ResourceParam[Client], lake: Lake, inbox: InboxResource):
-    with inbox.open() as db:
-        ids = to_land(context, batch, db, "transactions")
-        full = full_pulls(context, config, ids)
+                 client: ResourceParam[Client], lake: Lake, inbox: InboxResource) -> Lands:
+    def chunks(run: Run) -> Iterator[Chunk]:
+        ids = run.ids
+        full = full_pulls(context, config, list(ids))
         keys(local_lake=lake.is_local)  # none: the step fails now, not record by record
         warm()
         # a Dagster log line is a stored event (~10 ms): said for few records only
-        landings, rechecked = [], []
-        for chunk in land_chunks(client, lake, list(ids), full, split=True,
-                                 say=(lambda text, rid, *rest: context.log.info(
-                                     text, f"record #{ids[rid]}", *rest))
-                                 if len(ids) <= LOG_EACH else None):
-            for x in chunk:
-                x.number = ids[x.record_id]
-            # noted while the next chunk is fetched; income that landed before these
-            # transactions is checked now that both are here
-            again = [replace(v, number=ids[v.record_id]) for v in
-                     recheck_income(lake, [x.record_id for x in chunk if x.published])]
-            note(context, lake, db, "transactions", chunk, [RUNNING_BALANCE], extra=again)
-            landings += chunk
-            rechecked += again
-    log_rechecks(context, "income", rechecked, [INCOME_MATCHES])
-    pulls = [x.pull or "" for x in landings]
-    for x, pull in zip(landings, pulls, strict=True):
-        if pull.startswith(f"{FULL} ("):
-            context.log.warning("%s: %s", x.shown, pull)
-    yield from report(context, "transactions", landings, [RUNNING_BALANCE], extra={
-        "fetched_rows": sum(x.fetched_rows or 0 for x in landings),
-        "pulled_whole": sum(p.startswith(FULL) for p in pulls),
-        **chart_metadata(context, lake, landings)}, lake=lake)
+        say = ((lambda text, rid, *rest: context.log.info(text, f"record #{ids[rid]}", *rest))
+               if len(ids) <= LOG_EACH else None)
+        for chunk in land_chunks(client, lake, list(ids), full, split=True, say=say):
+            # income that landed before these transactions is checked now that both are here
+            rechecked = recheck_income(lake, [x.record_id for x in chunk if x.published])
+            yield ([replace(x, number=ids[x.record_id]) for x in chunk],
+                   [replace(v, number=ids[v.record_id]) for v in rechecked])
+
+    def metadata(landings: list[Landing]) -> dict:
+        pulls = [x.pull or "" for x in landings]
+        for x, pull in zip(landings, pulls, strict=True):
+            if pull.startswith(f"{FULL} ("):
+                context.log.warning("%s: %s", x.shown, pull)
+        return {"fetched_rows": sum(x.fetched_rows or 0 for x in landings),
+                "pulled_whole": sum(p.startswith(FULL) for p in pulls),
+                **chart_metadata(context, lake, landings)}
+
+    return Lands(chunks=chunks, metadata=metadata)

@@ -166,11 +166,11 @@ def test_a_record_short_of_its_last_line_is_held_or_pulled_whole(box, tmp_path):
         dropped, running = last_line(whole, account)
         short = whole.filter(pc.not_equal(whole["transaction_id"], dropped))
         held = tx.land_one(c, rid, short, None, 11)
-        commit(lake, [held], {"transactions": tx.SCHEMA})
+        [held] = commit(lake, [held], {"transactions": tx.SCHEMA})
         assert rows_of(lake, rid) == 0  # nothing written
         start = dt.date(2026, 11, 1)
         mended = tx.land_one(c, rid, short, start, 11)
-        commit(lake, [mended], {"transactions": tx.SCHEMA})
+        [mended] = commit(lake, [mended], {"transactions": tx.SCHEMA})
     ledger = {a["account"]: a["ledger_balance_kobo"] for a in truth(box, rid)["accounts"]}
     assert held.record_id == rid and held.published is False and held.error is None
     assert held.problems == {CHECK: [
@@ -197,7 +197,7 @@ def test_a_broken_chain_a_whole_pull_does_not_mend_is_held(box, tmp_path):
     with client(box) as c:
         table = tx.apply_window(None, tx.fetch(c, rid, None), None)
         held = tx.land_one(c, rid, table, start, 5)
-        commit(lake, [held], {"transactions": tx.SCHEMA})
+        [held] = commit(lake, [held], {"transactions": tx.SCHEMA})
     assert held.published is False and held.record_id == rid and held.outcome == "held"
     assert held.pull == f"{tx.FULL} (the window pull from {start} did not reconcile)"
     assert held.fetched_rows == 5 + table.num_rows
@@ -222,7 +222,7 @@ def test_a_record_without_lines_publishes_no_rows(box, tmp_path):
     lake = Lake(root=str(tmp_path))
     with client(box) as c:
         x = tx.land_one(c, rid, tx.SCHEMA.empty_table(), None, 0)
-        commit(lake, [x], {"transactions": tx.SCHEMA})
+        [x] = commit(lake, [x], {"transactions": tx.SCHEMA})
     assert x.published is True and x.problems == {CHECK: []}
     assert (x.outcome, x.fetched_rows, x.pull, x.row_count) == ("landed", 0, tx.FULL, 0)
     assert lake.read("transactions", rid).num_rows == 0
