@@ -283,11 +283,9 @@ def commit(lake: Lake, landings: Iterable[Landing], tables: Mapping[str, pa.Sche
     try:
         for table, columns in tables.items():
             out = _commit_table(lake, table, columns, out, table in appended)
-    finally:
-        for x in given:
-            for part in x.rows.values():
-                if isinstance(part, Streamed):
-                    part.discard()
+    finally:  # written or not, staged rows are deleted
+        for part in (p for x in given for p in x.rows.values() if isinstance(p, Streamed)):
+            part.discard()
     return [replace(x, rows={}) for x in out]  # written: the run need not hold them
 
 
