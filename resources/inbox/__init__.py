@@ -1,33 +1,35 @@
 """The inbox: every callback the receiver accepted, and each record's state.
 
-`store` is the SQLite inbox and the rules every inbox keeps; `postgres` the same in a
-Postgres database; `resource` the Dagster resource over either. This package imports no
-Dagster, so the receiver starts without it.
+`callbacks` reads what a callback says (no database); `store` is the SQLite inbox and the
+rules every inbox keeps; `postgres` the same in a Postgres database; `resource` the Dagster
+resource over either. This package imports no Dagster, so the receiver starts without it.
 """
 
 from pathlib import Path
 
-from .store import (
+from .callbacks import (
     CONNECTED,
     DISCONNECTED,
-    FAILED,
-    HELD,
-    LANDED_OK,
     NAME,
     PERSONAL_MEMBERS,
     RECORD_ID,
+    InvalidEvent,
+    describe,
+    kept_body,
+    scrubbed,
+)
+from .store import (
+    FAILED,
+    HELD,
+    LANDED_OK,
     Event,
     Inbox,
     InboxMissing,
     InboxUnavailable,
-    InvalidEvent,
     LandingState,
     RecordState,
     Vitals,
-    describe,
     is_database_url,
-    kept_body,
-    scrubbed,
 )
 
 

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.receiver import METHODS
 from pipeline.status import PRODUCTS
-from resources.inbox.store import RECONNECT, STATUS_EVENTS
+from resources.inbox.callbacks import RECONNECT, STATUS_EVENTS
 
 HTTP = httpx.Client(timeout=30)
 
