@@ -1,9 +1,9 @@
 """A record's daily balance, drawn: in the Dagster UI and in `ledgerlake report`.
 
 The days are the `daily_balances` table's, computed by its own SQL (assets/derived.py) in an
-in-memory DuckDB over the record's rows, so the chart and the table never disagree. matplotlib draws them, imported
-on first use; a run draws one per record only when it lands at most CHART_RECORDS
-(LEDGERLAKE_CHART_RECORDS, 5; 0: never), as a chart costs more than a record's landing
+in-memory DuckDB over the record's rows, so the chart and the table never disagree.
+matplotlib draws them, imported on first use; a run draws one per record only when it lands
+at most LEDGERLAKE_CHART_RECORDS (5; 0: never: resources/config.py, Tuning), as a chart costs more than a record's landing
 (docs/operations.md, "Charts and freshness").
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -22,34 +21,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import MetadataValue
 
+from resources.config import Tuning
 from resources.tables import schema
 
 from .derived import derive
-from .views import DEFAULT_TIMEZONE
 
 if TYPE_CHECKING:
     from .publish import Landing
 
 
-def _chart_records() -> int:
-    raw = os.environ.get("LEDGERLAKE_CHART_RECORDS", "5")
-    if not raw.isdigit() or int(raw) > 100:
-        raise ValueError(f"LEDGERLAKE_CHART_RECORDS must be 0 (no charts) to 100, not {raw!r}")
-    return int(raw)
-
-
-# read at load, like the retry delay: a bad value stops the code location, not a run
-CHART_RECORDS = _chart_records()
 # the lake's columns the daily_balances SQL reads, each table with the record's id
 _READS = {"transactions": ["account_id", "cleared_date", "transaction_id", "balance"],
           "balance_periodic": ["account_id", "date", "available_balance", "ledger_balance"]}
 ACCOUNTS, PERIODIC, TRANSACTIONS = map(schema, ["accounts", "balance_periodic", "transactions"])
 _TYPES = {"transactions": TRANSACTIONS, "balance_periodic": PERIODIC}
-
-
-def timezone() -> str:
-    """The customers' zone (LEDGERLAKE_TIMEZONE, checked when the code location loads)."""
-    return os.environ.get("LEDGERLAKE_TIMEZONE") or DEFAULT_TIMEZONE
 
 
 def daily_balances(tables: Mapping[str, Mapping[str, pa.Table | Iterable[pa.RecordBatch]]],
@@ -59,7 +44,7 @@ def daily_balances(tables: Mapping[str, Mapping[str, pa.Table | Iterable[pa.Reco
     its batches: streamed into DuckDB's aggregate, never held at once)."""
     sources = {table: _streamed(parts, columns, _TYPES[table])
                for table, columns in _READS.items() if (parts := tables.get(table))}
-    daily = derive(sources, zone or timezone(), "daily_balances")
+    daily = derive(sources, zone or Tuning.from_env().timezone, "daily_balances")
     out = {}
     for record in sorted(set(daily["record_id"].to_pylist())):
         out[record] = daily.filter(pc.equal(daily["record_id"], record))
@@ -191,7 +176,7 @@ def record_charts(lake, record_ids: Sequence[str], titles: Mapping[str, str]
                   ) -> dict[str, str]:
     """Per record with any balance history, its daily balance chart as Markdown, titled by
     `titles` (by number, in Dagster); none for more than CHART_RECORDS records."""
-    if not record_ids or len(record_ids) > CHART_RECORDS:
+    if not record_ids or len(record_ids) > Tuning.from_env().chart_records:
         return {}
     # only the columns the chart reads: a record's topics or narrations are not worth a read
     schemas = {t: pa.schema([_TYPES[t].field(c) for c in cols]) for t, cols in _READS.items()}
@@ -221,11 +206,11 @@ def chart_metadata(context, lake, landings: Sequence[Landing]) -> dict:
     published = [x for x in landings if x.published]
     if not published:
         return {}
-    if len(landings) > CHART_RECORDS:
+    if len(landings) > (most := Tuning.from_env().chart_records):
         number = next((f"'#{x.number}'" for x in published if x.number is not None), "RECORD")
         return {"daily_balance": MetadataValue.md(
             f"{len(published)} records landed, more than LEDGERLAKE_CHART_RECORDS "
-            f"({CHART_RECORDS}) a run draws: `ledgerlake report {number}` draws a record's, "
+            f"({most}) a run draws: `ledgerlake report {number}` draws a record's, "
             "by its number (`ledgerlake status` lists them).")}
     try:
         charts = record_charts(lake, [x.record_id for x in published],

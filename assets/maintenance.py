@@ -11,8 +11,6 @@ against writers: a compaction that loses a race to a replace runs again on the n
 """
 
 # no `from __future__ import annotations`: Dagster reads the context's type hint at runtime
-import os
-import re
 
 from dagster import (
     AssetExecutionContext,
@@ -30,14 +28,13 @@ from dagster import (
 )
 
 from resources import delta
-from resources.config import check_zone
+from resources.config import Tuning
 from resources.lake import Lake
 
 from .catalog import OWNERS
-from .warehouse import DEFAULT_TIMEZONE, LAKE_TABLES, UNPARTITIONED
+from .warehouse import LAKE_TABLES, UNPARTITIONED
 
 MB = 1024 * 1024
-_DIGITS = re.compile(r"[0-9]{1,9}")
 
 # One row per table in the UI; files/bytes are of the current version (vacuum leaves it as it
 # is), `files_compacted` the small files compaction rewrote, `*_removed` what vacuum deleted.
@@ -52,15 +49,6 @@ TOTALS = ["files_before", "files_after", "bytes_before", "bytes_after", "files_c
           "files_removed", "bytes_removed"]
 
 
-def _setting(name: str, default: int, low: int, high: int) -> int:
-    if (raw := os.environ.get(name)) is None:
-        return default
-    if not _DIGITS.fullmatch(raw) or not low <= int(raw) <= high:
-        raise ValueError(f"{name} must be a whole number from {low} to {high}, not {raw!r:.40} "
-                         f"(unset it for the default, {default})")
-    return int(raw)
-
-
 def retention_hours() -> int:
     """LEDGERLAKE_LAKE_RETENTION_HOURS: how long superseded files stay (default a week).
 
@@ -68,17 +56,17 @@ def retention_hours() -> int:
     next build: a write's files are on storage before its commit names them, and the
     warehouse's views name the files of the snapshot they were built on, so vacuum must not
     take a file younger than either (full vacuum deletes uncommitted files by their age)."""
-    return _setting("LEDGERLAKE_LAKE_RETENTION_HOURS", 168, 1, 87600)
+    return Tuning.from_env().retention_hours
 
 
 def target_bytes() -> int:
     """LEDGERLAKE_LAKE_TARGET_MB, in bytes: the size compaction writes files up to."""
-    return _setting("LEDGERLAKE_LAKE_TARGET_MB", 128, 1, 4096) * MB
+    return Tuning.from_env().target_mb * MB
 
 
 def timezone() -> str:
     """LEDGERLAKE_TIMEZONE (an IANA name, default Africa/Lagos): the nightly pass's clock."""
-    return check_zone(os.environ.get("LEDGERLAKE_TIMEZONE", DEFAULT_TIMEZONE))
+    return Tuning.from_env().timezone
 
 
 def _maintain(lake: Lake, table: str, hours: int, target: int) -> dict:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -35,6 +34,7 @@ from resources.client.errors import (
     ServiceError,
     TransportError,
 )
+from resources.config import Tuning
 from resources.inbox import FAILED, HELD, LANDED_OK, Inbox, LandingState
 from resources.lake import Lake
 from resources.object_store import where
@@ -51,23 +51,12 @@ STATE_PROBLEMS = 3  # and in the record's state in the inbox
 LANDINGS, CHECKS = schema("landings"), schema("checks")
 
 
-def _delay_s() -> float:
-    # tests shorten it; a real outage is better waited out for minutes than seconds
-    raw = os.environ.get("LEDGERLAKE_RETRY_DELAY_S", "30")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"LEDGERLAKE_RETRY_DELAY_S must be seconds, not {raw!r}") from None
-    if not 0 <= value <= 3600:
-        raise ValueError(f"LEDGERLAKE_RETRY_DELAY_S must be 0 to 3600, not {value:g}")
-    return value
-
-
 # The engine's retries (docs/operations.md, "Retries"): the client already retried each request
 # (429, 5xx, timeouts) within seconds; this waits out what lasts longer (a bank down for
-# minutes) with exponential backoff and jitter: 30 s, 60 s, 120 s by default.
-FETCH_RETRY = dg.RetryPolicy(max_retries=3, delay=_delay_s(), backoff=dg.Backoff.EXPONENTIAL,
-                             jitter=dg.Jitter.PLUS_MINUS)
+# minutes) with exponential backoff and jitter: 30 s, 60 s, 120 s by default. Dagster takes
+# the policy when the asset is defined: a bad LEDGERLAKE_RETRY_DELAY_S stops the code location.
+FETCH_RETRY = dg.RetryPolicy(max_retries=3, delay=Tuning.from_env().retry_delay_s,
+                             backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
 # Every step that calls the service holds a slot of this pool while it runs, whatever run it is
 # in: the instance's limit for it (`dagster instance concurrency set connection_service N`,

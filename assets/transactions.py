@@ -19,7 +19,6 @@ Memory is a piece's, whatever the record's size (bench/huge_record.py).
 """
 
 import datetime as dt
-import os
 import queue
 import threading
 import zlib
@@ -35,6 +34,7 @@ from dagster import AssetExecutionContext, Config, ResourceParam
 
 from resources.client import Client
 from resources.client.sdk import PARSE_PAGES, tls_context
+from resources.config import Tuning
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import Keys, protect_narrations
@@ -85,13 +85,6 @@ RUNNING_BALANCE = Check(
     "and each account's last one equals its ledger balance at the service; a record that "
     "fails keeps its previously published rows")
 FULL, WINDOW = "full history", "window"
-
-
-def reconcile_days() -> int:
-    raw = os.environ.get("LEDGERLAKE_RECONCILE_DAYS", "7")
-    if not raw.isdigit() or not 0 <= int(raw) <= 366:
-        raise ValueError(f"LEDGERLAKE_RECONCILE_DAYS must be 0 (never) to 366, not {raw!r}")
-    return int(raw)
 
 
 def reconciles_on(record_id: str, day: dt.date, every: int) -> bool:
@@ -795,7 +788,7 @@ def full_pulls(context: AssetExecutionContext, config: PullConfig, ids: list[str
     day = context.run.tags.get("ledgerlake/refresh_day")
     if not day:
         return set()
-    every, when = reconcile_days(), dt.date.fromisoformat(day)
+    every, when = Tuning.from_env().reconcile_days, dt.date.fromisoformat(day)
     return {r for r in ids if reconciles_on(r, when, every)}
 
 

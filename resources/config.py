@@ -267,6 +267,51 @@ class Alerting:
         )
 
 
+_WHOLE = re.compile(r"[0-9]{1,9}")
+
+
+def _whole(env, var: str, default: int, lo: int, hi: int) -> int:
+    """A whole number from `lo` to `hi` (digits only: no sign, space or unit), or the default
+    when unset."""
+    if (raw := env.get(var)) is None:
+        return default
+    if not _WHOLE.fullmatch(raw) or not lo <= int(raw) <= hi:
+        raise ConfigError(f"{var} must be a whole number from {lo} to {hi}, not {raw!r:.40} "
+                          f"(unset it for the default, {default})")
+    return int(raw)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How the pipeline paces itself (docs/operations.md, "Settings"), read where it is used
+    (`Tuning.from_env()`), so a test or an operator's change applies to the next run."""
+    retry_delay_s: float = 30.0  # the engine's first wait before a failed step tries again
+    reconcile_days: int = 7  # each record pulled whole once every so many days (0: never)
+    chart_records: int = 5  # a run draws charts when it lands at most this many (0: never)
+    retention_hours: int = 168  # how long the lake keeps files a newer version superseded
+    target_mb: int = 128  # the size compaction writes files up to
+    timezone: str = "Africa/Lagos"  # the customers' days, and the nightly maintenance's clock
+
+    @classmethod
+    def from_env(cls, environ: os._Environ | dict | None = None) -> Tuning:
+        env = os.environ if environ is None else environ
+        delay = env.get("LEDGERLAKE_RETRY_DELAY_S", "30")
+        try:
+            retry_delay_s = float(delay)
+        except ValueError:
+            retry_delay_s = -1.0
+        if not 0 <= retry_delay_s <= 3600:  # a NaN fails too
+            raise ConfigError(f"LEDGERLAKE_RETRY_DELAY_S must be seconds from 0 to 3600, not "
+                              f"{delay!r:.40}")
+        return cls(
+            retry_delay_s=retry_delay_s,
+            reconcile_days=_whole(env, "LEDGERLAKE_RECONCILE_DAYS", 7, 0, 366),
+            chart_records=_whole(env, "LEDGERLAKE_CHART_RECORDS", 5, 0, 100),
+            retention_hours=_whole(env, "LEDGERLAKE_LAKE_RETENTION_HOURS", 168, 1, 87600),
+            target_mb=_whole(env, "LEDGERLAKE_LAKE_TARGET_MB", 128, 1, 4096),
+            timezone=check_zone(env.get("LEDGERLAKE_TIMEZONE", cls.timezone)))
+
+
 def home_from_env(environ: os._Environ | dict | None = None) -> Path:
     """LEDGERLAKE_HOME (default `./data`), checked and absolute."""
     env = os.environ if environ is None else environ
@@ -284,6 +329,7 @@ class Settings:
     timezone: str = "Africa/Lagos"  # the customers' days and months in the views
     forget_on_disconnect: bool = False  # erase a record's data at USER_DISCONNECT
     alerting: Alerting = Alerting()  # the LEDGERLAKE_ALERT_* settings
+    tuning: Tuning = Tuning()  # retries, reconciling, charts, the lake's upkeep
 
     @classmethod
     def from_env(cls, environ: os._Environ | dict | None = None) -> Settings:
@@ -293,6 +339,7 @@ class Settings:
         if (environment := env.get("LEDGERLAKE_ENVIRONMENT", "sandbox")) not in ENVIRONMENTS:
             raise ConfigError(f"LEDGERLAKE_ENVIRONMENT must be one of {ENVIRONMENTS}, "
                               f"not {environment!r}")
+        tuning = Tuning.from_env(env)
         return cls(
             home=home,
             lake=location("LEDGERLAKE_LAKE", env.get("LEDGERLAKE_LAKE", str(home / "lake")),
@@ -303,10 +350,11 @@ class Settings:
             inbox=inbox_from_env(env),
             api_url=env.get("LEDGERLAKE_API_URL", "http://127.0.0.1:8765"),
             environment=environment,
-            timezone=check_zone(env.get("LEDGERLAKE_TIMEZONE", "Africa/Lagos")),
+            timezone=tuning.timezone,
             forget_on_disconnect=_flag("LEDGERLAKE_FORGET_ON_DISCONNECT",
                                        env.get("LEDGERLAKE_FORGET_ON_DISCONNECT", "false")),
             alerting=Alerting.from_env(env),
+            tuning=tuning,
         )
 
     @property

@@ -15,6 +15,7 @@ from assets import charts
 from assets.balances import PERIODIC
 from assets.publish import Landing
 from assets.warehouse import publish
+from resources.config import Tuning
 from resources.lake import Lake
 from tests.pipeline.test_sql_cli import lines
 
@@ -77,7 +78,7 @@ def test_a_small_run_gets_a_chart_per_record_a_large_one_says_where(lake):
     drawn = re.findall(r"!\[daily balance of record #(\d+)\]\(data:image/png;base64,", text)
     assert drawn == ["1", "2"]  # by their numbers; not the record that failed
     assert text.count("data:image/png;") == 2
-    many = landed("r1", "r2", *[f"n{i}" for i in range(charts.CHART_RECORDS)])
+    many = landed("r1", "r2", *[f"n{i}" for i in range(Tuning().chart_records)])
     told = charts.chart_metadata(Context(), lake, many)["daily_balance"].value
     assert f"{len(many)} records landed" in told and "`ledgerlake report '#1'`" in told
     assert "r1" not in told and "data:image" not in told
@@ -94,15 +95,6 @@ def test_a_chart_that_fails_is_a_warning_not_a_failed_landing(lake):
     assert told.value == "No chart this run: OSError (the run's log says more)."
     assert landings[0].published and landings[0].error is None
     assert ctx.log.warnings == ["no balance chart this run: OSError: the store went away"]
-
-
-@pytest.mark.parametrize("value", ["-1", "101", "many"])
-def test_a_bad_chart_limit_is_refused(monkeypatch, value):
-    monkeypatch.setenv("LEDGERLAKE_CHART_RECORDS", value)
-    with pytest.raises(ValueError, match="LEDGERLAKE_CHART_RECORDS must be 0"):
-        charts._chart_records()
-    monkeypatch.setenv("LEDGERLAKE_CHART_RECORDS", "0")
-    assert charts._chart_records() == 0
 
 
 def test_a_summary_chart_over_its_budget_is_said_not_waited_for(lake, tmp_path, monkeypatch):

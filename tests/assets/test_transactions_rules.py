@@ -8,7 +8,6 @@ from decimal import Decimal
 
 import dagster as dg
 import pyarrow as pa
-import pytest
 
 from assets import transactions as tx
 from resources.wire import MONEY
@@ -87,22 +86,6 @@ def test_each_record_is_reconciled_once_in_every_period():
         again = day + dt.timedelta(days=days[r][0] + every)
         assert tx.reconciles_on(r, again, every)  # and again a period later
     assert not any(tx.reconciles_on(r, day, 0) for r in ids)  # 0: never
-
-
-@pytest.mark.parametrize("value,want", [(None, 7), ("0", 0), ("1", 1), ("366", 366)])
-def test_reconcile_days_from_the_environment(monkeypatch, value, want):
-    if value is None:
-        monkeypatch.delenv("LEDGERLAKE_RECONCILE_DAYS", raising=False)
-    else:
-        monkeypatch.setenv("LEDGERLAKE_RECONCILE_DAYS", value)
-    assert tx.reconcile_days() == want
-
-
-@pytest.mark.parametrize("value", ["367", "-1", "7d", "", " 7"])
-def test_reconcile_days_refuses_what_is_not_a_number_of_days(monkeypatch, value):
-    monkeypatch.setenv("LEDGERLAKE_RECONCILE_DAYS", value)
-    with pytest.raises(ValueError, match="LEDGERLAKE_RECONCILE_DAYS must be 0"):
-        tx.reconcile_days()
 
 
 def test_which_records_a_run_pulls_whole(monkeypatch):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from resources.config import ConfigError, Settings, local_path
+from resources.config import ConfigError, Settings, Tuning, local_path
 from resources.lake import Lake
 from tests.resources.test_lake import s3_endpoint  # noqa: F401  (a fixture: moto's S3)
 
@@ -196,3 +196,31 @@ def test_alert_settings_are_checked_and_the_webhook_never_shown_whole():
         with pytest.raises(ConfigError, match=message) as caught:
             Settings.from_env({var: value})
         assert secret not in str(caught.value)
+
+
+@pytest.mark.parametrize(("var", "value", "field", "want"), [
+    (None, None, "reconcile_days", 7), ("LEDGERLAKE_RECONCILE_DAYS", "0", "reconcile_days", 0),
+    ("LEDGERLAKE_RECONCILE_DAYS", "366", "reconcile_days", 366),
+    ("LEDGERLAKE_CHART_RECORDS", "0", "chart_records", 0),
+    ("LEDGERLAKE_CHART_RECORDS", "100", "chart_records", 100),
+    ("LEDGERLAKE_RETRY_DELAY_S", "0.1", "retry_delay_s", 0.1),
+    ("LEDGERLAKE_LAKE_TARGET_MB", "4096", "target_mb", 4096),
+    ("LEDGERLAKE_TIMEZONE", "UTC", "timezone", "UTC"),
+])
+def test_tuning_from_the_environment(var, value, field, want):
+    env = {var: value} if var else {}
+    assert getattr(Tuning.from_env(env), field) == want
+    assert getattr(Settings.from_env({**env, "LEDGERLAKE_HOME": "/tmp/x"}).tuning, field) == want
+
+
+@pytest.mark.parametrize(("var", "value", "said"), [
+    *[("LEDGERLAKE_RECONCILE_DAYS", v, "a whole number from 0 to 366")
+      for v in ["367", "-1", "7d", "", " 7"]],
+    *[("LEDGERLAKE_CHART_RECORDS", v, "a whole number from 0 to 100")
+      for v in ["-1", "101", "many"]],
+    *[("LEDGERLAKE_RETRY_DELAY_S", v, "seconds from 0 to 3600")
+      for v in ["-1", "3601", "nan", "soon"]],
+])
+def test_tuning_refuses_by_name(var, value, said):
+    with pytest.raises(ConfigError, match=f"^{var} must be {said}"):
+        Tuning.from_env({var: value})
