@@ -3,8 +3,8 @@
 The days are the `daily_balances` table's, computed by its own SQL (assets/derived.py) in an
 in-memory DuckDB over the record's rows, so the chart and the table never disagree.
 matplotlib draws them, imported on first use; a run draws one per record only when it lands
-at most LEDGERLAKE_CHART_RECORDS (5; 0: never: resources/config.py, Tuning), as a chart costs more than a record's landing
-(docs/operations.md, "Charts and freshness").
+at most LEDGERLAKE_CHART_RECORDS (5; 0: never: resources/config.py, Tuning), as a chart
+costs more than a record's landing (docs/operations.md, "Charts and freshness").
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def chart_metadata(context, lake, landings: Sequence[Landing]) -> dict:
             "by its number (`ledgerlake status` lists them).")}
     try:
         charts = record_charts(lake, [x.record_id for x in published],
-                               {x.record_id: x.shown for x in published})
+                               {x.record_id: x.label for x in published})
     except Exception as exc:  # a chart is a view of landed rows, not part of landing them
         context.log.warning("no balance chart this run: %s: %s", type(exc).__name__, exc)
         return {"daily_balance": MetadataValue.md(

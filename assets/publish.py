@@ -90,12 +90,12 @@ class Landing:
     number: int | None = None  # what Dagster is told of it (assets/batch.py)
 
     @property
-    def shown(self) -> str:
+    def label(self) -> str:
         return named(self.number)
 
     @property
-    def told(self) -> str | None:  # the error as Dagster hears it: the record by its number
-        return self.error and self.error.replace(self.record_id, self.shown)
+    def dagster_error(self) -> str | None:  # the error, the record named by its number
+        return self.error and self.error.replace(self.record_id, self.label)
 
     @classmethod
     def failed(cls, record_id: str, exc: BaseException) -> Landing:
@@ -192,11 +192,11 @@ def product(name: str, *, description: str, tables: Mapping[str, pa.Schema],
                     (land_each(run, lands.land, tables, appended), [])]
                 landings, rechecked = [], []
                 for chunk, verdicts in chunks:  # noted while the next chunk lands
-                    note(context, run.lake, db, name, chunk, checks, extra=verdicts)
+                    record_outcomes(context, run.lake, db, name, chunk, checks, extra=verdicts)
                     landings += chunk
                     rechecked += verdicts
             log_rechecks(context, rechecked)
-            yield from report(context, name, landings, checks, lands.metadata(landings),
+            yield from dagster_results(context, name, landings, checks, lands.metadata(landings),
                               lake=run.lake)
 
         # blocking per record, not per batch: a record that fails is held back by the asset
@@ -345,7 +345,7 @@ def verdicts(asset: str, landings: Iterable[Landing], checks: Sequence[Check]) -
             for c in checks if x.problems.get(c.name) is not None]
 
 
-def note(context: dg.AssetExecutionContext, lake: Lake, inbox: Inbox, asset: str,
+def record_outcomes(context: dg.AssetExecutionContext, lake: Lake, inbox: Inbox, asset: str,
          landings: Sequence[Landing], checks: Sequence[Check] = (),
          extra: Sequence[Verdict] = ()) -> None:
     """Each record's landing and check verdicts as rows of the lake's `landings` and `checks`
@@ -390,9 +390,9 @@ def _rejudged(inbox: Inbox, extra: Sequence[Verdict]) -> list[LandingState]:
     verdict in place of the one its own landing left (or could not give)."""
     out = []
     for product in sorted({v.product for v in extra}):
-        mine = {v.record_id: v for v in extra if v.product == product}
-        for state in inbox.landings(mine, product=product):
-            v = mine[state.record]
+        judged = {v.record_id: v for v in extra if v.product == product}
+        for state in inbox.landings(judged, product=product):
+            v = judged[state.record]
             detail = {**state.detail, "checks": {**state.detail.get("checks", {}),
                                                  v.check.name: len(v.problems)}}
             detail.pop("problems", None)
@@ -429,7 +429,7 @@ def table_rows(lake: Lake, table: str, version: int | None) -> int | None:
     return None if counts.null_count else int(pc.sum(counts).as_py() or 0)
 
 
-def report(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Landing],
+def dagster_results(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Landing],
            checks: Sequence[Check] = (), extra: Mapping[str, object] | None = None, *,
            lake: Lake | None = None) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     """The batch as Dagster hears of it: a materialization when any record was published,
@@ -447,9 +447,9 @@ def report(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Lan
     run_id = context.run.run_id
     if published:
         table = TABLES.get(asset, asset)
-        mine = [x.lake_version for x in published if lake and x.lake_version is not None
-                and x.lake_table == lake.shown(table)]
-        rows = table_rows(lake, table, max(mine) if mine else None) if lake else None
+        versions = [x.lake_version for x in published if lake and x.lake_version is not None
+                    and x.lake_table == lake.shown(table)]
+        rows = table_rows(lake, table, max(versions) if versions else None) if lake else None
         meta = {**({"dagster/row_count": rows} if rows is not None else {}),
                 "rows_landed": sum(x.row_count for x in published),
                 "records": len(landings), "published": len(published), "held": len(held),
@@ -469,7 +469,7 @@ def report(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Lan
     yield from check_results(asset, verdicts(asset, landings, checks),
                              [c for c in checks if c.name in selected], run_id)
     for x in failed:
-        context.log.error("%s: %s", x.shown, x.told)
+        context.log.error("%s: %s", x.label, x.dagster_error)
     raise_failed(asset, failed)
 
 
@@ -494,15 +494,15 @@ def log_rechecks(context: dg.AssetExecutionContext, judged: Sequence[Verdict]) -
 
 def _verdict(check: Check, judged: Sequence[Verdict], run_id: str) -> dict | None:
     """One check's result over the records it judged (None: it judged none)."""
-    mine = [v for v in judged if v.check == check]
-    if not mine:
+    of_check = [v for v in judged if v.check == check]
+    if not of_check:
         return None
-    bad = [v.number for v in mine if v.problems]
+    bad = [v.number for v in of_check if v.problems]
     return dict(
         passed=not bad, severity=dg.AssetCheckSeverity.ERROR,
-        description=None if not bad else f"{len(bad)} of {len(mine)} records failed"
+        description=None if not bad else f"{len(bad)} of {len(of_check)} records failed"
         + ("; their previous rows stay in view" if check.blocking else ""),
-        metadata={"records_checked": len(mine), "records_failed": len(bad),
+        metadata={"records_checked": len(of_check), "records_failed": len(bad),
                   "failing_records": dg.MetadataValue.json(bad[:SHOWN]),
                   "each_record": dg.MetadataValue.text(
                       f"select * from checks where run_id = '{run_id}' and check_name = "
@@ -518,8 +518,8 @@ def raise_failed(asset: str, failed: list[Landing]) -> None:
     raise dg.Failure(
         description=f"{len(failed)} record(s) of {asset} failed and were not written "
                     f"(the records already landed are kept): "
-                    + "; ".join(f"{f.shown}: {f.told}" for f in failed[:3])
+                    + "; ".join(f"{f.label}: {f.dagster_error}" for f in failed[:3])
                     + ("" if retry else " -- bad data or a refusal: not retried"),
         metadata={"failed_records": dg.MetadataValue.json(
-            {str(f.number): f.told for f in failed[:SHOWN]})},
+            {str(f.number): f.dagster_error for f in failed[:SHOWN]})},
         allow_retries=retry)

@@ -273,15 +273,15 @@ def _fetched(record_id: str, start: dt.date | None, existing: pa.Table | None,
 
 
 def windowed(fetched: Iterable[Fetched], client: Client, rows: LakeRows, stream_rows: int,
-             say: Callable[..., None] | None) -> Iterator[tuple[Landing | Windowed, bool]]:
+             log: Callable[..., None] | None) -> Iterator[tuple[Landing | Windowed, bool]]:
     """Each record's rows after its pull (a record too big to hold, or failed: its landing
     already), with whether it ends its chunk: the chunk's last record, or CHUNK_ROWS rows
     held since the last commit."""
     held = 0
     for f in fetched:
         item = _windowed(f, client, rows, stream_rows)
-        if say is not None and (n := _fetched_rows(item, f)) is not None:
-            say("%s: %d fetched (%s), %d in the record", f.record_id, n,
+        if log is not None and (n := _fetched_rows(item, f)) is not None:
+            log("%s: %d fetched (%s), %d in the record", f.record_id, n,
                 f"from {f.start}" if f.start else "full history",
                 item.table.num_rows if isinstance(item, Windowed) else item.row_count)
         held += item.table.num_rows if isinstance(item, Windowed) else 0
@@ -361,7 +361,7 @@ def committed(items: Iterable[tuple[Landing | Future, bool]], lake: Lake
 
 
 def land_chunks(client: Client, lake: Lake, ids: list[str],
-                full: Collection[str] = frozenset(), say: Callable[..., None] | None = None,
+                full: Collection[str] = frozenset(), log: Callable[..., None] | None = None,
                 split: bool = False, stream_rows: int = STREAM_ROWS
                 ) -> Iterator[list[Landing]]:
     """Fetch, window, validate and audit each record's rows, in order; each CHUNK records'
@@ -380,7 +380,7 @@ def land_chunks(client: Client, lake: Lake, ids: list[str],
     lone = split and len(ids) == 1  # the sensor's runs: one record, maybe a big one
     with ThreadPoolExecutor(2, thread_name_prefix="transactions-audit") as audits:
         fetched = prefetch(client, rows, ids, full, lone, stream_rows)
-        items = audited(windowed(fetched, client, rows, stream_rows, say), client, audits,
+        items = audited(windowed(fetched, client, rows, stream_rows, log), client, audits,
                         stream_rows)
         yield from committed(items, lake)
 
@@ -533,9 +533,9 @@ class Seen:
         new = np.fromiter(map(hash, ids.to_pylist()), np.int64, count=len(ids))
         at = np.searchsorted(self.hashes, new)
         if len(self.hashes):
-            again = self.hashes[np.minimum(at, len(self.hashes) - 1)] == new
-            if again.any():
-                raise NotStreamable(f"record {record_id}: line {ids[int(np.argmax(again))]} "
+            seen_before = self.hashes[np.minimum(at, len(self.hashes) - 1)] == new
+            if seen_before.any():
+                raise NotStreamable(f"record {record_id}: line {ids[int(np.argmax(seen_before))]} "
                                     "came twice, pieces apart (the record changed while it "
                                     "was read)")
         order = np.argsort(new, kind="stable")
@@ -729,10 +729,10 @@ def pull_from_lake(lake: Lake, record_id: str) -> dt.date | None:
 
 
 def land_records(client: Client, lake: Lake, ids: list[str],
-                 full: Collection[str] = frozenset(), say: Callable[..., None] | None = None,
+                 full: Collection[str] = frozenset(), log: Callable[..., None] | None = None,
                  split: bool = False, stream_rows: int = STREAM_ROWS) -> list[Landing]:
     """Every record's landing, in order, committed (`land_chunks`, all at once)."""
-    return [x for chunk in land_chunks(client, lake, ids, full, say, split, stream_rows)
+    return [x for chunk in land_chunks(client, lake, ids, full, log, split, stream_rows)
             for x in chunk]
 
 
@@ -804,9 +804,9 @@ def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batc
         keys(local_lake=lake.is_local)  # none: the step fails now, not record by record
         warm()
         # a Dagster log line is a stored event (~10 ms): said for few records only
-        say = ((lambda text, rid, *rest: context.log.info(text, f"record #{ids[rid]}", *rest))
+        log = ((lambda text, rid, *rest: context.log.info(text, f"record #{ids[rid]}", *rest))
                if len(ids) <= LOG_EACH else None)
-        for chunk in land_chunks(client, lake, list(ids), full, split=True, say=say):
+        for chunk in land_chunks(client, lake, list(ids), full, split=True, log=log):
             # income that landed before these transactions is checked now that both are here
             rechecked = recheck_income(lake, [x.record_id for x in chunk if x.published])
             yield ([replace(x, number=ids[x.record_id]) for x in chunk],
@@ -816,7 +816,7 @@ def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batc
         pulls = [x.pull or "" for x in landings]
         for x, pull in zip(landings, pulls, strict=True):
             if pull.startswith(f"{FULL} ("):
-                context.log.warning("%s: %s", x.shown, pull)
+                context.log.warning("%s: %s", x.label, pull)
         return {"fetched_rows": sum(x.fetched_rows or 0 for x in landings),
                 "pulled_whole": sum(p.startswith(FULL) for p in pulls),
                 **chart_metadata(context, lake, landings)}

@@ -5,7 +5,7 @@ default SQLite one. One sandbox makes every record (`records/bulk_create`), thei
 callbacks go into the inbox as the receiver stores them, and each size grows the same inbox
 and instance. At each: `daily_refresh` evaluated (seconds, requests, serialized size); a
 refresh day executed in process (at the refresh sizes `--real-runs` runs fetch over HTTP, the
-rest are stand-ins yielding what `publish.report()` yields) with Dagster's rows and bytes
+rest are stand-ins yielding what `publish.dagster_results()` yields) with Dagster's rows and bytes
 before and after; an `inbox_sensor` tick over 500 new callbacks; with `dagster-webserver`, run
 launch and the GraphQL the UI sends for the transactions asset's Overview, Events and Checks
 tabs, cold and warm. Then the daily refresh of 1M extrapolated from the real runs' per-record
@@ -39,7 +39,7 @@ from launched_runs import ready, start_cost
 sys.path.insert(0, str(ROOT))  # tests/postgres.py: the private cluster the tests use
 
 from assets.batch import RECORDS_PER_RUN, Batch  # noqa: E402
-from assets.publish import Landing, report  # noqa: E402
+from assets.publish import Landing, dagster_results  # noqa: E402
 from pipeline.local import QUIET, stop_process  # noqa: E402
 from resources.inbox import describe, kept_body, open_inbox  # noqa: E402
 from resources.lake import Lake  # noqa: E402
@@ -194,7 +194,7 @@ def sensor_tick(defs, instance, inbox: str, records: list[str], k: int, repeats:
 # -- a refresh day ---------------------------------------------------------------------------
 
 def stand_in_defs() -> dg.Definitions:
-    """refresh_job whose steps fetch nothing and report, with publish.report(), a batch whose
+    """refresh_job whose steps fetch nothing and report, with publish.dagster_results(), a batch whose
     every record was published: a real run's events, Dagster's work alone."""
     from assets.balances import balances
     from assets.transactions import RUNNING_BALANCE, transactions
@@ -208,7 +208,7 @@ def stand_in_defs() -> dg.Definitions:
             landings = [Landing(r, published=True, row_count=930, lake_table=f"lake/{name}",
                                 lake_version=1, problems={c.name: [] for c in checks})
                         for r in map(str, batch.records)]
-            yield from report(context, name, landings, checks, extra=extra(len(landings)))
+            yield from dagster_results(context, name, landings, checks, extra=extra(len(landings)))
         return body
 
     return dg.Definitions(

@@ -90,7 +90,7 @@ def test_a_run_lands_each_record_in_order_with_its_own_pull_and_figures(box, tmp
         in_window = c.transaction_total(ids[1], from_date=start)
         said: list[tuple] = []
         landings = tx.land_records(c, lake, ids, full={ids[3]},
-                                   say=lambda *line: said.append(line))
+                                   log=lambda *line: said.append(line))
     assert [x.record_id for x in landings] == ids
     logged = []
     for rid, x in zip(ids, landings, strict=True):
