@@ -10,8 +10,8 @@ from resources.tables import UTC_MS, schema
 from resources.wire import ref
 
 from .batch import Batch
-from .checks import accounts_belong_to_record
-from .publish import Check, Landing, Run, product
+from .checks import Check, accounts_belong_to_record
+from .publish import Landing, Run, product
 from .schemas import Accounts, validate
 
 ACCOUNT_HAS_RECORD = Check("account_has_record", "every account names its record, and the "

@@ -7,12 +7,22 @@ exactly, in kobo.
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from resources.wire import kobo_of, money, naira
+
+
+@dataclass(frozen=True)
+class Check:
+    """A rule a product's records are held to, as the Dagster UI shows it."""
+    name: str
+    description: str
+    blocking: bool = True  # a record that fails keeps its previous rows in view
+
 
 # a running balance is checked in posting order: when the line cleared, then its id (ids sort
 # in posting order within an account; pending lines have neither cleared_date nor balance)

@@ -17,8 +17,8 @@ from resources.tables import MONEY, UTC_MS, schema
 from resources.wire import money, ref
 
 from .batch import Batch
-from .checks import income_credits, income_matches_transactions
-from .publish import Check, Landing, Lands, Run, Verdict, product
+from .checks import Check, income_credits, income_matches_transactions
+from .publish import Landing, Lands, Run, Verdict, product
 from .schemas import Income, IncomeStreams, validate
 
 INCOME_MATCHES = Check(

@@ -44,6 +44,7 @@ from resources.tables import schema
 
 from .batch import NAME_THEM, Batch
 from .catalog import OWNERS, PRODUCT_TAGS, column_schema
+from .checks import Check
 
 SHOWN = 20  # records a batch's metadata names (by number), of those that failed
 PROBLEMS_KEPT = 20  # problems a check keeps per record in the lake (the count is whole)
@@ -63,13 +64,6 @@ FETCH_RETRY = dg.RetryPolicy(max_retries=3, delay=Tuning.from_env().retry_delay_
 # stored in the instance's database) caps the callers of the upstream across all runs, where a
 # client's own retries only pace itself. docs/operations.md, "From one box to many".
 SERVICE_POOL = "connection_service"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    description: str
-    blocking: bool = True  # a record that fails keeps its previous rows in view
 
 
 @dataclass(frozen=True)

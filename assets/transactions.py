@@ -46,6 +46,7 @@ from .batch import Batch
 from .charts import chart_metadata
 from .checks import (
     CHAIN_COLUMNS,
+    Check,
     NotInPostingOrder,
     RunningBalance,
     chain_breaks,
@@ -54,7 +55,7 @@ from .checks import (
     posted_in_order,
 )
 from .income import recheck_income
-from .publish import Check, Chunk, Landing, Lands, Run, Streamed, commit, keys, product
+from .publish import Chunk, Landing, Lands, Run, Streamed, commit, keys, product
 from .schemas import Transactions, ValidationFailed, checked_columns, validate
 
 SCHEMA = schema("transactions")  # the lake adds record_id to each row (resources/lake.py)
