@@ -30,6 +30,7 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import math
 import os
 import queue
 import sys
@@ -200,15 +201,9 @@ class Writer:
         inbox = None
         try:
             while (first := self._queue.get()) is not None:
-                group = [first]
-                while len(group) < MAX_GROUP:
-                    try:
-                        group.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
+                group = self._take_waiting([first], MAX_GROUP)
                 stop = any(item is None for item in group)
-                group = [item for item in group if item is not None]
-                inbox = self._write(inbox, group)
+                inbox = self._write(inbox, [item for item in group if item is not None])
                 if stop:
                     break
         except BaseException:
@@ -218,6 +213,13 @@ class Writer:
             if inbox is not None:
                 with contextlib.suppress(Exception):
                     inbox.close()
+
+    def _take_waiting(self, group: list, limit: float = math.inf) -> list:
+        """`group` with what waits in the queue after it, up to `limit` items in all."""
+        with contextlib.suppress(queue.Empty):
+            while len(group) < limit:
+                group.append(self._queue.get_nowait())
+        return group
 
     def _write(self, inbox, group: list):
         """Store one group and settle each of its futures; the inbox, opened if it was not.
@@ -255,12 +257,7 @@ class Writer:
         self.dead = True  # /health answers 503 from now on
         log.critical("the inbox writer stopped on an unexpected error: exiting (%d) so that "
                      "a supervisor restarts the receiver", EXIT_WRITER_DIED, exc_info=True)
-        waiting = []
-        with contextlib.suppress(queue.Empty):
-            while True:
-                item = self._queue.get_nowait()
-                if item is not None:
-                    waiting.append(item)
+        waiting = [item for item in self._take_waiting([]) if item is not None]
         with contextlib.suppress(Exception):
             self._settle(waiting, [NotStored("the inbox writer has stopped")] * len(waiting))
         self._on_death()
@@ -346,32 +343,58 @@ def _digest(value: str) -> bytes:
 def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
                auth_header: str | None = None, max_body: int = MAX_BODY,
                max_in_flight: int = MAX_IN_FLIGHT) -> Starlette:
-    if not token:
-        raise ValueError("the receiver needs a token: callbacks without one are refused")
-    inbox = open_inbox(inbox_path, create=True)  # InboxUnavailable when its database is down
-    metrics = ReceiverMetrics()
-    writer = Writer(inbox_path, metrics=metrics)
-    expected = _digest(token)
-    header = auth_header.strip().lower() if auth_header else None
+    receiver = Receiver(inbox_path, token, auth_header, max_body, max_in_flight)
+    base = "/" + path.strip("/")
+    paths = {base, base.rstrip("/") + "/"}  # a trailing slash is tolerated either way
+    # GET and HEAD (Starlette adds HEAD to a GET route); a callback path of /health still
+    # takes its POSTs, which only match the callback route
+    routes = [Route("/health", receiver.health, methods=["GET"]),
+              Route("/metrics", receiver.scrape, methods=["GET"]),
+              *(Route(p, receiver.receive, methods=["POST"]) for p in sorted(paths))]
+    app = Starlette(routes=routes, lifespan=receiver.lifespan)
+    app.state.inbox = receiver.inbox
+    app.state.metrics = receiver.metrics
+    return app
 
-    def authorized(request: Request) -> bool:
+
+class Receiver:
+    """The app's routes, and what they share: the inbox, its writer, the token's digest."""
+
+    def __init__(self, inbox_path: str, token: str, auth_header: str | None, max_body: int,
+                 max_in_flight: int) -> None:
+        if not token:
+            raise ValueError("the receiver needs a token: callbacks without one are refused")
+        self.inbox = open_inbox(inbox_path, create=True)  # InboxUnavailable: its database down
+        self.metrics = ReceiverMetrics()
+        self.writer = Writer(inbox_path, metrics=self.metrics)
+        self.token_digest = _digest(token)
+        self.header = auth_header.strip().lower() if auth_header else None
+        self.max_body, self.max_in_flight = max_body, max_in_flight
+        self.in_flight = 0
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette):
+        self.writer.start()
+        try:
+            yield
+        finally:
+            await self.writer.stop()
+            self.inbox.close()
+
+    def authorized(self, request: Request) -> bool:
         supplied = []
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer":
             supplied.append(value.strip())
-        if header and header in request.headers:
-            supplied.append(request.headers[header].strip())
+        if self.header and self.header in request.headers:
+            supplied.append(request.headers[self.header].strip())
         # every candidate compared, each as a fixed-length digest: no early exit, no length leak
-        return any([hmac.compare_digest(_digest(s), expected) for s in supplied])
+        return any([hmac.compare_digest(_digest(s), self.token_digest) for s in supplied])
 
-    def refuse(status: int, reason: str, headers: dict | None = None) -> JSONResponse:
-        return JSONResponse({"status": "error", "error": reason}, status_code=status,
-                            headers=headers)
-
-    async def read_body(request: Request) -> bytes | None:
+    async def read_body(self, request: Request) -> bytes | None:
         """The body, or None once it grows past the cap."""
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body:
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
             return None
         body = b""
         while True:  # the ASGI messages themselves: a callback is one, mostly
@@ -379,90 +402,71 @@ def create_app(inbox_path: str, token: str, *, path: str = "/callbacks/",
             if message["type"] == "http.disconnect":
                 raise ClientDisconnect
             body += message.get("body", b"")
-            if len(body) > max_body:
+            if len(body) > self.max_body:
                 return None
             if not message.get("more_body", False):
                 return body
 
-    in_flight = 0
-
-    async def receive(request: Request) -> JSONResponse:
-        nonlocal in_flight
-        if not authorized(request):
-            metrics.answered("unauthorized")
-            return refuse(401, "missing or wrong token")
-        if in_flight >= max_in_flight:  # the body unread: a flood holds no more memory
-            log.warning("callback refused: %d already in flight", in_flight)
-            metrics.answered("busy")
-            return refuse(503, "too many callbacks at once", {"Retry-After": "10"})
-        in_flight += 1
-        metrics.in_flight.inc()
+    async def receive(self, request: Request) -> Response:
+        if not self.authorized(request):
+            self.metrics.answered("unauthorized")
+            return _refuse(401, "missing or wrong token")
+        if self.in_flight >= self.max_in_flight:  # the body unread: a flood holds no more memory
+            log.warning("callback refused: %d already in flight", self.in_flight)
+            self.metrics.answered("busy")
+            return _refuse(503, "too many callbacks at once", {"Retry-After": "10"})
+        self.in_flight += 1
+        self.metrics.in_flight.inc()
         try:
-            return await store(request)
+            return await self.store(request)
         finally:
-            in_flight -= 1
-            metrics.in_flight.dec()
+            self.in_flight -= 1
+            self.metrics.in_flight.dec()
 
-    async def store(request: Request) -> Response:
+    async def store(self, request: Request) -> Response:
         try:
-            raw = await read_body(request)
+            raw = await self.read_body(request)
         except ClientDisconnect:
-            metrics.answered("hung_up")
-            return refuse(400, "the sender hung up before the body ended")
+            self.metrics.answered("hung_up")
+            return _refuse(400, "the sender hung up before the body ended")
         if raw is None:
-            metrics.answered("too_large")
-            return refuse(413, f"body larger than {max_body} bytes")
+            self.metrics.answered("too_large")
+            return _refuse(413, f"body larger than {self.max_body} bytes")
         try:
-            event_id, new, method = await writer.add(raw)
+            event_id, new, method = await self.writer.add(raw)
         except NotAnEvent as exc:  # kept as a dead letter
-            metrics.answered("not_an_event")
-            return refuse(400, str(exc))
+            self.metrics.answered("not_an_event")
+            return _refuse(400, str(exc))
         except Exception as exc:  # the disk, not the sender: ask for a redelivery
             log.error("callback not stored: %s", exc)
-            metrics.answered("not_stored")
-            return refuse(503, "inbox unavailable", {"Retry-After": "60"})
-        metrics.answered("stored" if new else "duplicate", method)
+            self.metrics.answered("not_stored")
+            return _refuse(503, "inbox unavailable", {"Retry-After": "60"})
+        self.metrics.answered("stored" if new else "duplicate", method)
         return Response(b'{"status":"ok","event":%d,"duplicate":%s}'
                         % (event_id, b"false" if new else b"true"), media_type=JSON)
 
-    async def health(request: Request) -> JSONResponse:
+    async def health(self, request: Request) -> JSONResponse:
         # nothing here names the file or the error: the answer may be public
-        if not writer.running:
+        if not self.writer.running:
             log.error("health: the inbox writer has stopped")
-            return refuse(503, "inbox writer stopped")
+            return _refuse(503, "inbox writer stopped")
         try:
-            await writer.probe()
+            await self.writer.probe()
         except NotStored as exc:  # a full disk, a read-only file, a database refusing writes
             log.error("health: the inbox takes no writes: %s", exc)
-            return refuse(503, "inbox refuses writes")
+            return _refuse(503, "inbox refuses writes")
         try:
-            await anyio.to_thread.run_sync(inbox.check)  # a dropped database is reconnected
+            await anyio.to_thread.run_sync(self.inbox.check)  # a dropped database is reconnected
         except Exception as exc:  # InboxUnavailable names the inbox, other errors do not
             log.error("health: %s", exc if isinstance(exc, InboxUnavailable)
-                      else f"inbox {inbox.shown} does not answer: {exc}")
-            return refuse(503, "inbox unavailable")
+                      else f"inbox {self.inbox.shown} does not answer: {exc}")
+            return _refuse(503, "inbox unavailable")
         return JSONResponse({"status": "ok"})
 
-    async def scrape(request: Request) -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    async def scrape(self, request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        writer.start()
-        try:
-            yield
-        finally:
-            await writer.stop()
-            inbox.close()
 
-    base = "/" + path.strip("/")
-    paths = {base, base.rstrip("/") + "/"}  # a trailing slash is tolerated either way
-    # GET and HEAD (Starlette adds HEAD to a GET route); a callback path of /health still
-    # takes its POSTs, which only match the callback route
-    routes = [Route("/health", health, methods=["GET"]),
-              Route("/metrics", scrape, methods=["GET"]),
-              *(Route(p, receive, methods=["POST"]) for p in sorted(paths))]
-    app = Starlette(routes=routes, lifespan=lifespan)
-    app.state.inbox = inbox
-    app.state.metrics = metrics
-    return app
+def _refuse(status: int, reason: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"status": "error", "error": reason}, status_code=status,
+                        headers=headers)
