@@ -1,0 +1,67 @@
+"""The chaos suite's final checks fail when the lake breaks as they say they would: broken on
+purpose here, once each, on a real lake (a folder, and moto's S3 as the production profile
+keeps it). A check that never fails proves nothing."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+from deltalake import DeltaTable
+
+from resources import delta
+from resources.lake import Lake
+from resources.tables import lake_schema
+from tests.chaos.checks import file_schemas, lake_leftovers
+from tests.resources.test_lake_files import rows
+from tests.s3 import BUCKET, moto_s3
+
+TABLE = "balance_periodic"  # kept by record, erasable: any such table would do
+
+
+def filled(lake: Lake) -> None:
+    """Two commits, each a file holding several records' rows (an erasure rewrites it)."""
+    declared = lake_schema(TABLE)
+    for first in (0, 3):
+        lake.append_rows(TABLE, pa.concat_tables(
+            rows(declared, 4, start=4 * n, record=f"rec{n}") for n in range(first, first + 3)),
+            declared)
+
+
+def test_an_erasure_that_rewrites_files_in_other_types_fails_the_schema_check(tmp_path):
+    lake = Lake(root=str(tmp_path / "lake"))
+    filled(lake)
+    lake.erase(TABLE, ["rec1"])  # as ledgerlake erases: the declared types kept
+    read, wrong = file_schemas(lake.root)
+    assert read > 0 and wrong == []
+    # broken on purpose: the erasure done by delta-rs's own DELETE, which rewrites the
+    # files it touches in DataFusion's types (string_view)
+    DeltaTable(lake.table_uri(TABLE)).delete(delta._predicate(["rec2"], {}))
+    read, wrong = file_schemas(lake.root)
+    assert wrong and all(w.startswith(f"{TABLE}/") and "string_view" in w for w in wrong)
+
+
+@pytest.fixture
+def s3(tmp_path):
+    with moto_s3(tmp_path) as store:
+        fs = pafs.S3FileSystem(endpoint_override=store.endpoint, scheme="http",
+                               region="us-east-1", allow_bucket_creation=True)
+        fs.create_dir(BUCKET)
+        yield store, fs
+
+
+def test_a_commit_half_written_on_s3_fails_the_leftovers_check(s3, monkeypatch, tmp_path):
+    store, fs = s3
+    monkeypatch.chdir(tmp_path)
+    lake = Lake(root=store.root())
+    filled(lake)
+    problems, _left = lake_leftovers(lake.root)
+    assert problems == []
+    # broken on purpose: the last commit's data file never reached the store (its put lost,
+    # the log's put taken), as a writer that ignored a failed put would leave it
+    [latest] = [f for f in delta.files(lake.table_uri(TABLE)) if f.endswith(".parquet")][-1:]
+    fs.delete_file(latest.split("://", 1)[1].split("?", 1)[0])
+    problems, _left = lake_leftovers(lake.root)
+    name = latest.rsplit("/", 1)[-1]
+    assert any(p.startswith(f"{TABLE}: its latest version names {name}") for p in problems)
+    assert any("a commit half written" in p and name in p for p in problems)
