@@ -1,8 +1,8 @@
 """The inbox: every callback the receiver accepted, and each record's state.
 
-`callbacks` reads what a callback says (no database); `store` is the SQLite inbox and the
-rules every inbox keeps; `postgres` the same in a Postgres database; `resource` the Dagster
-resource over either. This package imports no Dagster, so the receiver starts without it.
+`callbacks` reads what a callback says (no database); `store` is the inbox, one class over
+the dialect of `sqlite` (a file) or `postgres` (a database); `resource` the Dagster resource
+over either. This package imports no Dagster, so the receiver starts without it.
 """
 
 from pathlib import Path
@@ -18,19 +18,14 @@ from .callbacks import (
     kept_body,
     scrubbed,
 )
-from .store import (
-    FAILED,
-    HELD,
-    LANDED_OK,
-    Event,
-    Inbox,
-    InboxMissing,
-    InboxUnavailable,
-    LandingState,
-    RecordState,
-    Vitals,
-    is_database_url,
-)
+from .errors import InboxMissing, InboxUnavailable
+from .store import FAILED, HELD, LANDED_OK, Event, Inbox, LandingState, RecordState, Vitals
+
+
+def is_database_url(location: str | Path) -> bool:
+    """Whether `location` names a Postgres database rather than a SQLite file."""
+    return isinstance(location, str) and location.lower().startswith(
+        ("postgresql://", "postgres://"))
 
 
 def open_inbox(location: str | Path, *, create: bool = False) -> Inbox:
@@ -46,5 +41,4 @@ def open_inbox(location: str | Path, *, create: bool = False) -> Inbox:
 __all__ = ["CONNECTED", "DISCONNECTED", "FAILED", "HELD", "LANDED_OK", "NAME",
            "PERSONAL_MEMBERS", "RECORD_ID", "Event", "Inbox", "InboxMissing",
            "InboxUnavailable", "InvalidEvent", "LandingState", "RecordState", "Vitals",
-           "describe",
-           "is_database_url", "kept_body", "open_inbox", "scrubbed"]
+           "describe", "is_database_url", "kept_body", "open_inbox", "scrubbed"]

@@ -1,32 +1,30 @@
 """The inbox: every callback the receiver accepted, durable before it is acknowledged.
 
-`open_inbox` opens it where it is: a SQLite file (the embedded default, below) or a Postgres
-database (`postgresql://`, resources/inbox/postgres.py, which several receivers share). SQLite in
-WAL mode, `synchronous=full`, so a committed event survives a killed process or a
-lost machine power. Each event is stored once under its identity (the fields that name it,
-INTERFACE.md), so a redelivery is a no-op for as long as the row lives (events are never
-pruned here, which covers the service's 72-hour redelivery window). Ids grow monotonically
-for sensor cursors. The same transaction that stores an event keeps the `records` table, the
-status of each connection record, so nothing reads a status that disagrees with the events.
+One class over the dialect of where it is: a SQLite file (sqlite.py, the embedded default) or
+a Postgres database (postgres.py, which several receivers share); the SQL here is both's
+(docs/decisions/0015-inbox-dialect.md). Each event is stored once under its identity (the
+fields that name it, INTERFACE.md), so a redelivery is a no-op for as long as the row lives
+(events are never pruned here, which covers the service's 72-hour redelivery window). Ids grow
+monotonically for sensor cursors. The same transaction that stores an event keeps the
+`records` table, the status of each connection record, so nothing reads a status that
+disagrees with the events.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import functools
 import hashlib
-import sqlite3
-import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 
 from .callbacks import CONNECTED, RECONNECT, STATUS_EVENTS, describe, kept_body, utc_stamp
-
-SCHEMA = Path(__file__).with_name("schema.sql").read_text()  # its tables, in SQLite
+from .errors import InboxUnavailable
+from .sqlite import Sqlite
 
 PAYLOADS = ("select body from events where record = ? and method in ({marks})"
             " order by id")
@@ -34,9 +32,8 @@ PAYLOADS = ("select body from events where record = ? and method in ({marks})"
 PRODUCTS = ("select record, method, code, status, event, occurred_at, received_at"
             " from record_products where record in (select record from records{where})")
 
-# A callback's writes beside its event (also resources/inbox/postgres.py's, in its SQL): its
-# record touched (made, connected, when first heard of), moved back to connected by a newer
-# successful login, and its product's newest callback.
+# A callback's writes beside its event: its record touched (made, connected, when first heard
+# of), moved back to connected by a newer successful login, and its product's newest callback.
 TOUCH = ("insert into records (record, customer, status, status_at, status_event, first_seen,"
          " last_seen) values (?, ?, ?, ?, ?, ?, ?) on conflict (record) do update set"
          " last_seen = excluded.last_seen, customer = coalesce(records.customer,"
@@ -44,6 +41,11 @@ TOUCH = ("insert into records (record, customer, status, status_at, status_event
 # out-of-order delivery: only a newer event moves the status
 SET_STATUS = ("update records set status = ?, status_at = ?, status_event = ?"
               " where record = ? and status_at <= ?")
+PRODUCT = ("insert into record_products (record, method, code, status, event, occurred_at,"
+           " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict (record, method) do update"
+           " set code = excluded.code, status = excluded.status, event = excluded.event,"
+           " occurred_at = excluded.occurred_at, received_at = excluded.received_at"
+           " where excluded.occurred_at >= record_products.occurred_at")
 # a later landing replaces the state; the time the product was last published stays until
 # another publishes it
 LANDED = ("insert into landings (record, product, outcome, run_id, at, landed_at, row_count,"
@@ -52,6 +54,9 @@ LANDED = ("insert into landings (record, product, outcome, run_id, at, landed_at
           " landed_at = coalesce(excluded.landed_at, landings.landed_at),"
           " row_count = excluded.row_count, detail = excluded.detail")
 LANDING_COLUMNS = "record, product, outcome, run_id, at, landed_at, row_count, detail"
+# the connected records' landings of a product (`?`) that published it
+PUBLISHED = (" from landings l join records r on r.record = l.record where l.product = ?"
+             f" and r.status = '{CONNECTED}' and l.landed_at is not null")
 # a record's number, given once (a forgotten record's tombstone keeps it from another)
 NUMBER = ("insert into record_numbers (record) select ? where not exists"
           " (select 1 from forgotten where record = ?) on conflict (record) do nothing")
@@ -61,27 +66,11 @@ def tombstone(record: str) -> str:
     """A forgotten record's tombstone: its id's SHA-256 (ids are random: it names the record
     only to whoever holds the id)."""
     return hashlib.sha256(record.encode()).hexdigest()
-PRODUCT = ("insert into record_products (record, method, code, status, event, occurred_at,"
-           " received_at) values (?, ?, ?, ?, ?, ?, ?) on conflict (record, method) do update"
-           " set code = excluded.code, status = excluded.status, event = excluded.event,"
-           " occurred_at = excluded.occurred_at, received_at = excluded.received_at"
-           " where excluded.occurred_at >= record_products.occurred_at")
 
 
-class InboxMissing(FileNotFoundError):
-    """The inbox file (or the database's inbox tables) is not there: only the receiver
-    creates it."""
-
-
-class InboxUnavailable(ConnectionError):
-    """The inbox's database does not answer (down, unreachable, refusing us): a later try
-    may succeed. The message names it without its password."""
-
-
-def is_database_url(location: str | Path) -> bool:
-    """Whether `location` names a Postgres database rather than a SQLite file."""
-    return isinstance(location, str) and location.lower().startswith(
-        ("postgresql://", "postgres://"))
+def _identity(info: dict) -> str:
+    """The key an event is stored under once: a digest of the fields that name it."""
+    return hashlib.sha256(orjson.dumps(info["identity"])).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -158,83 +147,51 @@ class Vitals:
     # than landed
 
 
-def _identity(info: dict) -> str:
-    """The key an event is stored under once: a digest of the fields that name it."""
-    return hashlib.sha256(orjson.dumps(info["identity"])).hexdigest()
-
-
-def _file_id(path: Path) -> tuple[int, int]:
-    """The device and inode of the file at `path` (a replaced file has another)."""
-    st = path.stat()
-    return st.st_dev, st.st_ino
+def _retried(method):
+    """Run `method`; when its connection was lost (a Postgres server dropped it), once more on
+    a new one (a write is safe to repeat: an event already stored is found by its identity),
+    an iterator given read once before. Raises InboxUnavailable."""
+    @functools.wraps(method)
+    def call(self, *args, **kw):
+        args = [list(a) if isinstance(a, Iterator) else a for a in args]
+        kw = {k: list(v) if isinstance(v, Iterator) else v for k, v in kw.items()}
+        try:
+            return method(self, *args, **kw)
+        except self._db.LOST:
+            self._db.close()
+        try:
+            return method(self, *args, **kw)
+        except self._db.LOST as exc:
+            self._db.close()
+            raise InboxUnavailable(self._db.unavailable(exc)) from None
+    return call
 
 
 class Inbox:
-    """One SQLite connection, used from any thread (serialised by a lock)."""
+    """The inbox over one connection of its dialect (`Database`: a SQLite file here, a
+    Postgres database in PostgresInbox), used from any thread (serialised by its lock); a
+    call on a lost connection is tried once more (`_retried`, below)."""
 
-    # ids given as one JSON array: one statement whatever their number (no bound variables
-    # beyond the build's limit)
-    IDS_IN = "record in (select value from json_each(?))"
-    NUMBERS_IN = "number in (select value from json_each(?))"
-    CUSTOMERS_IN = "customer in (select value from json_each(?))"
+    Database = Sqlite
 
-    @staticmethod
-    def _ids(ids: list[str]):
-        return orjson.dumps(ids).decode()
-
-    def __init__(self, path: str | Path, *, create: bool = False) -> None:
-        """Open the inbox at `path`; `create=True` (the receiver's) makes it if missing. Any
-        other reader of a missing inbox gets InboxMissing naming the path, not a new empty
-        file that hides a wrong setting."""
-        self.path = Path(path)
+    def __init__(self, location: str | Path, *, create: bool = False) -> None:
+        """Open the inbox at `location`; `create=True` (the receiver's) makes it if missing."""
         self._held: contextlib.ExitStack | None = None
-        self.shown = str(self.path.resolve())  # where it is, as logs and errors name it
-        if not create and not self.path.is_file():
-            raise InboxMissing(f"no inbox at {self.path}: start the receiver with --inbox "
-                               f"{self.path} (or set LEDGERLAKE_INBOX to the file it writes)")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        # a reader or a second writer waits for the lock instead of failing
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
-                                   timeout=30.0)
-        try:
-            self._db.execute("pragma journal_mode=wal")
-            self._db.execute("pragma synchronous=full")  # committed means on disk
-            self._db.execute("pragma secure_delete=on")  # what forget deletes is overwritten
-            if not self._db.execute("select 1 from sqlite_master where type = 'table'"
-                                    " and name = 'forgotten'").fetchone():
-                self._begin_write()  # two openers of a new file make its tables once
-                for statement in SCHEMA.split(";"):
-                    self._db.execute(statement)
-                self._db.execute("commit")
-        except BaseException:
-            self._db.close()
-            raise
-        self._file = _file_id(self.path)  # the file the writer has open, for check()
+        self._db = self.Database(location, create)
+        self._lock = self._db.lock
+        self.shown = self._db.shown  # where it is, as logs and errors name it (no password)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.shown!r})"
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._db.close()
         if self._held is not None:
             self._held.close()
 
     def check(self) -> None:
-        """Raise unless the path still names the file this inbox opened and it answers one
-        indexed read through a connection of its own: unlike the writer's, it fails when the
-        file was deleted or replaced under a running receiver (whose acknowledged callbacks
-        would then be lost at its restart). Read-only, so it never creates a file."""
-        try:
-            same = _file_id(self.path) == self._file
-        except FileNotFoundError:
-            same = False
-        if not same:
-            raise InboxMissing(f"{self.shown} is no longer the file the inbox opened: deleted, "
-                               "moved or replaced while open")
-        con = sqlite3.connect(f"{Path(self.shown).as_uri()}?mode=ro", uri=True, timeout=2.0)
-        try:
-            con.execute("select max(id) from events").fetchone()
-        finally:
-            con.close()
+        """Raise unless the inbox answers one indexed read (the receiver's /health)."""
+        self._db.check()
 
     def __enter__(self) -> Inbox:
         return self
@@ -243,6 +200,21 @@ class Inbox:
         self.close()
 
     # -- writes ---------------------------------------------------------------------------
+    def _begin_write(self):
+        """Begin a write: writers, in any process, take turns (the dialect's write lock)."""
+        return self._db.begin_write()
+
+    @contextlib.contextmanager
+    def _writing(self, begin=None):
+        """A transaction (the caller holds the lock) begun by `begin` (by default a write's),
+        committed when the block ends, rolled back when it raises; yields what `begin` gave."""
+        try:
+            yield (begin or self._begin_write)()
+            self._db.execute("commit")
+        except BaseException:
+            self._db.rollback()
+            raise
+
     def add(self, payload: dict) -> tuple[int, bool]:
         """Store the event once; return (its id, whether it was new)."""
         return self.add_described([(describe(payload), kept_body(payload))])[0]
@@ -251,40 +223,12 @@ class Inbox:
         """Store described events in one transaction (one disk sync for all of them)."""
         now = time.time()
         identities = [_identity(info) for info, _ in items]
-        with self._lock:
-            try:
-                records = [info["record"] for info, _ in items]
-                stored = self._begin_batch(identities, records)
-                gone = self._forgotten({r for r in records if r})
-                out = self._insert_all(items, identities, stored, now, gone)
-                self._db.execute("commit")
-            except BaseException:
-                self._db.execute("rollback")
-                raise
-        return out
-
-    def _begin_batch(self, identities: list[str], records: list[str | None]
-                     ) -> dict[str, int]:
-        """Begin a write; the ids of the identities (of events of `records`) already stored."""
-        self._begin_write()
-        return self._stored(identities, records)
-
-    def _stored(self, identities: list[str], records: list[str | None]) -> dict[str, int]:
-        """The ids of these identities that are stored, read through the index on (record,
-        identity), or the recordless events' own."""
-        keyed = [(r, i) for i, r in zip(identities, records, strict=True) if r is not None]
-        recordless = [i for i, r in zip(identities, records, strict=True) if r is None]
-        out = {}
-        if keyed:  # one probe a pair: `record in (..) and identity in (..)` probes every pairing
-            out.update(self._db.execute(
-                f"select e.identity, e.id from (values {','.join(['(?, ?)'] * len(keyed))}) p"
-                " join events e on e.record = p.column1 and e.identity = p.column2",
-                [v for pair in keyed for v in pair]))
-        if recordless:
-            out.update(self._db.execute(
-                "select identity, id from events where record is null and identity in"
-                f" ({','.join('?' * len(recordless))})", recordless))
-        return out
+        records = [info["record"] for info, _ in items]
+        # begun with the read of the ids stored already (in Postgres, in the same round trip)
+        begin = functools.partial(self._db.begin_batch, identities, records)
+        with self._lock, self._writing(begin) as stored:
+            gone = self._forgotten({r for r in records if r})
+            return self._insert_all(items, identities, stored, now, gone)
 
     def _insert_all(self, items: Sequence[tuple[dict, bytes]], identities: list[str],
                     ids: dict[str, int], now: float, gone: set[str]
@@ -303,13 +247,8 @@ class Inbox:
             told.add(identity)
         return out
 
-    def _begin_write(self) -> None:
-        # immediate: writers (even in other processes) take turns, so ids become visible
-        # in the order they were given and a sensor's cursor never steps over one
-        self._db.execute("begin immediate")
-
     def _insert(self, info: dict, raw: bytes, now: float, identity: str) -> int:
-        """Store an event the batch found new (`_begin_batch`, under the write lock)."""
+        """Store an event the batch found new (`add_described`, under the write lock)."""
         occurred = info["occurred_at"] or utc_stamp(now)
         affects = self._affected(info) if info["kind"] == "connection" else []
         (event_id,) = self._db.execute(
@@ -387,33 +326,30 @@ class Inbox:
         them or their customers; leave their tombstones. Of `customers` (`forget --customer`),
         every event naming one and no record goes too, whatever records it applies to (a
         USER_REAUTH heard before any of their records was), and the dead letters naming
-        them. Deleted content is overwritten (`secure_delete`) and the log truncated. Waits
-        for the landings in flight (`hold_landing`). Returns the rows deleted."""
+        them. Deleted content is overwritten (SQLite's `secure_delete`) and the log
+        truncated. Waits for the landings in flight (`hold_landing`). Returns the rows
+        deleted."""
         ids, customers = sorted(set(records)), sorted(set(customers))
         if not ids and not customers:
             return 0
-        with self._erasure_lock(exclusive=True), self._lock:
-            self._begin_write()
-            try:
+        with self._db.erasure_lock(exclusive=True), self._lock:
+            with self._writing():
                 deleted = self._forget(ids, customers)
-                self._db.execute("commit")
-            except BaseException:
-                self._db.execute("rollback")
-                raise
-            self._truncate_log()
+            self._db.truncate_log()
         return deleted
 
     def _forget(self, ids: list[str], customers: list[str]) -> int:
+        of_ids, ids_param = self._db.among("record", ids)
+        of_customers, customers_param = self._db.among("customer", customers)
         named = [r[0] for r in self._db.execute(
-            f"select customer from records where {self.IDS_IN} and customer is not null",
-            [self._ids(ids)])] + ids + customers
+            f"select customer from records where {of_ids} and customer is not null",
+            ids_param)] + ids + customers
         deleted, gone, theirs = 0, set(ids), set(customers)
         # the recordless events (few, indexed): those naming a customer forgotten, and those
         # that applied only to records forgotten, go; the rest forget these records
         for event, affects, customer in self._db.execute(
                 "select id, affects, customer from events where record is null and"
-                f" (affects is not null or {self.CUSTOMERS_IN})",
-                [self._ids(customers)]).fetchall():
+                f" (affects is not null or {of_customers})", customers_param).fetchall():
             was = orjson.loads(affects) if affects else []
             left = [] if customer in theirs else [r for r in was if r not in gone]
             if not left:
@@ -426,35 +362,20 @@ class Inbox:
                              " on conflict (record) do nothing",
                              [(tombstone(r), time.time()) for r in ids])
         for table in ("events", "record_products", "landings", "records", "record_numbers"):
-            deleted += self._db.execute(f"delete from {table} where {self.IDS_IN}",
-                                        [self._ids(ids)]).rowcount
+            deleted += self._db.execute(f"delete from {table} where {of_ids}",
+                                        ids_param).rowcount
         letters = [(i,) for i, body in self._db.execute("select id, body from dead_letters")
                    if any(n.encode() in bytes(body) for n in named)]
         self._db.executemany("delete from dead_letters where id = ?", letters)
         return deleted + len(letters)
 
-    # -- the erasure lock: a landing step holds it shared, forget alone ----------------------
-    @contextlib.contextmanager
-    def _erasure_lock(self, exclusive: bool):
-        """Between processes (files beside the inbox); a forget waiting holds the turnstile."""
-        with open(f"{self.path}.turnstile", "ab") as turn, \
-                open(f"{self.path}.erasing", "ab") as lock:
-            fcntl.flock(turn, fcntl.LOCK_EX)
-            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            if not exclusive:
-                fcntl.flock(turn, fcntl.LOCK_UN)
-            yield
-
     def hold_landing(self) -> None:
-        """The erasure lock, shared, until this inbox closes: taken by a landing step before it
-        reads its records, so a forget erases what it wrote or comes first."""
+        """The erasure lock (forget's, alone), shared until this inbox closes: taken by a
+        landing step before it reads its records, so a forget erases what it wrote or comes
+        first."""
         if self._held is None:
             self._held = contextlib.ExitStack()
-            self._held.enter_context(self._erasure_lock(exclusive=False))
-
-    def _truncate_log(self) -> None:
-        """What a forget deleted leaves the write-ahead log too."""
-        self._db.execute("pragma wal_checkpoint(truncate)")
+            self._held.enter_context(self._db.erasure_lock(exclusive=False))
 
     def of_customer(self, customer: str) -> list[str]:
         """The records the inbox knows of `customer` (its events naming them and no record
@@ -469,17 +390,7 @@ class Inbox:
             self._db.executemany("update records set replayed_at = ? where record = ?",
                                  [(at, r) for r in records])
 
-    # -- reads ----------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _snapshot(self):
-        """Reads that must agree with each other, in one snapshot of the file."""
-        with self._lock:
-            self._db.execute("begin")
-            try:
-                yield
-            finally:
-                self._db.execute("commit")
-
+    # -- reads (those that must agree with each other in the dialect's `snapshot`) ----------
     def after(self, cursor: int, limit: int = 500, max_bytes: int = 64 << 20) -> list[Event]:
         """Events with an id above `cursor`, oldest first: at most `limit` of them, and no more
         than `max_bytes` of bodies (but always at least one event, if there is one)."""
@@ -498,7 +409,7 @@ class Inbox:
 
     def payloads(self, record: str, methods: Sequence[str]) -> list[dict]:
         """Every stored body of `record` with one of `methods`, oldest first."""
-        with self._snapshot():
+        with self._db.snapshot():
             rows = self._db.execute(PAYLOADS.format(marks=",".join("?" * len(methods))),
                                     (record, *methods)).fetchall()
         return [orjson.loads(r[0]) for r in rows]
@@ -519,14 +430,15 @@ class Inbox:
         if ids is None:
             return self._records_where([], [], status)
         ids = list(ids)
-        return self._records_where([self.IDS_IN], [self._ids(ids)], status) if ids else {}
+        where, params = self._db.among("record", ids)
+        return self._records_where([where], params, status) if ids else {}
 
     def _records_where(self, where: list[str], params: list, status: str | None
                        ) -> dict[str, RecordState]:
         if status is not None:
             where, params = [*where, "status = ?"], [*params, status]
         clause = (" where " + " and ".join(where)) if where else ""
-        with self._snapshot():
+        with self._db.snapshot():
             rows = self._db.execute(
                 "select record, customer, status, status_at, first_seen, last_seen, replayed_at"
                 f" from records{clause} order by record", params).fetchall()
@@ -554,18 +466,13 @@ class Inbox:
         ids = sorted(set(ids))
         if not ids:
             return {}
+        where, params = self._db.among("record", ids)
         with self._lock:
             if create:
-                self._begin_write()
-                try:
+                with self._writing():
                     self._db.executemany(NUMBER, [(r, tombstone(r)) for r in ids])
-                    self._db.execute("commit")
-                except BaseException:
-                    self._db.execute("rollback")
-                    raise
             return dict(self._db.execute(
-                f"select record, number from record_numbers where {self.IDS_IN}",
-                [self._ids(ids)]).fetchall())
+                f"select record, number from record_numbers where {where}", params).fetchall())
 
     def forgotten(self, ids: Iterable[str]) -> set[str]:
         """Those of `ids` that were forgotten."""
@@ -573,34 +480,31 @@ class Inbox:
             return self._forgotten(set(ids))
 
     def _forgotten(self, ids: set[str]) -> set[str]:
+        if not ids:
+            return set()
         hashed = {tombstone(r): r for r in ids}
+        where, params = self._db.among("record", sorted(hashed))
         return {hashed[r[0]] for r in self._db.execute(
-            f"select record from forgotten where {self.IDS_IN}",
-            [self._ids(sorted(hashed))])} if ids else set()
+            f"select record from forgotten where {where}", params)}
 
     def ids_of(self, numbers: Iterable[int]) -> dict[int, str]:
         """The records these numbers name (a forgotten record's number names none)."""
         numbers = sorted({int(n) for n in numbers})
         if not numbers:
             return {}
+        where, params = self._db.among("number", numbers)
         with self._lock:
             return dict(self._db.execute(
-                f"select number, record from record_numbers where {self.NUMBERS_IN}",
-                [self._ids(numbers)]).fetchall())
+                f"select number, record from record_numbers where {where}", params).fetchall())
 
     # -- what the pipeline made of each record ---------------------------------------------
     def note_landings(self, states: Sequence[LandingState]) -> None:
-        """Keep each record's product as these landings left it, in one transaction."""
+        """Keep each record's product as these landings left it, in one transaction (not
+        the write lock's: no id is given)."""
         if not states:
             return
-        with self._lock:
-            self._db.execute("begin")
-            try:
-                self._db.executemany(LANDED, [s.row() for s in states])
-                self._db.execute("commit")
-            except BaseException:
-                self._db.execute("rollback")
-                raise
+        with self._lock, self._writing(lambda: self._db.execute("begin")):
+            self._db.executemany(LANDED, [s.row() for s in states])
 
     def landings(self, records: Iterable[str] | None = None, *, product: str | None = None,
                  outcomes: Sequence[str] | None = None, run_id: str | None = None,
@@ -612,8 +516,9 @@ class Inbox:
             records = list(records)
             if not records:
                 return []
-            where.append(self.IDS_IN)
-            params.append(self._ids(records))
+            clause, param = self._db.among("record", records)
+            where.append(clause)
+            params += param
         for column, value in (("product", product), ("run_id", run_id)):
             if value is not None:
                 where.append(f"{column} = ?")
@@ -631,14 +536,12 @@ class Inbox:
     def stale(self, product: str, cutoff: float, limit: int = 20) -> tuple[int, int, list[str]]:
         """Connected records whose `product` was published once: how many, how many not since
         `cutoff`, and the first `limit` of those."""
-        join = (" from landings l join records r on r.record = l.record where l.product = ?"
-                f" and r.status = '{CONNECTED}' and l.landed_at is not null")
-        with self._snapshot():
+        with self._db.snapshot():
             expected, stale = self._db.execute(
                 f"select count(*), coalesce(sum(case when l.landed_at < ? then 1 else 0 end), 0)"
-                f"{join}", (cutoff, product)).fetchone()
+                f"{PUBLISHED}", (cutoff, product)).fetchone()
             first = [r[0] for r in self._db.execute(
-                f"select l.record{join} and l.landed_at < ? order by l.record limit ?",
+                f"select l.record{PUBLISHED} and l.landed_at < ? order by l.record limit ?",
                 (product, cutoff, limit))]
         return expected, stale, first
 
@@ -647,7 +550,7 @@ class Inbox:
         """The inbox's state in counts: the callbacks after `cursor` (the inbox sensor's), the
         newest callback, dead letters, records by status, and landings that did not land. A
         few aggregate reads, each over an index or a small table but `records`'s count."""
-        with self._snapshot():
+        with self._db.snapshot():
             last = self._db.execute("select id, received_at from events"
                                     " order by id desc limit 1").fetchone()
             waiting, oldest = self._db.execute(
@@ -667,13 +570,11 @@ class Inbox:
     def landing_ages(self, product: str) -> tuple[int, float | None, float | None]:
         """Connected records whose `product` was published: how many, and the median and the
         oldest of their last publication times (seconds since the epoch)."""
-        join = (" from landings l join records r on r.record = l.record where l.product = ?"
-                f" and r.status = '{CONNECTED}' and l.landed_at is not null")
-        with self._snapshot():
-            count, oldest = self._db.execute(f"select count(*), min(l.landed_at){join}",
+        with self._db.snapshot():
+            count, oldest = self._db.execute(f"select count(*), min(l.landed_at){PUBLISHED}",
                                              (product,)).fetchone()
             median = self._db.execute(
-                f"select l.landed_at{join} order by l.landed_at limit 1 offset ?",
+                f"select l.landed_at{PUBLISHED} order by l.landed_at limit 1 offset ?",
                 (product, count // 2)).fetchone() if count else None
         return count, median[0] if median else None, oldest
 
@@ -687,7 +588,7 @@ class Inbox:
         if not_runs:
             where += f" and run_id not in ({','.join('?' * len(not_runs))})"
             params += list(not_runs)
-        with self._snapshot():
+        with self._db.snapshot():
             count = self._db.execute(f"select count(*) from landings where {where}",
                                      params).fetchone()[0]
             rows = self._db.execute(f"select record, run_id from landings where {where}"
@@ -701,3 +602,11 @@ class Inbox:
                                    (record,)).fetchone()
         return row[0] if row else None
 
+
+# The calls tried once more when the connection was lost (a Postgres server dropped it): every
+# one through the inbox's connection but add (whose add_described is) and probe_write
+for _call in ("add_described", "after", "check", "count", "dead_letter", "dead_letters",
+              "failing", "forget", "forgotten", "ids_of", "landing_ages", "landings",
+              "mark_replayed", "note_landings", "numbered", "numbers", "of_customer",
+              "payloads", "records", "stale", "status", "vitals"):
+    setattr(Inbox, _call, _retried(getattr(Inbox, _call)))
