@@ -231,7 +231,7 @@ TABLES: dict[str, Table] = {
             check=at_least(0)),
         Col("currency", TEXT, ISO, PUBLIC, check=CURRENCY),
         Col("ref", TEXT, "the payment's reference", PUBLIC),
-        # account numbers: the inbox keeps them masked (resources/inbox/store.py)
+        # account numbers: the inbox keeps them masked (resources/inbox/callbacks.py)
         Col("debit_account", TEXT, "the account paid from, its last 4 digits", PERSONAL),
         Col("credit_account", TEXT, "the account paid to, its last 4 digits", PERSONAL),
         Col("source", TEXT, "how the payment was started, e.g. link", PUBLIC),
