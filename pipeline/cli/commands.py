@@ -154,8 +154,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not expect or not all(map(NAME.fullmatch, expect)):
         return _fail(f"--expect takes methods such as ACCOUNTS,TRANSACTIONS, not "
                      f"{args.expect!r}")
-    named = [r.strip() for r in (args.records or "").split(",") if r.strip()]
-    if args.records is not None and not (named and all(map(RECORD_ID.fullmatch, named))):
+    records = [r.strip() for r in (args.records or "").split(",") if r.strip()]
+    if args.records is not None and not (records and all(map(RECORD_ID.fullmatch, records))):
         return _fail(f"--records takes record ids separated by commas, not "
                      f"{args.records!r:.80}")
     from pipeline.replay import replay, replay_named
@@ -175,13 +175,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
                         environment=settings.environment, secret_key=key)
     try:
         with inbox, client or contextlib.nullcontext():
-            result = (replay_named(inbox, client, named, dry_run=args.dry_run, say=print)
-                      if named else replay(inbox, client, after_s=args.after_minutes * 60,
+            result = (replay_named(inbox, client, records, dry_run=args.dry_run, say=print)
+                      if records else replay(inbox, client, after_s=args.after_minutes * 60,
                                            expect=expect, dry_run=args.dry_run, say=print))
     except ServiceError as exc:
         return _fail(f"the service refused the trigger: {exc}", 1)
     verb = "would trigger" if args.dry_run else "triggered"
-    print(f"{len(result.overdue)} records {'named' if named else 'overdue'}; {verb} "
+    print(f"{len(result.overdue)} records {'named' if records else 'overdue'}; {verb} "
           f"{len(result.overdue) if args.dry_run else len(result.triggered)} "
           f"in {result.calls} calls")
     return 0
@@ -195,32 +195,31 @@ def cmd_sql(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     path = Path(args.warehouse) if args.warehouse else settings.warehouse_path
     lake = str(local_path(settings.lake) or settings.lake)  # the views read its files
-    with tempfile.TemporaryDirectory(prefix="ledgerlake-as-of-") as scratch:
+    with contextlib.ExitStack() as stack:  # the connection closed, then the scratch folder
+        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="ledgerlake-as-of-"))
         try:
             fmt = sql.format_of(args.format, Path(args.output) if args.output else None)
             check_lake(lake)  # an s3:// lake that refuses us: one line, exit 2 (a ConfigError)
             if args.as_of is not None:  # the views over the lake as it stood then
                 path = sql.as_of_warehouse(lake, Path(scratch) / "as-of.duckdb",
                                            settings.timezone, args.as_of)
-            con = sql.open_warehouse(path.resolve(), lake)
+            con = stack.enter_context(sql.open_warehouse(path.resolve(), lake))
         except (sql.QueryError, FileNotFoundError, ValueError, RuntimeError) as exc:
             return _fail(exc)
-        with con:
-            if args.query is None:
-                return sql.interactive(con, args.max_rows)
-            try:
-                rel = sql.run(con, args.query)
-                if fmt == "table":
-                    sql.show(rel, args.max_rows, sys.stdout)
-                elif args.output is None:
-                    sys.stdout.flush()
-                    sql.emit(con, rel, fmt, sys.stdout.buffer)
-                else:
-                    rows = sql.write(con, rel, fmt, Path(args.output))
-                    print(f"wrote {rows} rows to {Path(args.output).resolve()}",
-                          file=sys.stderr)
-            except sql.QueryError as exc:
-                return _fail(exc, 1)
+        if args.query is None:
+            return sql.interactive(con, args.max_rows)
+        try:
+            rel = sql.run(con, args.query)
+            if fmt == "table":
+                sql.show(rel, args.max_rows, sys.stdout)
+            elif args.output is None:
+                sys.stdout.flush()
+                sql.emit(con, rel, fmt, sys.stdout.buffer)
+            else:
+                rows = sql.write(con, rel, fmt, Path(args.output))
+                print(f"wrote {rows} rows to {Path(args.output).resolve()}", file=sys.stderr)
+        except sql.QueryError as exc:
+            return _fail(exc, 1)
     return 0
 
 
