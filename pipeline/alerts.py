@@ -63,7 +63,7 @@ from .status import PRODUCTS
 log = logging.getLogger("ledgerlake.alerts")
 
 INTERVAL_S = 30
-SHOWN = 5  # record numbers a message lists
+LISTED = 5  # record numbers a message lists
 DEAD_LETTERS_CALM_S = 3600.0  # dead letters stop growing this long: resolved
 KEEP_UNSENT_S = 86400.0  # a message not delivered within a day is dropped (logged)
 OUTBOX = 200  # messages kept waiting at most
@@ -91,8 +91,8 @@ def _numbers(db: Inbox, records: list[str], count: int) -> str:
     """The first `records` of `count` as the Dagster UI names them, by number (`#12`; a
     forgotten one `#?`), with `...` when there are more."""
     numbers = db.numbers(records)
-    shown = ", ".join(f"#{numbers[r]}" if r in numbers else "#?" for r in records)
-    return shown + (", ..." if count > len(records) else "")
+    listed = ", ".join(f"#{numbers[r]}" if r in numbers else "#?" for r in records)
+    return listed + (", ..." if count > len(records) else "")
 
 
 def inbox_incidents(db: Inbox, instance: DagsterInstance, settings: Alerting, now: float,
@@ -102,7 +102,7 @@ def inbox_incidents(db: Inbox, instance: DagsterInstance, settings: Alerting, no
     found = {i.key: i for i in _failing(db, settings, going=watch.running(instance))}
     hours = int(MAX_AGE.total_seconds() // 3600)
     for product in CHECKED:
-        expected, stale, first = db.stale(product, now - MAX_AGE.total_seconds(), SHOWN)
+        expected, stale, first = db.stale(product, now - MAX_AGE.total_seconds(), LISTED)
         if stale:
             found[f"stale:{product}"] = Incident(
                 f"stale:{product}", f"{product} stale",
@@ -141,7 +141,7 @@ def _failing(db: Inbox, settings: Alerting, going: list[str]) -> Iterator[Incide
                 (FAILED, f"{product} failed", "failed after every retry"),
                 (HELD, f"{product} held", "held: a blocking check failed, the previous rows "
                                           "stay in view")):
-            count, first, run_id = db.failing(product, outcome, not_runs=going, limit=SHOWN)
+            count, first, run_id = db.failing(product, outcome, not_runs=going, limit=LISTED)
             if count:
                 yield Incident(
                     f"{outcome}:{product}", f"{_records(count)} {title}",
@@ -278,7 +278,7 @@ def deliver(outbox: list[dict], state: dict, settings: Alerting, now: float,
             client: httpx.Client) -> list[str]:
     """Send what waits, oldest first, within the hour's allowance; what fails stays for the
     next tick. Returns lines for the tick's log."""
-    notes = []
+    lines = []
     sent = [t for t in state.get("sent", []) if now - t < 3600]
     while outbox:
         message = outbox[0]
@@ -288,7 +288,7 @@ def deliver(outbox: list[dict], state: dict, settings: Alerting, now: float,
             outbox.pop(0)
             continue
         if len(sent) >= settings.max_per_hour:
-            notes.append(f"{len(outbox)} alerts wait: {settings.max_per_hour} sent this hour")
+            lines.append(f"{len(outbox)} alerts wait: {settings.max_per_hour} sent this hour")
             break
         try:
             resp = client.post(settings.url, json=body(message, settings.format),
@@ -302,13 +302,13 @@ def deliver(outbox: list[dict], state: dict, settings: Alerting, now: float,
             log.warning("alert %s (%s) not delivered to %s: %s; tried again next tick (%d "
                         "tries)", message["key"], message["state"], settings.url.shown,
                         failure, message["tries"])
-            notes.append(f"alert {message['key']} not delivered: {failure}")
+            lines.append(f"alert {message['key']} not delivered: {failure}")
             break
         sent.append(now)
         outbox.pop(0)
-        notes.append(f"alert {message['key']} ({message['state']}) delivered")
+        lines.append(f"alert {message['key']} ({message['state']}) delivered")
     state["sent"] = sent
-    return notes
+    return lines
 
 
 def evaluate(instance: DagsterInstance, inbox: InboxResource, settings: Alerting,
@@ -328,22 +328,22 @@ def evaluate(instance: DagsterInstance, inbox: InboxResource, settings: Alerting
     if len(outbox) > OUTBOX:
         log.error("%d alerts dropped: more than %d waiting", len(outbox) - OUTBOX, OUTBOX)
         outbox = outbox[-OUTBOX:]
-    notes = [f"{m['state']}: {m['text']}" for m in outbox if m.get("tries") is None]
+    lines = [f"{m['state']}: {m['text']}" for m in outbox if m.get("tries") is None]
     if settings.url is None:
-        for line in notes:  # no webhook: the sensor's log is all there is
+        for line in lines:  # no webhook: the sensor's log is all there is
             log.warning("%s (no LEDGERLAKE_ALERT_URL)", line)
         outbox = []
     else:
         own = client is None
         client = client or httpx.Client()
         try:
-            notes += deliver(outbox, state, settings, now, client)
+            lines += deliver(outbox, state, settings, now, client)
         finally:
             if own:
                 client.close()
     state["outbox"] = outbox
     open_now = ", ".join(sorted(state.get("open", {}))) or "none"
-    return orjson.dumps(state).decode(), [*notes, f"open incidents: {open_now}"]
+    return orjson.dumps(state).decode(), [*lines, f"open incidents: {open_now}"]
 
 
 @sensor(minimum_interval_seconds=INTERVAL_S, default_status=DefaultSensorStatus.RUNNING,
@@ -353,7 +353,7 @@ def evaluate(instance: DagsterInstance, inbox: InboxResource, settings: Alerting
 def alerts(context: SensorEvaluationContext, inbox: InboxResource):
     """Judge the incidents, tell of those that opened or cleared; starts no run."""
     settings = Settings.from_env().alerting
-    cursor, notes = evaluate(context.instance, inbox, settings, context.cursor)
-    for line in notes:
+    cursor, lines = evaluate(context.instance, inbox, settings, context.cursor)
+    for line in lines:
         context.log.info(line)
-    return SensorResult(skip_reason=notes[-1], cursor=cursor)
+    return SensorResult(skip_reason=lines[-1], cursor=cursor)

@@ -58,7 +58,7 @@ BATCH = 2000  # events per tick; a backlog drains over consecutive ticks
 NEW_PER_RUN = 20
 PARALLEL = 4  # runs at once where the instance sets no limit (dagster.yaml sets 4)
 MIN_INTERVAL_S = 5
-SHOWN = 20  # failure callbacks an observation lists
+FIRST_EVENTS = 20  # failure callbacks an observation lists
 STATUS_ASSET = "record_status"
 
 # (method, code) of a ready product -> the assets that fetch it. One line per product; an asset
@@ -222,7 +222,7 @@ def _observe(asset: str, evs: list[Event], status: dict[str, str],
              "code": e.code,
              "callback_status": e.status, "message": message(e),
              "record_status": status.get(e.record or "", "unknown")}
-            for e in evs[:SHOWN]])})
+            for e in evs[:FIRST_EVENTS]])})
 
 
 def asset_names(context: SensorEvaluationContext) -> tuple[set[str], set[str]]:
