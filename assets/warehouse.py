@@ -9,6 +9,7 @@ the published file: readers never see a half-built one nor block a refresh (docs
 import contextlib
 import fcntl
 import glob
+import hashlib
 import os
 import shutil
 import struct
@@ -16,7 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -245,9 +246,24 @@ def publish(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_T
     not ask for one)."""
     lake = Lake(root=str(lake_root))
     views = [v for v in VIEWS if only is None or v.name in only]
-    done = derived.refresh(lake, timezone, progress) if refresh or derived_of(views) else None
-    pins = {t: v for t, v in (done.versions if done else {}).items() if v is not None}
-    return build(lake_root, target, timezone, only=only, pins=pins or None), done
+    with one_publisher(lake.root):
+        done = derived.refresh(lake, timezone, progress) if refresh or derived_of(views) \
+            else None
+        pins = {t: v for t, v in (done.versions if done else {}).items() if v is not None}
+        return build(lake_root, target, timezone, only=only, pins=pins or None), done
+
+
+@contextlib.contextmanager
+def one_publisher(lake_root: str) -> Iterator[None]:
+    """Hold this machine's lock of the lake's publishers for the block. The daemon's warehouse
+    runs take turns by their pool, but `ledgerlake forget` publishes from its own process: two
+    refreshes at once let one overwrite the derived tables with rows older than the sources
+    the other's views pin (a reader saw lines with no daily balance). A lock file per lake in
+    the temporary folder: the warehouse's own folder stays as the build leaves it."""
+    name = hashlib.sha256(lake_root.encode()).hexdigest()[:16]
+    with open(Path(tempfile.gettempdir()) / f"ledgerlake-publish-{name}.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def describe_view(con: duckdb.DuckDBPyConnection, view: View,
