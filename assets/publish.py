@@ -128,7 +128,6 @@ FIND_A_RECORD = (
 class Run:
     """A run's batch as a product lands it: the records still to land (id -> number), the
     inbox (open, holding the erasure lock) and the lake."""
-    context: dg.AssetExecutionContext
     ids: Mapping[str, int]
     inbox: Inbox
     lake: Lake
@@ -180,8 +179,7 @@ def product(name: str, *, description: str, tables: Mapping[str, pa.Schema],
             lands = fn(context, **resources)
             lands = lands if isinstance(lands, Lands) else Lands(land=lands)
             with resources["inbox"].open() as db:
-                run = Run(context, to_land(context, resources["batch"], db, name), db,
-                          resources["lake"])
+                run = Run(to_land(context, resources["batch"], db, name), db, resources["lake"])
                 chunks = lands.chunks(run) if lands.chunks else [
                     (land_each(run, lands.land, tables, appended), [])]
                 landings, rechecked = [], []
@@ -190,8 +188,8 @@ def product(name: str, *, description: str, tables: Mapping[str, pa.Schema],
                     landings += chunk
                     rechecked += verdicts
             log_rechecks(context, rechecked)
-            yield from dagster_results(context, name, landings, checks, lands.metadata(landings),
-                              lake=run.lake)
+            yield from dagster_results(context, name, landings, checks,
+                                       lands.metadata(landings), lake=run.lake)
 
         # blocking per record, not per batch: a record that fails is held back by the asset
         # itself, and the others of its batch land

@@ -295,16 +295,9 @@ class Tuning:
     @classmethod
     def from_env(cls, environ: os._Environ | dict | None = None) -> Tuning:
         env = os.environ if environ is None else environ
-        delay = env.get("LEDGERLAKE_RETRY_DELAY_S", "30")
-        try:
-            retry_delay_s = float(delay)
-        except ValueError:
-            retry_delay_s = -1.0
-        if not 0 <= retry_delay_s <= 3600:  # a NaN fails too
-            raise ConfigError(f"LEDGERLAKE_RETRY_DELAY_S must be seconds from 0 to 3600, not "
-                              f"{delay!r:.40}")
         return cls(
-            retry_delay_s=retry_delay_s,
+            retry_delay_s=_number("LEDGERLAKE_RETRY_DELAY_S",
+                                  env.get("LEDGERLAKE_RETRY_DELAY_S", "30"), 0, 3600),
             reconcile_days=_whole(env, "LEDGERLAKE_RECONCILE_DAYS", 7, 0, 366),
             chart_records=_whole(env, "LEDGERLAKE_CHART_RECORDS", 5, 0, 100),
             retention_hours=_whole(env, "LEDGERLAKE_LAKE_RETENTION_HOURS", 168, 1, 87600),
