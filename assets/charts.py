@@ -175,7 +175,7 @@ def series_of(daily: pa.Table, labels: Mapping[str, str] | None = None
 def record_charts(lake, record_ids: Sequence[str], titles: Mapping[str, str]
                   ) -> dict[str, str]:
     """Per record with any balance history, its daily balance chart as Markdown, titled by
-    `titles` (by number, in Dagster); none for more than CHART_RECORDS records."""
+    `titles` (by number, in Dagster); none for more than LEDGERLAKE_CHART_RECORDS records."""
     if not record_ids or len(record_ids) > Tuning.from_env().chart_records:
         return {}
     # only the columns the chart reads: a record's topics or narrations are not worth a read
@@ -200,7 +200,7 @@ def record_charts(lake, record_ids: Sequence[str], titles: Mapping[str, str]
 
 def chart_metadata(context, lake, landings: Sequence[Landing]) -> dict:
     """The batch's daily balance charts, one per published record, for its materialization's
-    metadata (`daily_balance`); for a batch of more than CHART_RECORDS, where to draw them.
+    metadata (`daily_balance`); for a batch of more than LEDGERLAKE_CHART_RECORDS, where to draw them.
     A chart that fails is said there and logged, never the run's failure: the rows are landed
     already."""
     published = [x for x in landings if x.published]
