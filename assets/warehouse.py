@@ -81,12 +81,15 @@ class Warehouse(ConfigurableResource):
 
 
 AsOf = datetime | Mapping[str, int] | None  # a time, or versions of some tables
+ABSENT = -1  # the version pinned of a table that did not exist yet: read as empty
 
 
 def snapshot_files(lake: Lake, table: str, as_of: AsOf = None) -> list[str]:
     """The data files of the table's snapshot: the latest, the one standing at a time, or a
     version of it; none when the table does not exist (yet, or then) or holds no rows."""
     pinned = as_of.get(table) if isinstance(as_of, Mapping) else as_of
+    if pinned == ABSENT:
+        return []
     if pinned is not None and (erased := erasures_since(lake, table, pinned)):
         raise ValueError(f"lake table {table} as of {pinned}: its history before {erased} is "
                          "gone (`ledgerlake forget`: no version may show the rows it erased, "
@@ -249,7 +252,9 @@ def publish(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_T
     with one_publisher(lake.root):
         done = derived.refresh(lake, timezone, progress) if refresh or derived_of(views) \
             else None
-        pins = {t: v for t, v in (done.versions if done else {}).items() if v is not None}
+        # a source the refresh found absent stays so: its first rows, landed since, are
+        # in neither the derived tables nor the views until the next build
+        pins = {t: ABSENT if v is None else v for t, v in (done.versions if done else {}).items()}
         return build(lake_root, target, timezone, only=only, pins=pins or None), done
 
 

@@ -25,12 +25,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+import shutil
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 
 QUESTIONS = ("lake", "landings", "record", "as_of", "erased")
 # the views that name records, where an erased record must have no row (the audits of
@@ -199,12 +202,23 @@ class Readers:
             query = erased_rows(record)
         for _ in range(3):
             started = time.time()
-            out = dep.cli("sql", query, "--format", "json", *args, timeout_s=300)
+            # a copy of the published file (one build, at rest): kept when its answer is wrong
+            copy = self._copy(dep) if not args else None
+            where = ["--warehouse", str(copy)] if copy else []
+            out = dep.cli("sql", query, "--format", "json", *args, *where, timeout_s=300)
             if out.returncode == 0:
                 rows = json.loads(out.stdout or "[]", parse_float=Decimal)
+                if copy and question in ("lake", "record") and rows and \
+                        int(rows[0]["mismatched"]):
+                    copy = copy.rename(copy.with_name(f"disagreed-{copy.name}"))
+                    self.say(f"    reader of {env} ({question}) disagreed: kept {copy}")
+                elif copy:
+                    copy.unlink(missing_ok=True)
                 self._keep(Answer(env, question, started, rows=rows, record=record,
                                   as_of=as_of))
                 return
+            if copy:
+                copy.unlink(missing_ok=True)
             error = (out.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
             kind, retried = classify(out.stderr)
             self._keep(Answer(env, question, started, error=error[:500], kind=kind,
@@ -213,6 +227,15 @@ class Readers:
                 self.say(f"    reader of {env} ({question}): {error[:300]}")
             if not retried or self.stopping.wait(2):
                 return
+
+    def _copy(self, dep) -> Path | None:
+        """A copy of the deployment's published warehouse, None before the first build."""
+        copy = dep.home / f"reader-{uuid.uuid4().hex[:8]}.duckdb"
+        try:
+            shutil.copyfile(dep.warehouse, copy)
+        except FileNotFoundError:
+            return None
+        return copy
 
     def _some_record(self, dep) -> str | None:
         out = dep.cli("sql", "select distinct record_id from transactions order by 1",

@@ -199,6 +199,7 @@ class Chaos:
         self.postgres_restarts: list[str] = []  # what each restart of Postgres struck
         self.postgres_lock = threading.Lock()
         self.readers: Readers | None = None
+        self.seen: list[str] = []  # problems seen as they happened (a command that crashed)
 
     def say(self, line: str) -> None:
         stamp = f"[seed {self.seed} {time.strftime('%H:%M:%S')}] {line}"
@@ -225,6 +226,7 @@ class Chaos:
                 unsettled = f"did not settle: {exc}"
             self.readers.stop()
             found = checks.run_all(self)
+            found["problems"] += self.seen
             if unsettled:
                 found["problems"].insert(0, unsettled)
         except BaseException:
@@ -748,8 +750,10 @@ class Chaos:
                 continue
             if out.returncode == 0:
                 break
-            self.say(f"    forget {customer} failed (try {attempt + 1}): "
-                     f"{out.stderr.strip().splitlines()[-1:]}")
+            said = [x for x in out.stderr.strip().splitlines() if x.strip(" ^~")]
+            self.say(f"    forget {customer} failed (try {attempt + 1}): {said[-3:]}")
+            if "Traceback" in out.stderr:  # a clear error is owed, never a crash
+                self.seen.append(f"{dep.name}: forget {customer} crashed: {said[-3:]}")
             time.sleep(5)
         else:
             raise AssertionError(f"forget {customer} did not finish in 5 tries")

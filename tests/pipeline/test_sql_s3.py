@@ -156,3 +156,26 @@ def test_a_lake_that_refuses_us_exits_2_with_one_line(s3, home, tmp_path, case, 
     assert (home / "warehouse.duckdb").read_bytes() == published
     assert list(tmp_path.iterdir()) == []
 
+
+
+@pytest.mark.parametrize("args", [("forget", "--customer", "c1"), ("reveal", "--customer", "c1"),
+                                  ("sql", "select count(*) from transactions", "--as-of",
+                                   "2026-01-01T00:00Z")])
+def test_a_store_failing_under_a_command_is_said_in_one_line(s3, landed, home, args):  # noqa: F811
+    """A command whose lake store fails under it (here: every read of a Delta log cut off
+    mid-answer, past the client's retries) says what failed in one line, never a traceback,
+    and names no secret (the chaos suite saw `forget` crash when the store dropped a
+    connection)."""
+    from tests.s3_faults import S3Faults
+
+    with S3Faults(s3.endpoint) as proxy:
+        proxy.set_rules([{"kind": "drop", "op": "GET", "key": "_delta_log"}])
+        environ = s3.env(LEDGERLAKE_HOME=str(home),
+                         LEDGERLAKE_LAKE=s3.root(endpoint=proxy.endpoint))
+        out = subprocess.run([sys.executable, "-m", "pipeline.cli", *args],
+                             capture_output=True, text=True, timeout=300, env=environ, cwd=home)
+        assert sum(proxy.report().values()) > 0, (dict(proxy.seen), out.stderr)
+    assert out.returncode == 1, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("ledgerlake: ") and "Traceback" not in out.stderr, out.stderr
+    assert s3.secret not in out.stdout + out.stderr
