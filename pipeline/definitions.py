@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 
@@ -46,16 +45,15 @@ warnings.filterwarnings("ignore", category=dg.BetaWarning,
                         message=r"(Function|Class) `\w*([Cc]ode_?[Rr]eference|FilePathMapping)")
 
 
-def code_references(assets: list) -> list:
+def code_references(assets: list, settings: Settings) -> list:
     """Each asset's file and line, shown in the UI ("View source"); linked to the repository's
     web view when LEDGERLAKE_CODE_URL names it (a GitHub or GitLab URL; branch from
     LEDGERLAKE_CODE_BRANCH, default main). Nothing here touches the network."""
     assets = dg.with_source_code_references(assets)
-    url = os.environ.get("LEDGERLAKE_CODE_URL")
-    if not url:
+    if not settings.code_url:
         return assets
     return dg.link_code_references_to_git(
-        assets, git_url=url, git_branch=os.environ.get("LEDGERLAKE_CODE_BRANCH", "main"),
+        assets, git_url=settings.code_url, git_branch=settings.code_branch,
         file_path_mapping=dg.AnchorBasedFilePathMapping(
             local_file_anchor=Path(__file__).resolve().parents[1],
             file_anchor_path_in_repository=""))
@@ -63,7 +61,7 @@ def code_references(assets: list) -> list:
 
 defs = dg.Definitions(
     assets=code_references([accounts, balances, transactions, income, identity, payments,
-                            record_status, warehouse, lake_maintenance]),
+                            record_status, warehouse, lake_maintenance], settings),
     asset_checks=freshness_checks,
     jobs=[ingest_job, refresh_job, replay_job, warehouse_job, lake_maintenance_job,
           freshness_job, forget_job],

@@ -323,6 +323,8 @@ class Settings:
     forget_on_disconnect: bool = False  # erase a record's data at USER_DISCONNECT
     alerting: Alerting = Alerting()  # the LEDGERLAKE_ALERT_* settings
     tuning: Tuning = Tuning()  # retries, reconciling, charts, the lake's upkeep
+    code_url: str | None = None  # the repository's web view, for the UI's source links
+    code_branch: str = "main"
 
     @classmethod
     def from_env(cls, environ: os._Environ | dict | None = None) -> Settings:
@@ -348,9 +350,21 @@ class Settings:
                                        env.get("LEDGERLAKE_FORGET_ON_DISCONNECT", "false")),
             alerting=Alerting.from_env(env),
             tuning=tuning,
+            code_url=_web_url("LEDGERLAKE_CODE_URL", env.get("LEDGERLAKE_CODE_URL") or None),
+            code_branch=env.get("LEDGERLAKE_CODE_BRANCH") or "main",
         )
 
     @property
     def warehouse_path(self) -> Path:
         """The warehouse file (always local: the setting takes no object store)."""
         return _local("LEDGERLAKE_WAREHOUSE", self.warehouse)
+
+
+def _web_url(name: str, value: str | None) -> str | None:
+    """An http(s) URL with a host, or None when unset."""
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"{name}={value!r} is not a web URL (https://host/owner/repo)")
+    return value

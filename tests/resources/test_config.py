@@ -68,7 +68,26 @@ REFUSED = [
     ("LEDGERLAKE_INBOX", "s3://bucket/inbox.sqlite3", "LEDGERLAKE_INBOX=s3://bucket"),
     ("LEDGERLAKE_HOME", "s3://bucket/home", "LEDGERLAKE_HOME=s3://bucket"),
     ("LEDGERLAKE_ENVIRONMENT", "staging", "LEDGERLAKE_ENVIRONMENT must be one of"),
+    ("LEDGERLAKE_CODE_URL", "github.com/acme/ledgerlake", "is not a web URL"),
+    ("LEDGERLAKE_CODE_URL", "file:///srv/ledgerlake", "is not a web URL"),
 ]
+
+
+def test_the_ui_source_links_follow_the_code_url(tmp_path):
+    from assets.accounts import accounts
+    from pipeline.definitions import code_references
+
+    settings = Settings.from_env({"LEDGERLAKE_HOME": str(tmp_path),
+                                  "LEDGERLAKE_CODE_URL": "https://github.com/acme/ledgerlake",
+                                  "LEDGERLAKE_CODE_BRANCH": "release"})
+    (linked,) = code_references([accounts], settings)
+    refs = linked.specs_by_key[accounts.key].metadata["dagster/code_references"]
+    urls = [r.url for r in refs.code_references]
+    assert urls and all(u.startswith("https://github.com/acme/ledgerlake/tree/release/assets/")
+                        for u in urls), urls
+    (local,) = code_references([accounts], Settings.from_env({"LEDGERLAKE_HOME": str(tmp_path)}))
+    refs = local.specs_by_key[accounts.key].metadata["dagster/code_references"]
+    assert all(r.file_path.endswith(".py") for r in refs.code_references)
 
 
 @pytest.mark.parametrize(("var", "value", "message"), REFUSED)
