@@ -337,8 +337,34 @@ def files(uri: str, version: int | datetime | None = None) -> list[str]:
     table = _open(uri, version)
     if table is None:
         raise FileNotFoundError(f"no Delta table at {_shown(uri)}")
+    if isinstance(version, datetime):
+        _reaches_back(uri, table, version)
     _refuse_deletion_vectors(uri, table)
     return table.file_uris()
+
+
+class HistoryGone(ValueError):
+    """Time travel to before the first commit the table's log still keeps."""
+
+
+def _reaches_back(uri: str, table: DeltaTable, when: datetime) -> None:
+    """Refuse a snapshot loaded as of `when` that is not the one of then: delta-rs answers a
+    time before the log's first kept commit (an erasure cut the log, `erase`) with that
+    commit's snapshot, silently. A table created after `when` (version 0) is not refused:
+    then it did not exist."""
+    loaded = table.version()
+    if loaded == 0:
+        return
+    store, base = _filesystem(uri)
+    try:  # the time delta-rs goes by: the commit file's (as the store dates it)
+        made = store.get_file_info(f"{base}/_delta_log/{loaded:020d}.json").mtime
+    except OSError:
+        return
+    if made is not None and made.timestamp() > when.timestamp() and \
+            _log_entry(store, base, loaded - 1) is None:
+        raise HistoryGone(f"{_shown(uri)} as of {when}: its history before "
+                          f"{made:%Y-%m-%d %H:%M:%S} UTC is gone (an erasure cut the table's "
+                          "log: `ledgerlake forget`); ask as of a later time")
 
 
 def _refuse_deletion_vectors(uri: str, table: DeltaTable) -> None:

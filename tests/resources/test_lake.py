@@ -280,6 +280,35 @@ def test_an_earlier_version_reads_as_it_stood(tmp_path):
         lake.read("transactions", version=v3 + 1)
 
 
+
+def test_time_travel_to_before_an_erasure_cut_is_refused_not_answered_later(tmp_path):
+    """delta-rs answers a time before the first commit a cut log keeps with that commit's
+    snapshot: rows that did not exist then. Refused instead, in words the docs give (an
+    analyst's `--as-of` while `forget` runs, before its erasures row is written); a time after
+    the cut reads as it stood."""
+    import time
+    from datetime import UTC, datetime
+
+    from resources.delta import HistoryGone
+
+    lake = Lake(root=str(tmp_path))
+    before = datetime.now(UTC)
+    time.sleep(1.1)  # the store dates commits to the second (S3)
+    lake.replace("transactions", {"a": rows(3)}, SCHEMA)
+    time.sleep(1.1)
+    then = datetime.now(UTC)
+    time.sleep(1.1)
+    lake.replace("transactions", {"b": rows(2, gen=1)}, SCHEMA)
+    lake.erase("transactions", ["a"])
+    for when in (then, before):  # whether the table existed before the cut: gone too
+        with pytest.raises(HistoryGone, match="its history before .* is gone"):
+            lake.files("transactions", version=when)
+    con = duckdb.connect()
+    now = con.execute("SELECT count(*), max(gen) FROM read_parquet(?)",
+                      [lake.files("transactions", version=datetime.now(UTC))]).fetchone()
+    assert now == (2, 1)
+
+
 # other processes --------------------------------------------------------------------------
 
 
