@@ -78,11 +78,7 @@ def replace(uri: str, schema: pa.Schema, parts: Mapping[str, pa.Table], *,
     rows must all fall in the window. The table is created on first write. `stats`: the only
     columns the log keeps statistics of (default: delta-rs's, the first 32)."""
     window = dict(window or {})
-    ids = [check_record_id(r) for r in parts]
-    if not ids:
-        raise ValueError("replace needs at least one record")
-    if stray := sorted(set(window) - set(ids)):
-        raise ValueError(f"window names records with no rows given: {stray}")
+    ids = _replaced(parts, window)
     schema = with_record_id(schema)
     # sorted by record: each file's record ids span a narrow range, so a lookup skips it
     data = pa.concat_tables([_conform(parts[r], schema, r, window.get(r)) for r in sorted(ids)])
@@ -97,11 +93,7 @@ def replace_batches(uri: str, schema: pa.Schema,
     (again at each try of the commit), each conformed to `schema` on its way into the one
     commit. Memory is a few batches', whatever the records' size."""
     window = dict(window or {})
-    ids = [check_record_id(r) for r in parts]
-    if not ids:
-        raise ValueError("replace needs at least one record")
-    if stray := sorted(set(window) - set(ids)):
-        raise ValueError(f"window names records with no rows given: {stray}")
+    ids = _replaced(parts, window)
     schema = with_record_id(schema)
 
     def rows(own: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -111,6 +103,16 @@ def replace_batches(uri: str, schema: pa.Schema,
                                     window.get(rid)).cast(own).to_batches()
 
     return _stream(uri, schema, rows, _predicate(ids, window), stats)
+
+
+def _replaced(parts: Mapping[str, object], window: Mapping[str, date | datetime]) -> list[str]:
+    """The records a replace names, checked, each window's record among them."""
+    ids = [check_record_id(r) for r in parts]
+    if not ids:
+        raise ValueError("replace needs at least one record")
+    if stray := sorted(set(window) - set(ids)):
+        raise ValueError(f"window names records with no rows given: {stray}")
+    return ids
 
 
 def replace_stream(uri: str, schema: pa.Schema, record_ids: Sequence[str],
