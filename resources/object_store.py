@@ -154,13 +154,27 @@ def connect(database: str = ":memory:", lake_root: str | None = None, *,
 
     con = duckdb.connect(database, read_only=read_only, config=dict(config or {}))
     if lake_root is not None and lake_root.startswith("s3://"):
-        from fsspec.implementations.arrow import ArrowFSWrapper
-
-        store, _ = filesystem(lake_root)
         try:
             # its protocol is pyarrow's type name, "s3": DuckDB hands it every s3:// path
-            con.register_filesystem(ArrowFSWrapper(store, skip_instance_cache=True))
+            con.register_filesystem(duckdb_filesystem(lake_root))
         except BaseException:
             con.close()
             raise
     return con
+
+
+def duckdb_filesystem(lake_root: str):
+    """The fsspec filesystem DuckDB reads an s3:// lake's files through: pyarrow's S3 client,
+    a file removed under a query (an erasure's purge) said as FileNotFoundError."""
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    class LakeFiles(ArrowFSWrapper):
+        def modified(self, path):
+            # fsspec gives None for a file that is gone, and DuckDB then fails with
+            # "'NoneType' object has no attribute 'timestamp'", which names no file
+            if (when := super().modified(path)) is None:
+                raise FileNotFoundError(f"No such file: {path} (removed from the lake)")
+            return when
+
+    store, _ = filesystem(lake_root)
+    return LakeFiles(store, skip_instance_cache=True)
