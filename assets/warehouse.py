@@ -231,8 +231,11 @@ def _create(con: duckdb.DuckDBPyConnection, views: list[View], sources: dict[str
         try:
             con.execute(render(view, sources, timezone))
         except duckdb.Error as exc:
-            raise RuntimeError(f"view {view.name} ({SQL_DIR / view.name}.sql) does not build "
-                               f"over {object_store.shown(str(lake_root))}: {exc}") from exc
+            gone = isinstance(exc, duckdb.IOException) and any(
+                w in str(exc) for w in ("No files found", "No such file", "FileNotFoundError"))
+            raise (LakeMoved if gone else RuntimeError)(
+                f"view {view.name} ({SQL_DIR / view.name}.sql) does not build over "
+                f"{object_store.shown(str(lake_root))}: {exc}") from exc
         created.append(view.name)
         describe_view(con, view, reads)
     return created
@@ -250,12 +253,29 @@ def publish(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_T
     lake = Lake(root=str(lake_root))
     views = [v for v in VIEWS if only is None or v.name in only]
     with one_publisher(lake.root):
-        done = derived.refresh(lake, timezone, progress) if refresh or derived_of(views) \
-            else None
-        # a source the refresh found absent stays so: its first rows, landed since, are
-        # in neither the derived tables nor the views until the next build
-        pins = {t: ABSENT if v is None else v for t, v in (done.versions if done else {}).items()}
-        return build(lake_root, target, timezone, only=only, pins=pins or None), done
+        for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+            done = derived.refresh(lake, timezone, progress) if refresh or derived_of(views) \
+                else None
+            # a source the refresh found absent stays so: its first rows, landed since, are
+            # in neither the derived tables nor the views until the next build
+            pins = {t: ABSENT if v is None else v
+                    for t, v in (done.versions if done else {}).items()}
+            try:
+                return build(lake_root, target, timezone, only=only, pins=pins or None), done
+            except LakeMoved:
+                # an erasure purged files of the snapshot it listed (`forget` runs beside
+                # it, its purges not under this lock): the lake's new versions, again
+                if attempt == PUBLISH_ATTEMPTS:
+                    raise
+                progress("a file the build listed was purged under it: building again")
+    raise AssertionError("unreachable")
+
+
+class LakeMoved(RuntimeError):
+    """A view did not build: a file of the snapshot listed was removed since."""
+
+
+PUBLISH_ATTEMPTS = 3
 
 
 @contextlib.contextmanager

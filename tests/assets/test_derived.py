@@ -238,3 +238,31 @@ def test_a_source_first_landing_while_the_build_derives_is_in_neither(tmp_path):
     with duckdb.connect(str(target), read_only=True) as con:
         assert con.execute(ask).fetchone() == (10, len(from_scratch(lake, "daily_balances")))
     same_as_from_scratch(lake)
+
+
+def test_a_build_whose_listed_file_is_purged_under_it_builds_again(lake, tmp_path,
+                                                                   monkeypatch):
+    """`forget` purges files outside the publishers' lock: a build that listed one before
+    the purge meets "No files found" binding a view. It lists again and builds, not fails
+    (the chaos suite saw `forget`'s own rebuild crash so beside another erasure)."""
+    import duckdb
+
+    from assets import warehouse
+
+    real, calls = warehouse._sources, []
+
+    def listed_then_purged(*args):
+        sources = real(*args)
+        calls.append(1)
+        if len(calls) == 1:  # the first listing names a file gone by the time views bind
+            gone = str(tmp_path / "lake" / "transactions" / "part-purged.parquet")
+            sources["transactions"] = warehouse._relation(
+                lake, "transactions", [gone], None)
+        return sources
+
+    monkeypatch.setattr(warehouse, "_sources", listed_then_purged)
+    said: list[str] = []
+    warehouse.publish(lake.root, tmp_path / "w.duckdb", ZONE, progress=said.append)
+    assert len(calls) == 2 and any("purged under it" in s for s in said)
+    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
+        assert con.execute("select count(*) from transactions").fetchone() == (40,)

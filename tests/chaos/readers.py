@@ -119,6 +119,16 @@ def erased_rows(record: str) -> str:
     return f"select {counts}"
 
 
+def in_flux(record: str, answer: Answer, erased: dict[str, tuple[str, float | None]]
+            ) -> bool:
+    """Whether `record` was being erased when `answer` was asked: forgotten, its erasure
+    not known finished before the question began."""
+    if record not in erased:
+        return False
+    finished = erased[record][1]
+    return finished is None or finished >= answer.started
+
+
 @dataclass
 class Answer:
     env: str
@@ -272,12 +282,15 @@ class Readers:
             if a.question in ("lake", "record", "as_of"):
                 row = a.rows[0] if a.rows else {"accounts": 0, "mismatched": 0, "which": []}
                 compared += int(row["accounts"])
-                if int(row["mismatched"]):
+                # a record whose erasure had not finished is erased table by table (the
+                # derived tables drop it first, to derive it no more): in flux, by design
+                which = [w for w in row["which"] if not in_flux(w["record_id"], a, erased)]
+                if which:
                     problems.append(
                         f"{a.env}: a reader ({a.question}{' ' + a.record if a.record else ''}"
                         f"{' as of ' + a.as_of if a.as_of else ''}) saw transactions and "
-                        f"daily_balances disagree on {row['mismatched']} account(s): "
-                        f"{str(row['which'])[:400]}")
+                        f"daily_balances disagree on {len(which)} account(s): "
+                        f"{str(which)[:400]}")
             elif a.question == "landings":
                 final = final_landings.get(a.env, {})
                 for row in a.rows:
