@@ -282,8 +282,8 @@ class Readers:
             if a.question in ("lake", "record", "as_of"):
                 row = a.rows[0] if a.rows else {"accounts": 0, "mismatched": 0, "which": []}
                 compared += int(row["accounts"])
-                # a record whose erasure had not finished is erased table by table (the
-                # derived tables drop it first, to derive it no more): in flux, by design
+                # a record whose erasure had not finished is erased table by table, and a
+                # build meanwhile derives it no more: in flux, by design (docs/operations.md)
                 which = [w for w in row["which"] if not in_flux(w["record_id"], a, erased)]
                 if which:
                     problems.append(
