@@ -8,6 +8,7 @@ the published file: readers never see a half-built one nor block a refresh (docs
 # no `from __future__ import annotations`: Dagster reads the context's type hint at runtime
 import contextlib
 import fcntl
+import functools
 import glob
 import hashlib
 import os
@@ -252,23 +253,27 @@ def publish(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_T
     not ask for one)."""
     lake = Lake(root=str(lake_root))
     views = [v for v in VIEWS if only is None or v.name in only]
+    once = functools.partial(_publish_once, lake, target, timezone, only,
+                             refresh or bool(derived_of(views)), progress)
     with one_publisher(lake.root):
-        for attempt in range(1, PUBLISH_ATTEMPTS + 1):
-            done = derived.refresh(lake, timezone, progress) if refresh or derived_of(views) \
-                else None
-            # a source the refresh found absent stays so: its first rows, landed since, are
-            # in neither the derived tables nor the views until the next build
-            pins = {t: ABSENT if v is None else v
-                    for t, v in (done.versions if done else {}).items()}
+        for _ in range(PUBLISH_ATTEMPTS - 1):
             try:
-                return build(lake_root, target, timezone, only=only, pins=pins or None), done
+                return once()
             except LakeMoved:
                 # an erasure purged files of the snapshot it listed (`forget` runs beside
                 # it, its purges not under this lock): the lake's new versions, again
-                if attempt == PUBLISH_ATTEMPTS:
-                    raise
                 progress("a file the build listed was purged under it: building again")
-    raise AssertionError("unreachable")
+        return once()
+
+
+def _publish_once(lake: Lake, target: Path | str, timezone: str,
+                  only: Collection[str] | None, refresh: bool,
+                  progress: Callable[[str], None]) -> tuple[list[str], "derived.Refresh | None"]:
+    done = derived.refresh(lake, timezone, progress) if refresh else None
+    # a source the refresh found absent stays so: its first rows, landed since, are in
+    # neither the derived tables nor the views until the next build
+    pins = {t: ABSENT if v is None else v for t, v in (done.versions if done else {}).items()}
+    return build(lake.root, target, timezone, only=only, pins=pins or None), done
 
 
 class LakeMoved(RuntimeError):
