@@ -83,6 +83,11 @@ class Warehouse(ConfigurableResource):
 
 AsOf = datetime | Mapping[str, int] | None  # a time, or versions of some tables
 ABSENT = -1  # the version pinned of a table that did not exist yet: read as empty
+PUBLISH_ATTEMPTS = 3  # builds of one publish whose listed files an erasure purged under it
+
+
+class LakeMoved(RuntimeError):
+    """A view did not build: a file of the snapshot listed was removed since."""
 
 
 def snapshot_files(lake: Lake, table: str, as_of: AsOf = None) -> list[str]:
@@ -274,13 +279,6 @@ def _publish_once(lake: Lake, target: Path | str, timezone: str,
     # neither the derived tables nor the views until the next build
     pins = {t: ABSENT if v is None else v for t, v in (done.versions if done else {}).items()}
     return build(lake.root, target, timezone, only=only, pins=pins or None), done
-
-
-class LakeMoved(RuntimeError):
-    """A view did not build: a file of the snapshot listed was removed since."""
-
-
-PUBLISH_ATTEMPTS = 3
 
 
 @contextlib.contextmanager

@@ -359,11 +359,13 @@ def _reaches_back(uri: str, table: DeltaTable, when: datetime) -> None:
         return
     store, base = _filesystem(uri)
     try:  # the time delta-rs goes by: the commit file's (as the store dates it)
-        made = store.get_file_info(f"{base}/_delta_log/{loaded:020d}.json").mtime
+        this, before = store.get_file_info([f"{base}/_delta_log/{v:020d}.json"
+                                            for v in (loaded, loaded - 1)])
     except OSError:
         return
+    made = this.mtime
     if made is not None and made.timestamp() > when.timestamp() and \
-            _log_entry(store, base, loaded - 1) is None:
+            before.type == pafs.FileType.NotFound:
         raise HistoryGone(f"{_shown(uri)} as of {when}: its history before "
                           f"{made:%Y-%m-%d %H:%M:%S} UTC is gone (an erasure cut the table's "
                           "log: `ledgerlake forget`); ask as of a later time")

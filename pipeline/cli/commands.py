@@ -633,19 +633,25 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("LEDGERLAKE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     args = build_parser().parse_args(argv)
-    from deltalake.exceptions import DeltaError
-
-    from resources.inbox import InboxUnavailable
-
     try:
         return args.func(args)
     except ConfigError as exc:  # a bad setting is the caller's to fix: one line, no traceback
         return _fail(exc)
-    except (OSError, DeltaError, InboxUnavailable) as exc:
-        # the lake's store or the inbox failing under the command (a network, a restart):
+    except Exception as exc:
+        if not _failed_under(exc):
+            raise
         # what failed, in one line; the traceback at LEDGERLAKE_LOG_LEVEL=DEBUG
         logging.getLogger("ledgerlake").debug("%s failed", args.command, exc_info=exc)
         plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # delta-rs colours its causes
         said = "; ".join(x.strip().lstrip("↳ ") for x in plain.splitlines() if x.strip())
         return _fail(f"{args.command} failed: {type(exc).__name__}: {said[:800]}", 1)
 
+
+def _failed_under(exc: Exception) -> bool:
+    """Whether the lake's store or the inbox failed under the command (a network, a restart).
+    Imported here, on failure: a command that needs neither does not pay for them at start."""
+    from deltalake.exceptions import DeltaError
+
+    from resources.inbox import InboxUnavailable
+
+    return isinstance(exc, OSError | DeltaError | InboxUnavailable)

@@ -157,7 +157,6 @@ def test_a_lake_that_refuses_us_exits_2_with_one_line(s3, home, tmp_path, case, 
     assert list(tmp_path.iterdir()) == []
 
 
-
 @pytest.mark.parametrize("args", [("forget", "--customer", "c1"), ("reveal", "--customer", "c1"),
                                   ("sql", "select count(*) from transactions", "--as-of",
                                    "2026-01-01T00:00Z")])

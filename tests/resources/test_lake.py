@@ -280,7 +280,6 @@ def test_an_earlier_version_reads_as_it_stood(tmp_path):
         lake.read("transactions", version=v3 + 1)
 
 
-
 def test_time_travel_to_before_an_erasure_cut_is_refused_not_answered_later(tmp_path):
     """delta-rs answers a time before the first commit a cut log keeps with that commit's
     snapshot: rows that did not exist then. Refused instead, in words the docs give (an
