@@ -2,8 +2,9 @@
 per-record bookkeeping and `records` included), the warehouse rebuilt, and what was erased
 (ids and counts, nothing personal) kept in the lake's `erasures` table.
 
-Each table's rows go in one commit, and every file of any version that held them is purged
-(`resources/delta.erase`); the inbox's in one transaction (`Inbox.forget`). Each step is
+Each table's rows go in one commit (`resources/delta.delete_rows`); once they are gone from
+every table and the warehouse is rebuilt, every file of any version that held them is purged
+and each log cut (`delta.purge`). The inbox's go in one transaction (`Inbox.forget`). Each step is
 idempotent: a pass killed half-way is finished by running it again. With
 LEDGERLAKE_FORGET_ON_DISCONNECT=true a USER_DISCONNECT forgets the record by itself
 (docs/privacy.md, "Forget").
@@ -82,8 +83,10 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
            inbox: Inbox | None = None) -> Erasure:
     """Erase a record's, or a customer's records', rows from the inbox (first: no status left
     to land them by) and `tables`, append what was erased to the audit table, then rebuild the
-    warehouse (`rebuild`). `records`: the customer's, as `records_for` found them already
-    (default: found here)."""
+    warehouse (`rebuild`). The rows go from every table before any file is purged, with a
+    rebuild between, so a question on the views meets a purged file only if it was already
+    running. `records`: the customer's, as `records_for` found them already (default: found
+    here)."""
     if (record is None) == (customer is None):
         raise ValueError("forget takes a record or a customer, not both or neither")
     requested = dt.datetime.now(dt.UTC)
@@ -105,16 +108,25 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
         progress(f"inbox: {done.tables['inbox']['rows_deleted']} rows deleted")
     # the tables naming customers last: a pass stopped half-way leaves the records findable
     # (records_of) until every other table is erased, so running it again finishes it; the
-    # derived tables after their sources, so no refresh derives the rows again from them. A
-    # source's log, cut by its erasure, first hands on what it knew the derived tables have
-    # yet to catch up with (derived.carry).
-    for table in sorted(tables, key=lambda t: (t in DERIVED, t in BY_CUSTOMER)):
-        done.tables[table] = lake.erase(table, records, carry(lake, table, records)) \
-            if records else {"rows_deleted": 0, "files_purged": 0, "version": None}
-        progress(f"{table}: {done.tables[table]['rows_deleted']} rows deleted, "
-                 f"{done.tables[table]['files_purged']} files purged")
+    # derived tables after their sources, so no refresh derives the rows again from them
+    order = sorted(tables, key=lambda t: (t in DERIVED, t in BY_CUSTOMER))
+    deleted = {}
+    for table in order:
+        deleted[table] = lake.delete_rows(table, records)
+        progress(f"{table}: {deleted[table]} rows deleted")
+    if records and rebuild is not None:
+        # before the purge: the views stop naming files that hold the records, so only the
+        # questions already running on the last build meet a purged file
+        rebuild()
+        progress("warehouse rebuilt without the records")
+    for table in order:
+        # a source's log, cut by its erasure, first hands on what it knew the derived tables
+        # have yet to catch up with (derived.carry)
+        done.tables[table] = lake.purge(table, records, carry(lake, table, records),
+                                        deleted[table])
+        progress(f"{table}: {done.tables[table]['files_purged']} files purged")
     _audit(lake, done, requested, reason)
-    if rebuild is not None:  # after the audit: the erasures view shows this pass
+    if rebuild is not None:  # after the audit: the erasures view shows this pass finished
         rebuild()
         progress("warehouse rebuilt")
     return done
@@ -173,7 +185,7 @@ class ForgetConfig(Config):
 def forget_disconnected(context: OpExecutionContext, config: ForgetConfig, lake: Lake,
                         inbox: InboxResource, warehouse_db: Warehouse) -> None:
     """Erase each record still disconnected when the run starts: one connected again since
-    the event (a newer login) keeps its data. The warehouse is rebuilt once, after them all."""
+    the event (a newer login) keeps its data. Each is rebuilt around, as `forget` does it."""
     with inbox.open() as db:
         ids = db.ids_of(config.records)
         gone = {n: r for n, r in ids.items() if db.status(r) == DISCONNECTED}
@@ -181,10 +193,10 @@ def forget_disconnected(context: OpExecutionContext, config: ForgetConfig, lake:
             context.log.info("connected again since the disconnect, kept: "
                              + ", ".join(named(n) for n in kept))
         for number, record in sorted(gone.items()):
+            # the derived tables too: views of the sources and of them must agree
             done = forget(lake, TABLES, record=record, reason="disconnect",
+                          rebuild=lambda: publish(lake.root, warehouse_db.path,
+                                                  warehouse_db.timezone),
                           progress=context.log.info, inbox=db)
             context.log.info(f"forgot {named(number)}: {done.rows} rows deleted, "
                              f"{done.files} files purged (erasure {done.erasure_id})")
-    if gone:  # the derived tables too: views of the sources and of them must agree
-        publish(lake.root, warehouse_db.path, warehouse_db.timezone)
-        context.log.info("warehouse rebuilt")

@@ -540,16 +540,20 @@ def vacuum(uri: str, retention_hours: int) -> dict:
 
 def erase(uri: str, record_ids: Sequence[str],
           before_cut: Callable[[int], None] | None = None) -> dict:
-    """Delete every row of `record_ids` in one commit, purge every data file of any version
-    that held one, then cut the table's history there (`_cut_history`): no version the table
-    keeps can show them, and no log entry names them (time travel to before the erasure stops
-    working, as it must). Idempotent: run again, it finds nothing more, or finishes a pass
-    that was killed. Returns the rows deleted, the files purged and the version the history
-    now starts at."""
+    """Delete every row of `record_ids` in one commit (`delete_rows`), then purge every file
+    that held one and cut the history there (`purge`). Returns the rows deleted, the files
+    purged and the version the history now starts at."""
+    deleted = delete_rows(uri, record_ids)
+    return purge(uri, record_ids, before_cut, deleted)
+
+
+def delete_rows(uri: str, record_ids: Sequence[str]) -> int:
+    """Delete every row of `record_ids` in one commit: the files holding one rewritten
+    without them. The older versions still show them until `purge`. Returns the rows
+    deleted (0 when none is left, or the table does not exist)."""
     ids = sorted({check_record_id(r) for r in record_ids})
-    table = _open(uri, None)
-    if table is None or not ids:
-        return {"rows_deleted": 0, "files_purged": 0, "version": None}
+    if not ids or _open(uri, None) is None:
+        return 0
     location, options = _where(uri)
     predicate = _predicate(ids, {})
 
@@ -565,8 +569,21 @@ def erase(uri: str, record_ids: Sequence[str],
                             predicate=predicate, writer_properties=ZSTD)
         return doomed
 
-    deleted = _retrying(uri, delete)
-    table = DeltaTable(location, storage_options=options)
+    return int(_retrying(uri, delete))
+
+
+def purge(uri: str, record_ids: Sequence[str],
+          before_cut: Callable[[int], None] | None = None, deleted: int = 0) -> dict:
+    """After `delete_rows`: purge every data file of any version that held a row of
+    `record_ids`, then cut the table's history there (`_cut_history`): no version the table
+    keeps can show them, and no log entry names them (time travel to before the erasure
+    stops working, as it must). Idempotent: run again, it finds nothing more, or finishes a
+    pass that was killed. Returns the rows deleted (`deleted`, as `delete_rows` said), the
+    files purged and the version the history now starts at."""
+    ids = sorted({check_record_id(r) for r in record_ids})
+    table = _open(uri, None) if ids else None
+    if table is None:
+        return {"rows_deleted": 0, "files_purged": 0, "version": None}
     live = {unquote(p) for p in table.get_add_actions(flatten=True).column("path").to_pylist()}
     store, base = _filesystem(uri)
     purged = 0

@@ -129,6 +129,17 @@ class Lake(ConfigurableResource):
         with the version the table's history will start at, before the log is cut."""
         return delta.erase(self.table_uri(table), record_ids, before_cut)
 
+    def delete_rows(self, table: str, record_ids: Sequence[str]) -> int:
+        """`erase`'s first half: the records' rows deleted in one commit, the older versions
+        left whole (`delta.delete_rows`). Returns the rows deleted."""
+        return delta.delete_rows(self.table_uri(table), record_ids)
+
+    def purge(self, table: str, record_ids: Sequence[str],
+              before_cut: Callable[[int], None] | None = None, deleted: int = 0) -> dict:
+        """`erase`'s second half, after `delete_rows`: every file that held a row of the
+        records purged and the history cut (`delta.purge`), as `erase` returns them."""
+        return delta.purge(self.table_uri(table), record_ids, before_cut, deleted)
+
     def changed_records(self, table: str, since: int) -> tuple[int, set[str]] | None:
         """(latest version, records whose rows changed after version `since`), or None when
         the log cannot say (`delta.changed_records`)."""
