@@ -847,6 +847,7 @@ class Chaos:
             "settle_s": settled["settle_s"],
             "window_s": self.window_s,
             "wall_s": round(wall_s, 1),
+            "commit": commit(),
         }
 
 
@@ -958,7 +959,30 @@ def summary(results: list[dict], command: str) -> dict:
                          "max": max(settle)},
             "wall_s": round(sum(r["wall_s"] for r in results), 1),
             "measured_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "commit": commit(), "machine": machine(), "runs": results}
+            "commit": _commits(results) or commit(), "machine": machine(), "runs": results}
+
+
+def _commits(results: list[dict]) -> str:
+    """The commit the seeds ran at, or each seed's where they differ (merged runs)."""
+    at = {r["seed"]: r["commit"] for r in results if r.get("commit")}
+    if len(set(at.values())) <= 1:
+        return next(iter(at.values()), "")
+    return ", ".join(f"seed {s} at {c}" for s, c in sorted(at.items()))
+
+
+def merged(files: list[Path]) -> tuple[list[dict], str]:
+    """The seeds of earlier runs' results files (`--seed N --out F`, one call each, so a long
+    `make chaos` can be run in parts) and their commands."""
+    runs: dict[int, dict] = {}
+    commands = []
+    for f in files:
+        out = json.loads(f.read_text())
+        commands.append(out["command"])
+        for r in out["runs"]:
+            if r["seed"] in runs:
+                raise SystemExit(f"seed {r['seed']} is in more than one of the files merged")
+            runs[r["seed"]] = r
+    return [runs[s] for s in sorted(runs)], "; ".join(dict.fromkeys(commands))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -975,10 +999,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", action="store_true",
                     help="also write the figures into docs/operations.md's table")
     ap.add_argument("--work", type=Path, help="where the runs' files go (kept)")
+    ap.add_argument("--merge", type=Path, nargs="+", metavar="RESULTS",
+                    help="run nothing: write --out (and --docs) from the seeds of earlier "
+                         "runs' results files")
     ap.add_argument("--refresh-here", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.refresh_here:  # a child: the daily refresh of the deployment in its environment
         return refresh_here()
+    if args.merge:
+        return publish(*merged(args.merge), args.out, args.docs)
     seeds = [args.seed] if args.seed is not None else list(range(1, args.seeds + 1))
     command = "tests/chaos/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
     results = []
@@ -1003,13 +1032,18 @@ def main(argv: list[str] | None = None) -> int:
             tidy(work.parent)
         elif not result["passed"]:
             print(f"seed {seed}: its files are kept in {work}", flush=True)
+    return publish(results, command, args.out, args.docs)
+
+
+def publish(results: list[dict], command: str, path: Path, docs: bool) -> int:
+    """The seeds' summary into `path` (and docs/operations.md's table): 0 if all passed."""
     out = summary(results, command)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
-    if args.docs:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    if docs:
         write_marked(DOCS, "chaos", checks.table(out))
     print(f"{'passed' if out['passed'] else 'FAILED'}: {len(results)} seed(s), "
-          f"{out['totals']['mismatches']} mismatches; {args.out}", flush=True)
+          f"{out['totals']['mismatches']} mismatches; {path}", flush=True)
     return 0 if out["passed"] else 1
 
 
