@@ -164,7 +164,8 @@ def build(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_TIM
           only: Collection[str] | None = None, pins: Mapping[str, int] | None = None
           ) -> list[str]:
     """Publish at `target` a DuckDB file with every view, over any lake; return the names of
-    those built: all, or `only` these (and any the published file lacks), the others kept.
+    those built: all, or `only` these (and any the published file lacks), the others kept
+    (`publish` widens `only` to the views built together).
 
     The views read each table's current snapshot (or the one `pins` names: `publish` pins the
     sources of the derived tables at the versions they were derived from), or `sources`: the
@@ -257,6 +258,7 @@ def publish(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_T
     what the refresh did (None when no view built reads a derived table, and `refresh` does
     not ask for one)."""
     lake = Lake(root=str(lake_root))
+    only = None if only is None else built_together(only)
     views = [v for v in VIEWS if only is None or v.name in only]
     once = functools.partial(_publish_once, lake, target, timezone, only,
                              refresh or bool(derived_of(views)), progress)
@@ -383,6 +385,21 @@ def view_reads(view: View) -> list[str]:
                    *(s for t in view_tables(view) if t in DERIVED for s in DERIVED[t].sources)})
 
 
+def built_together(names: Iterable[str]) -> list[str]:
+    """`names` and every view reading a derived table, or a source of one, that one of them
+    reads, in the order of VIEWS. A build reads those sources at the versions the derived
+    tables were derived from: a view of either kept from an older build would disagree with
+    one built now (the chaos suite's reader saw `transactions` rebuilt alone over lines that
+    the kept `daily_balances` had no balance for)."""
+    family = set(DERIVED) | set(derived.SOURCES)
+    out, more = set(), set(names)
+    while more:
+        out |= more
+        shared = {t for v in VIEWS if v.name in out for t in view_reads(v)} & family
+        more = {v.name for v in VIEWS if set(view_reads(v)) & shared} - out
+    return [v.name for v in VIEWS if v.name in out]
+
+
 def derived_of(views: Iterable[View]) -> list[str]:
     """The derived lake tables the views read."""
     return sorted({t for v in views for t in view_tables(v) if t in DERIVED})
@@ -414,10 +431,11 @@ def lineage(view: View, shown: Mapping[str, list]) -> TableColumnLineage:
     return TableColumnLineage({c: d for c, d in deps.items() if d})
 
 
-# Each view its own asset, rebuilt alone when the lake tables it reads move (pipeline/sensors.py)
-# or when picked in the UI: the others stay as published. The derived lake tables the picked
-# views read are brought up to date first, and the views then read the sources at the versions
-# they were derived from. One build at a time (the pool).
+# Each view its own asset, rebuilt when the lake tables it reads move (pipeline/sensors.py) or
+# when picked in the UI, with the views it must agree with (`built_together`): the others stay
+# as published. The derived lake tables the picked views read are brought up to date first,
+# and the views then read the sources at the versions they were derived from. One build at a
+# time (the pool).
 @multi_asset(specs=[*map(_derived_spec, DERIVED), *(_spec(v) for v in VIEWS)],
              check_specs=[AssetCheckSpec(DAY_IS_LAST_LINE, asset="daily_balances",
                                          description=derived.DAY_IS_LAST_LINE_TEXT)],

@@ -40,7 +40,7 @@ from dagster import (
 
 from assets.batch import RECORDS_PER_RUN, batch_config, record_tags
 from assets.publish import named
-from assets.warehouse import LAKE_TABLES, VIEWS, derived_of, view_key, view_reads
+from assets.warehouse import LAKE_TABLES, VIEWS, built_together, derived_of, view_key, view_reads
 from resources.config import Settings
 from resources.inbox import CONNECTED, Event
 from resources.inbox.resource import InboxResource
@@ -309,7 +309,7 @@ def warehouse_follows_lake(context: SensorEvaluationContext, lake: Lake):
     if not stale_views(now, built):
         return SkipReason("every view was built over the lake's latest versions")
     # record_status rewrites `records` in the run: the views reading it are rebuilt after it
-    stale = stale_views(now, built, rewritten={"records"})
+    stale = built_together(stale_views(now, built, rewritten={"records"}))
     # never built: the views exist (empty) before anything lands
     moved = sorted({f"{t}={now[t]}" for v in VIEWS if v.name in stale
                     and (was := built[v.name]) is not None

@@ -387,6 +387,27 @@ def test_a_view_is_rebuilt_with_the_views_that_read_it(tmp_path, instance):
                                           "monthly_cashflow", "records"])])
 
 
+def test_a_view_is_rebuilt_with_the_views_of_its_derived_family(tmp_path, instance):
+    """Found by the chaos suite: `daily_balances` was built over the newest transactions,
+    `transactions` over older ones; the next build took `transactions` alone, pinned it newer
+    than the kept `daily_balances` was derived from, and readers saw lines with no balance."""
+    import pyarrow as pa
+
+    from resources.lake import Lake
+
+    lake = Lake(root=str(tmp_path / "lake"))
+    rows = pa.table({"transaction_id": ["t1"]})
+    older = lake.write("transactions", "rec1", rows, rows.schema)
+    built_over(instance, {"transactions": older})
+    newer = lake.write("transactions", "rec2", rows, rows.schema)
+    built_over(instance, {"transactions": newer}, only=("daily_balances", "monthly_cashflow"))
+    request = follow(instance, lake)  # the transactions view alone is behind
+    assert picked(request) == sorted(["record_status", "daily_balances", "monthly_cashflow",
+                                      *(f"warehouse/{v}" for v in [
+                                          "transactions", "daily_balances",
+                                          "monthly_cashflow", "records"])])
+
+
 def test_the_warehouse_is_never_built_twice_at_once(tmp_path, instance):
     import pyarrow as pa
     from dagster._core.test_utils import create_run_for_test
