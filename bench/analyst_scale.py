@@ -32,6 +32,11 @@ over `--max-rss-mb` or `--timeout` is stopped and noted (the machine is shared).
     .venv/bin/python bench/analyst_scale.py --records 10000,100000 --code HEAD   # ~1.5 h
     .venv/bin/python bench/analyst_scale.py --code HEAD    # + 1M records: hours, ~40 GB
     .venv/bin/python bench/analyst_scale.py --quick --out /tmp/a.json   # 2,000 records, smoke
+    # a level in sittings: stop it any time (its step, question or hourly run so far is kept),
+    # go on from there, then publish the levels' partial files together
+    .venv/bin/python bench/analyst_scale.py --records 1000000 --code REV --keep --work W
+    .venv/bin/python bench/analyst_scale.py --resume W/analyst-1000000-* --code REV
+    .venv/bin/python bench/analyst_scale.py --publish W/analyst_scale.partial.json ...
 
 Writes bench/results/analyst_scale.json (every figure, the lake's layout per table, EXPLAIN
 ANALYZE of some views) and its table in bench/README.md (`--out`: elsewhere, README left
@@ -575,10 +580,12 @@ TABLE_NAMES = ("transactions", "balance_periodic", "balance_history", "accounts"
                "income_streams", "landings", "checks", "records")
 
 
-def hourly(maker: Maker, lake, runs: int, batch: int, say) -> dict:
+def hourly(maker: Maker, lake, runs: int, batch: int, say, took: list | None = None,
+           keep=lambda: None) -> dict:
     """A day of hourly runs: each run's batch of random records written back as the
     pipeline's runs write them (their rows replaced, transactions for the refresh's window;
-    snapshots, landings and checks appended; `records` rewritten)."""
+    snapshots, landings and checks appended; `records` rewritten). `took`: the runs done
+    already (a resumed level), each kept (`keep()`) as it ends."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -588,11 +595,16 @@ def hourly(maker: Maker, lake, runs: int, batch: int, say) -> dict:
 
     rng = np.random.default_rng([maker.seed, 24])
     since = dt.datetime.combine(END - WINDOW, dt.time(), LAGOS).astimezone(dt.UTC)
-    took, updated = [], {}
+    took = [] if took is None else took
+    updated = {}
     for hour in range(runs):
         t0, seconds = time.perf_counter(), {}
         numbers = np.sort(rng.choice(maker.n, batch, replace=False))
         ids = [maker.record_ids[i] for i in numbers]
+        fetched = midnight_ms(END) + 19 * 3_600_000 + (hour + 1) * 150_000
+        if hour < len(took):  # done before the level was stopped: only its draws again
+            updated.update(dict.fromkeys(ids, fetched))
+            continue
         run = f"{hour:08x}-hour-0000-0000-000000000000"
         for table in ("accounts", "balance_periodic", "income", "income_streams",
                       "transactions"):
@@ -606,7 +618,6 @@ def hourly(maker: Maker, lake, runs: int, batch: int, say) -> dict:
             lake.replace(table, rows, schema(table), window=window)
             seconds[table] = round(time.perf_counter() - t1, 2)
         t1 = time.perf_counter()
-        fetched = midnight_ms(END) + 19 * 3_600_000 + (hour + 1) * 150_000
         latest = lake.read_many("balance_history", ids, schema("balance_history"))
         newest = {r: t.filter(pc.equal(t["fetched_at"], pc.max(t["fetched_at"])))
                   for r, t in latest.items()}
@@ -630,6 +641,7 @@ def hourly(maker: Maker, lake, runs: int, batch: int, say) -> dict:
             delta.vacuum(lake.table_uri(table), 0)
         seconds["vacuum"] = round(time.perf_counter() - t1, 2)
         took.append({"seconds": round(time.perf_counter() - t0, 1), **seconds})
+        keep()
         say(f"  hour {hour + 1}: {took[-1]['seconds']} s (transactions {seconds['transactions']}"
             f" s)")
     return {"runs": runs, "batch": batch, "each": took,
@@ -996,12 +1008,50 @@ def ask(name: str, view_sql: str, hand_sql: str, base: dict, work: Path, args) -
 EXPLAINED = ("q1", "transactions: one record", "balances: one record", "q3", "q5", "q7")
 
 
-def measure(lake, warehouse: Path, maker: Maker, work: Path, args, say) -> dict:
-    """Build the warehouse over the lake as it stands, then every question, both ways."""
+def measure(lake, warehouse: Path, maker: Maker, work: Path, args, say,
+            result: dict | None = None, keep=lambda: None) -> dict:
+    """Build the warehouse over the lake as it stands, then every question, both ways.
+    `result`: what a stopped level measured already (its build and questions), filled in
+    place and kept (`keep()`) after each question."""
     import numpy as np
 
     import assets.warehouse as wh
 
+    result = {} if result is None else result
+    if "warehouse_build_s" not in result or not warehouse.exists():
+        result.update(_built(lake, warehouse, say, wh))
+        keep()
+    files = {t: [f.removeprefix("file://") for f in lake.files(t)] for t in TABLE_NAMES}
+    shown = wh.warehouse_columns(warehouse)
+    rng = np.random.default_rng([maker.seed, 3])
+    record = maker.record_ids[0]  # its customer has two records (0 and 1)
+    customer = strings(maker.customer_hex[[maker.customer[0]]]).to_pylist()[0]
+    many = [maker.record_ids[i] for i in rng.choice(maker.n, min(1000, maker.n), replace=False)]
+    base = {"warehouse": str(warehouse), "lake": lake.root, "root": str(CODE)}
+    result.setdefault("layout", layout(lake, record, many))
+    result.setdefault("questions", [])
+    result.setdefault("explain", {})
+    asked = {x["question"] for x in result["questions"]}
+    for name, kind, view_sql, hand_sql in questions(files, shown, record, customer, many):
+        if name in asked:
+            continue
+        got = ask(name, view_sql, hand_sql, base, work, args)
+        got["kind"] = kind
+        result["questions"].append(got)
+        keep()
+        say(f"    {line(got)}")
+    for name, _, view_sql, _ in questions(files, shown, record, customer, many):
+        if name in EXPLAINED and not args.quick and name not in result["explain"]:
+            got = run_child({**base, "sql": view_sql, "explain": True}, work, args.timeout,
+                            args.max_rss_mb)
+            plan = got.get("plan")
+            result["explain"][name] = got if plan is None else plan[:40_000]
+            keep()
+    return result
+
+
+def _built(lake, warehouse: Path, say, wh) -> dict:
+    """The warehouse built over the lake as it stands: how long, what the refresh did."""
     t0 = time.perf_counter()
     refreshed = None
     if hasattr(wh, "publish"):  # derived tables brought up to date, then the views
@@ -1011,29 +1061,8 @@ def measure(lake, warehouse: Path, maker: Maker, work: Path, args, say) -> dict:
                          "seconds": round(done.seconds, 2)}
     else:  # code before the derived tables: views only
         wh.build(lake.root, warehouse)
-    built = round(time.perf_counter() - t0, 2)
-    warehouse_columns = wh.warehouse_columns
-    shown = warehouse_columns(warehouse)
-    files = {t: [f.removeprefix("file://") for f in lake.files(t)] for t in TABLE_NAMES}
-    rng = np.random.default_rng([maker.seed, 3])
-    record = maker.record_ids[0]  # its customer has two records (0 and 1)
-    customer = strings(maker.customer_hex[[maker.customer[0]]]).to_pylist()[0]
-    many = [maker.record_ids[i] for i in rng.choice(maker.n, min(1000, maker.n), replace=False)]
-    base = {"warehouse": str(warehouse), "lake": lake.root, "root": str(CODE)}
-    result = {"warehouse_build_s": built, "derived_refresh": refreshed,
-              "layout": layout(lake, record, many), "questions": [], "explain": {}}
-    for name, kind, view_sql, hand_sql in questions(files, shown, record, customer, many):
-        got = ask(name, view_sql, hand_sql, base, work, args)
-        got["kind"] = kind
-        result["questions"].append(got)
-        say(f"    {line(got)}")
-    for name, _, view_sql, _ in questions(files, shown, record, customer, many):
-        if name in EXPLAINED and not args.quick:
-            got = run_child({**base, "sql": view_sql, "explain": True}, work, args.timeout,
-                            args.max_rss_mb)
-            plan = got.get("plan")
-            result["explain"][name] = got if plan is None else plan[:40_000]
-    return result
+    return {"warehouse_build_s": round(time.perf_counter() - t0, 2),
+            "derived_refresh": refreshed}
 
 
 def line(x: dict) -> str:
@@ -1051,34 +1080,76 @@ def line(x: dict) -> str:
 # == the level, the table ======================================================================
 
 def level(records: int, args, say, save=lambda out: None) -> dict:
+    """One level: the lake made and compacted, the questions asked, a day of hourly runs,
+    the questions asked again. With --keep, what is done is written to the level's folder
+    (level.json) after each step, each question and each hourly run, and `--resume FOLDER`
+    goes on from there: a level of a million records takes longer than one sitting."""
     import numpy as np  # noqa: F401  (loaded before the clock)
 
     from resources.lake import Lake
 
-    work = Path(tempfile.mkdtemp(prefix=f"analyst-{records}-", dir=args.work))
+    work = args.resume or Path(tempfile.mkdtemp(prefix=f"analyst-{records}-", dir=args.work))
+    kept = work / "level.json"
+    out: dict = json.loads(kept.read_text()) if args.resume else {
+        "records": records, "code": args.code and code_commit(args.code),
+        "load_avg_1m_start": round(os.getloadavg()[0], 2)}
+    if args.resume and out["code"] != (args.code and code_commit(args.code)):
+        raise SystemExit(f"{work} was measured with --code {out['code']}: resume with it")
+
+    t_level, before_level = time.perf_counter(), out.get("seconds", 0.0)
+
+    def keep() -> None:  # the level's seconds: over every sitting, to its last step kept
+        out["seconds"] = round(before_level + time.perf_counter() - t_level, 1)
+        if args.keep:
+            tmp = kept.with_name("level.json.tmp")
+            tmp.write_text(json.dumps(out, indent=1, default=str))
+            os.replace(tmp, kept)
+        save(out)
+
+    def measured(layout: str) -> None:
+        result = out.setdefault(layout, {})
+        if "seconds" in result:
+            return
+        t0, before = time.perf_counter(), result.pop("seconds_so_far", 0.0)
+
+        def keep_measuring() -> None:
+            result["seconds_so_far"] = round(before + time.perf_counter() - t0, 1)
+            keep()
+
+        measure(lake, work / "warehouse.duckdb", maker, work, args, say, result,
+                keep_measuring)
+        result.pop("seconds_so_far", None)
+        result["seconds"] = round(before + time.perf_counter() - t0, 1)
+        keep()
+
     try:
         lake = Lake(root=str(work / "lake"))
         maker = Maker(records, args.seed, lake)
-        out: dict = {"records": records, "load_avg_1m_start": round(os.getloadavg()[0], 2)}
-        say(f"{records:,} records: generating into {work}")
-        out["generation"] = generate(maker, lake, args.per_commit, say)
-        out["compaction"] = compact(lake, args.spill_gb, say)
-        out["lines"] = lake_rows(lake, "transactions")
+        if "generation" not in out:
+            shutil.rmtree(work / "lake", ignore_errors=True)  # one stopped part-way: again
+            say(f"{records:,} records: generating into {work}")
+            out["generation"] = generate(maker, lake, args.per_commit, say)
+            keep()
+        if "compaction" not in out:
+            out["compaction"] = compact(lake, args.spill_gb, say)
+            out["lines"] = lake_rows(lake, "transactions")
+            keep()
         say(f"{records:,} records: {out['lines']:,} lines; compacted lake, questions")
-        t0 = time.perf_counter()
-        out["compacted"] = measure(lake, work / "warehouse.duckdb", maker, work, args, say)
-        out["compacted"]["seconds"] = round(time.perf_counter() - t0, 1)
-        save(out)
-        say(f"{records:,} records: a day of hourly runs")
-        out["hourly_runs"] = hourly(maker, lake, args.hourly_runs, HOURLY_BATCH, say)
-        t0 = time.perf_counter()
-        out["hourly"] = measure(lake, work / "warehouse.duckdb", maker, work, args, say)
-        out["hourly"]["seconds"] = round(time.perf_counter() - t0, 1)
+        measured("compacted")
+        if "hourly_runs" not in out:
+            say(f"{records:,} records: a day of hourly runs")
+            out["hourly_runs"] = hourly(maker, lake, args.hourly_runs, HOURLY_BATCH, say,
+                                        out.setdefault("hourly_runs_done", []), keep)
+            out.pop("hourly_runs_done")
+            keep()
+        measured("hourly")
         out["load_avg_1m_end"] = round(os.getloadavg()[0], 2)
+        keep()
         return out
     finally:
         if args.keep:
-            say(f"kept {work}")
+            say(f"kept {work}" + ("" if "load_avg_1m_end" in out else
+                                  f": go on with --resume {work}"))
         else:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -1212,7 +1283,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-parent-mb", type=float, default=14_000,
                     help="this process stops itself past this resident set")
     ap.add_argument("--work", type=Path, default=None, help="where the lakes are made")
-    ap.add_argument("--keep", action="store_true", help="keep the lakes")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the lakes, and each level's progress (see --resume)")
+    ap.add_argument("--resume", type=Path, metavar="FOLDER",
+                    help="go on with a level stopped part-way (its folder analyst-N-*, kept by "
+                         "--keep), from its last step, question or hourly run")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: 2,000 records, one run each, commits of 1,000, 6 "
                          "hourly runs")
@@ -1251,6 +1326,11 @@ def main(argv: list[str] | None = None) -> int:
     watchdog(args.max_parent_mb)
     args.spill_gb = args.spill_gb or None
     levels = [int(x) for x in args.records.split(",")]
+    if args.resume:
+        if not (args.resume / "level.json").exists():
+            raise SystemExit(f"{args.resume} holds no level.json: not a level kept by --keep")
+        levels = [json.loads((args.resume / "level.json").read_text())["records"]]
+        args.keep, args.work = True, args.work or args.resume.parent
     if args.work:
         args.work.mkdir(parents=True, exist_ok=True)
 
@@ -1280,9 +1360,7 @@ def main(argv: list[str] | None = None) -> int:
         partial.write_text(json.dumps(done, indent=1, default=str))
 
     for n in levels:
-        t0 = time.perf_counter()
         result["levels"].append(level(n, args, say, save))
-        result["levels"][-1]["seconds"] = round(time.perf_counter() - t0, 1)
         save()
     result["verdicts"] = verdicts(result)
     harness.publish(result, args, "analyst_scale", table_md(result))
