@@ -1006,6 +1006,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.refresh_here:  # a child: the daily refresh of the deployment in its environment
         return refresh_here()
+    # stopped from outside (a session's end, `kill`): the world's processes closed on the way
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.merge:
         return publish(*merged(args.merge), args.out, args.docs)
     seeds = [args.seed] if args.seed is not None else list(range(1, args.seeds + 1))
