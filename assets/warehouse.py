@@ -83,11 +83,16 @@ class Warehouse(ConfigurableResource):
 
 AsOf = datetime | Mapping[str, int] | None  # a time, or versions of some tables
 ABSENT = -1  # the version pinned of a table that did not exist yet: read as empty
-PUBLISH_ATTEMPTS = 3  # builds of one publish whose listed files an erasure purged under it
+PUBLISH_ATTEMPTS = 3  # builds of one publish: its lake moved, or its store failed, under it
 
 
 class LakeMoved(RuntimeError):
     """A view did not build: a file of the snapshot listed was removed since."""
+
+
+class StoreFailed(OSError):
+    """A view did not build: the lake's store failed past its client's retries (a 503, a
+    reset connection). One line: the store's own words, not DuckDB's traceback of them."""
 
 
 def snapshot_files(lake: Lake, table: str, as_of: AsOf = None) -> list[str]:
@@ -240,9 +245,10 @@ def _create(con: duckdb.DuckDBPyConnection, views: list[View], sources: dict[str
         except duckdb.Error as exc:
             gone = isinstance(exc, duckdb.IOException) and any(
                 w in str(exc) for w in ("No files found", "No such file", "FileNotFoundError"))
-            raise (LakeMoved if gone else RuntimeError)(
+            failed = object_store.failure_of(str(exc))
+            raise (LakeMoved if gone else StoreFailed if failed else RuntimeError)(
                 f"view {view.name} ({SQL_DIR / view.name}.sql) does not build over "
-                f"{object_store.shown(str(lake_root))}: {exc}") from exc
+                f"{object_store.shown(str(lake_root))}: {failed or exc}") from exc
         created.append(view.name)
         describe_view(con, view, reads)
     return created
@@ -270,6 +276,8 @@ def publish(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_T
                 # an erasure purged files of the snapshot it listed (`forget` runs beside
                 # it, its purges not under this lock): the lake's new versions, again
                 progress("a file the build listed was purged under it: building again")
+            except StoreFailed as exc:
+                progress(f"{exc}: building again")
         return once()
 
 

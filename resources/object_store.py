@@ -30,6 +30,17 @@ _UNREACHABLE = {"NETWORK_CONNECTION", "REQUEST_TIMEOUT", "SERVICE_UNAVAILABLE",
                 "ENDPOINT_RESOLUTION_FAILURE"}
 
 
+# how the store's failures read, through pyarrow's client, delta-rs's or a DuckDB query
+_FAILED = re.compile(r"AWS Error \w+ during \w+ operation.*|Generic S3 error.*|S3 error:.*")
+
+
+def failure_of(message: str) -> str | None:
+    """The store's own words for its failure in `message` (a DuckDB error can hold a whole
+    Python traceback), on one line; None when the store is not what failed."""
+    found = _FAILED.findall(message)
+    return found[-1].strip() if found else None
+
+
 class LakeUnreachable(OSError):
     """The lake's store did not answer, or refused these credentials; the message says which,
     in one line, without any secret."""

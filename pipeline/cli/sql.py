@@ -220,7 +220,11 @@ _LOCKED = re.compile(r'Cannot change configuration option "+([^"]+)"+ - the conf
 
 
 def _why(exc: duckdb.Error) -> str:
+    from resources.object_store import failure_of
+
     text = str(exc)
+    if failed := failure_of(text):  # DuckDB's error holds the Python traceback of it
+        return f"the lake's store failed under the query: {failed}; ask again"
     if outside := _OUTSIDE.search(text):
         path = outside.group(1).split("?", 1)[0]
         hint = (" (if the warehouse's views read the lake on S3: set LEDGERLAKE_LAKE to the "
@@ -316,7 +320,7 @@ def write(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None, f
     try:
         written_aside(output, lambda tmp: _copy(con, result, fmt, tmp), QueryError)
     except duckdb.Error as exc:
-        raise QueryError(f"cannot write {output.resolve()}: {exc}") from None
+        raise QueryError(f"cannot write {output.resolve()}: {_why(exc)}") from None
     return result.num_rows
 
 
@@ -332,7 +336,7 @@ def emit(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | None, fm
         try:
             _copy(con, result, fmt, path)
         except duckdb.Error as exc:
-            raise QueryError(str(exc)) from None
+            raise QueryError(_why(exc)) from None
         try:
             with path.open("rb") as src:
                 shutil.copyfileobj(src, out)

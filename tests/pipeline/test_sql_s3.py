@@ -178,3 +178,24 @@ def test_a_store_failing_under_a_command_is_said_in_one_line(s3, landed, home, a
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("ledgerlake: ") and "Traceback" not in out.stderr, out.stderr
     assert s3.secret not in out.stdout + out.stderr
+
+
+def test_a_store_failing_under_duckdb_is_said_in_one_line(s3, landed, home):  # noqa: F811
+    """The same when the store fails under DuckDB's reads of the data files: DuckDB's error
+    holds the Python traceback of the store's 503, and the question says the store's words
+    (a build's are tested in tests/assets/test_warehouse_s3.py)."""
+    args = ("sql", "select count(*) from transactions")
+    from tests.s3_faults import S3Faults
+
+    with S3Faults(s3.endpoint) as proxy:
+        proxy.set_rules([{"kind": "503", "op": "GET", "key": r"\.parquet$"}])
+        environ = s3.env(LEDGERLAKE_HOME=str(home),
+                         LEDGERLAKE_LAKE=s3.root(endpoint=proxy.endpoint))
+        out = subprocess.run([sys.executable, "-m", "pipeline.cli", *args],
+                             capture_output=True, text=True, timeout=300, env=environ, cwd=home)
+        assert sum(proxy.report().values()) > 0, (dict(proxy.seen), out.stderr)
+    assert out.returncode == 1, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("ledgerlake: ") and "Traceback" not in out.stderr, out.stderr
+    assert "the lake's store failed under the query: AWS Error " in last, last
+    assert s3.secret not in out.stdout + out.stderr
