@@ -1028,7 +1028,8 @@ def measure(lake, warehouse: Path, maker: Maker, work: Path, args, say,
     customer = strings(maker.customer_hex[[maker.customer[0]]]).to_pylist()[0]
     many = [maker.record_ids[i] for i in rng.choice(maker.n, min(1000, maker.n), replace=False)]
     base = {"warehouse": str(warehouse), "lake": lake.root, "root": str(CODE)}
-    result.setdefault("layout", layout(lake, record, many))
+    if "layout" not in result:  # read from every file's footer: once a level's layout
+        result["layout"] = layout(lake, record, many)
     result.setdefault("questions", [])
     result.setdefault("explain", {})
     asked = {x["question"] for x in result["questions"]}
