@@ -39,7 +39,7 @@ from deltalake import (
     WriterProperties,
     write_deltalake,
 )
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from .object_store import filesystem as _filesystem
 from .object_store import shown as _shown
@@ -366,9 +366,33 @@ def _reaches_back(uri: str, table: DeltaTable, when: datetime) -> None:
     made = this.mtime
     if made is not None and made.timestamp() > when.timestamp() and \
             before.type == pafs.FileType.NotFound:
-        raise HistoryGone(f"{_shown(uri)} as of {when}: its history before "
-                          f"{made:%Y-%m-%d %H:%M:%S} UTC is gone (an erasure cut the table's "
-                          "log: `ledgerlake forget`); ask as of a later time")
+        raise _history_gone(uri, when, made)
+
+
+def _history_gone(uri: str, when: datetime, made: datetime) -> HistoryGone:
+    return HistoryGone(f"{_shown(uri)} as of {when}: its history before "
+                       f"{made:%Y-%m-%d %H:%M:%S} UTC is gone (an erasure cut the table's "
+                       "log: `ledgerlake forget`); ask as of a later time")
+
+
+def _cut_at(uri: str) -> datetime | None:
+    """When the table's history was cut, if it was or is being cut: a checkpoint with a commit
+    before it missing. A load as of a time fails ("no table metadata or protocol") when an
+    erasure deletes the log between delta-rs choosing a version and reading it."""
+    store, base = _filesystem(uri)
+    try:
+        listed = store.get_file_info(pafs.FileSelector(f"{base}/_delta_log",
+                                                       allow_not_found=True))
+    except OSError:
+        return None
+    commits = {int(i.base_name[:20]): i for i in listed
+               if re.fullmatch(r"\d{20}\.json", i.base_name)}
+    checkpoints = [int(i.base_name[:20]) for i in listed
+                   if re.fullmatch(r"\d{20}\.checkpoint\.parquet", i.base_name)]
+    for cut in sorted(checkpoints, reverse=True):
+        if cut in commits and not set(range(cut)) <= set(commits):
+            return commits[cut].mtime
+    return None
 
 
 def _refuse_deletion_vectors(uri: str, table: DeltaTable) -> None:
@@ -758,7 +782,12 @@ def _open(uri: str, version: int | datetime | None) -> DeltaTable | None:
     except TableNotFoundError:
         return None
     if version is not None:
-        table.load_as_version(version)
+        try:
+            table.load_as_version(version)
+        except DeltaError:
+            if isinstance(version, datetime) and (cut := _cut_at(uri)) is not None:
+                raise _history_gone(uri, version, cut) from None
+            raise
     return table
 
 
