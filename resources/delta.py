@@ -157,10 +157,9 @@ def _stream(uri: str, schema: pa.Schema, rows: Callable[[pa.Schema], Iterable[pa
             predicate: str | None, stats: Sequence[str] | None) -> int:
     """One commit of `rows(stored types)`, streamed (`predicate`: the rows it replaces; None:
     the whole table), retried on a lost race; the committed version."""
-    location, options = _where(uri)
 
     def write() -> int:
-        table = _open_or_create(location, schema, options, stats)
+        table = _open_or_create(uri, schema, stats)
         _rows_fit_table(table, schema.empty_table())
         failed: list[BaseException] = []
         own = _stored_for(table, schema)  # the file in the table's types, as `_write`'s
@@ -241,10 +240,9 @@ def _write(uri: str, schema: pa.Schema, data: pa.Table, mode: str, predicate: st
            stats: Sequence[str] | None) -> int:
     """One commit of `data` (`predicate`: the rows it replaces), retried on a lost race;
     returns the committed version."""
-    location, options = _where(uri)
 
     def write() -> int:
-        table = _open_or_create(location, schema, options, stats)
+        table = _open_or_create(uri, schema, stats)
         _rows_fit_table(table, data)
         write_deltalake(table, _as_stored(table, data), mode=mode, predicate=predicate,
                         schema_mode="merge", writer_properties=ZSTD,
@@ -339,8 +337,6 @@ def files(uri: str, version: int | datetime | None = None) -> list[str]:
     table = _open(uri, version)
     if table is None:
         raise FileNotFoundError(f"no Delta table at {_shown(uri)}")
-    if isinstance(version, datetime):
-        _reaches_back(uri, table, version)
     _refuse_deletion_vectors(uri, table)
     return table.file_uris()
 
@@ -369,29 +365,29 @@ def _reaches_back(uri: str, table: DeltaTable, when: datetime) -> None:
         raise _history_gone(uri, when, made)
 
 
-def _history_gone(uri: str, when: datetime, made: datetime) -> HistoryGone:
-    return HistoryGone(f"{_shown(uri)} as of {when}: its history before "
+def _history_gone(uri: str, when: datetime | int, made: datetime) -> HistoryGone:
+    at = f"as of {when}" if isinstance(when, datetime) else f"at version {when}"
+    return HistoryGone(f"{_shown(uri)} {at}: its history before "
                        f"{made:%Y-%m-%d %H:%M:%S} UTC is gone (an erasure cut the table's "
                        "log: `ledgerlake forget`); ask as of a later time")
 
 
-def _cut_at(uri: str) -> datetime | None:
-    """When the table's history was cut, if it was or is being cut: a checkpoint with a commit
-    before it missing. A load as of a time fails ("no table metadata or protocol") when an
-    erasure deletes the log between delta-rs choosing a version and reading it."""
+def _cut_at(uri: str) -> tuple[int, datetime] | None:
+    """The version and time an erasure cut the table's history at, if it did or is doing so
+    now: a checkpoint with a commit before it missing (`_cut_history`)."""
     store, base = _filesystem(uri)
     try:
         listed = store.get_file_info(pafs.FileSelector(f"{base}/_delta_log",
                                                        allow_not_found=True))
     except OSError:
         return None
-    commits = {int(i.base_name[:20]): i for i in listed
+    commits = {int(i.base_name[:20]): i.mtime for i in listed
                if re.fullmatch(r"\d{20}\.json", i.base_name)}
     checkpoints = [int(i.base_name[:20]) for i in listed
                    if re.fullmatch(r"\d{20}\.checkpoint\.parquet", i.base_name)]
     for cut in sorted(checkpoints, reverse=True):
-        if cut in commits and not set(range(cut)) <= set(commits):
-            return commits[cut].mtime
+        if commits.get(cut) is not None and not set(range(cut)) <= commits.keys():
+            return cut, commits[cut]
     return None
 
 
@@ -508,10 +504,9 @@ def compact(uri: str, *, target_size: int | None = None, order_by: str | None = 
     sorted by that column (a Z-order on one column), so a lookup or a predicate replace by it
     opens few files. Returns versions, live files and bytes before and after, files added and
     removed."""
-    location, options = _where(uri)
 
     def run() -> dict:
-        table = DeltaTable(location, storage_options=options)
+        table = _table(uri)
         before, version_before = _live(table), table.version()
         if order_by and _small_files(table, target_size or DEFAULT_TARGET) >= 2:
             metrics = table.optimize.z_order([order_by], target_size=target_size,
@@ -538,7 +533,7 @@ def vacuum(uri: str, retention_hours: int) -> dict:
     longer than it could lose its files: keep it hours, not minutes. Returns the versions, the
     live files and bytes (unchanged), and the files and bytes removed."""
     location, options = _where(uri)
-    table = DeltaTable(location, storage_options=options)
+    table = _table(uri)
     live, version_before = _live(table), table.version()
     settings = {"retention_hours": retention_hours, "enforce_retention_duration": False,
                 "full": True}
@@ -578,7 +573,6 @@ def delete_rows(uri: str, record_ids: Sequence[str]) -> int:
     ids = sorted({check_record_id(r) for r in record_ids})
     if not ids or _open(uri, None) is None:
         return 0
-    location, options = _where(uri)
     predicate = _predicate(ids, {})
 
     def delete() -> int:
@@ -586,7 +580,7 @@ def delete_rows(uri: str, record_ids: Sequence[str]) -> int:
         holding a row of `ids` without it, in one commit, but DELETE writes them through
         DataFusion, in its Arrow types (`string_view`, `binary_view`) and its own Parquet
         settings; the writer every other write uses keeps the table's types (`stored`)."""
-        table = DeltaTable(location, storage_options=options)
+        table = _table(uri)
         doomed = _rows_of(uri, table, ids, ["record_id"]).num_rows  # of this same snapshot
         if doomed:
             write_deltalake(table, stored(table).empty_table(), mode="overwrite",
@@ -649,9 +643,9 @@ def _cut_history(uri: str, store: pafs.FileSystem, base: str,
     location, options = _where(uri)
 
     def commit() -> int:
-        table = DeltaTable(location, storage_options=options)
+        table = _table(uri)
         table.alter.set_table_description("its history starts at an erasure")
-        return DeltaTable(location, storage_options=options).version()
+        return _table(uri).version()
 
     cut = _retrying(uri, commit)
     DeltaTable(location, storage_options=options, version=cut).create_checkpoint()
@@ -755,17 +749,18 @@ def _retrying(uri: str, attempt: Callable, once: _Once | None = None):
 STATS = "delta.dataSkippingStatsColumns"
 
 
-def _open_or_create(location: str, schema: pa.Schema, options: dict | None,
+def _open_or_create(uri: str, schema: pa.Schema,
                     stats: Sequence[str] | None = None) -> DeltaTable:
     """The table, created on first write; with `stats`, its log keeps statistics of those
     columns only (a table made before is told so, once, in a commit of its own)."""
     wanted = None if stats is None else ",".join(c for c in stats if c in schema.names)
     try:
-        table = DeltaTable(location, storage_options=options)
+        table = _table(uri)
     except TableNotFoundError:
         # two first writers race for version 0. delta-rs would retry the loser's create as
         # version 1 (a second CREATE TABLE, with a new table id): no retries, so it fails with
         # CommitFailedError and _retrying opens the winner's table
+        location, options = _where(uri)
         return DeltaTable.create(location, schema, mode="ignore",
                                  configuration={STATS: wanted} if wanted else None,
                                  storage_options=options,
@@ -776,19 +771,41 @@ def _open_or_create(location: str, schema: pa.Schema, options: dict | None,
 
 
 def _open(uri: str, version: int | datetime | None) -> DeltaTable | None:
-    location, options = _where(uri)
+    """The table at `version` (default: the latest); None if there is none. A version before
+    an erasure's cut is refused (`HistoryGone`), whether delta-rs fails to load it or answers
+    a time before the cut with the cut's own snapshot (`_reaches_back`)."""
     try:
-        table = DeltaTable(location, storage_options=options)
+        table = _table(uri, version)
     except TableNotFoundError:
         return None
-    if version is not None:
-        try:
-            table.load_as_version(version)
-        except DeltaError:
-            if isinstance(version, datetime) and (cut := _cut_at(uri)) is not None:
-                raise _history_gone(uri, version, cut) from None
-            raise
+    if isinstance(version, datetime):
+        _reaches_back(uri, table, version)
     return table
+
+
+def _table(uri: str, version: int | datetime | None = None) -> DeltaTable:
+    """The table loaded at `version`, read again once if an erasure cut its log while it was
+    read: delta-rs lists the log, then reads the commits it listed, which `_cut_history` may
+    delete in between ("File not found: _delta_log/..."; as of a time, "No table metadata or
+    protocol found"). Read again, it starts from the cut's checkpoint. A version that still
+    fails to load after a cut is one the cut took: `HistoryGone`."""
+    location, options = _where(uri)
+    for attempt in range(2):
+        try:
+            table = DeltaTable(location, storage_options=options)
+            if version is not None:
+                table.load_as_version(version)
+            return table
+        except TableNotFoundError:
+            raise
+        except DeltaError:
+            if attempt == 0 and _cut_at(uri) is not None:
+                continue
+            cut = _cut_at(uri)
+            if cut is None or version is None or isinstance(version, int) and version >= cut[0]:
+                raise
+            raise _history_gone(uri, version, cut[1]) from None
+    raise AssertionError("unreachable")
 
 
 def _small_files(table: DeltaTable, target_size: int) -> int:
