@@ -1135,6 +1135,8 @@ def level(records: int, args, say, save=lambda out: None) -> dict:
             out["compaction"] = compact(lake, args.spill_gb, say)
             out["lines"] = lake_rows(lake, "transactions")
             keep()
+        if args.make_only:
+            return out
         say(f"{records:,} records: {out['lines']:,} lines; compacted lake, questions")
         measured("compacted")
         if "hourly_runs" not in out:
@@ -1289,6 +1291,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", type=Path, metavar="FOLDER",
                     help="go on with a level stopped part-way (its folder analyst-N-*, kept by "
                          "--keep), from its last step, question or hourly run")
+    ap.add_argument("--make-only", action="store_true",
+                    help="make and compact the lake, then stop (with --keep): making it need "
+                         "not be quiet, the questions do; go on later with --resume")
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: 2,000 records, one run each, commits of 1,000, 6 "
                          "hourly runs")
@@ -1317,6 +1322,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.records, args.runs, args.per_commit, args.hourly_runs = "2000", 1, 1000, 6
     global CODE
+    if args.work:
+        args.work.mkdir(parents=True, exist_ok=True)
     if args.code:  # the views and writer of a commit, whatever the working tree holds now
         CODE = code_at(args.code, args.work)
     sys.path.insert(0, str(CODE))
@@ -1360,9 +1367,13 @@ def main(argv: list[str] | None = None) -> int:
         done = {**result, "levels": result["levels"] + ([current] if current else [])}
         partial.write_text(json.dumps(done, indent=1, default=str))
 
+    if args.make_only and not args.keep:
+        raise SystemExit("--make-only keeps the lake for a later --resume: add --keep")
     for n in levels:
         result["levels"].append(level(n, args, say, save))
         save()
+    if args.make_only:
+        return 0
     result["verdicts"] = verdicts(result)
     harness.publish(result, args, "analyst_scale", table_md(result))
     return 0
