@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 import dagster as dg
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from resources.client.errors import (
     ApiError,
@@ -37,7 +36,6 @@ from resources.client.errors import (
 from resources.config import Tuning
 from resources.inbox import FAILED, HELD, LANDED_OK, Inbox, LandingState
 from resources.lake import Lake
-from resources.object_store import where
 from resources.privacy import Keys, KeyUnusable
 from resources.staging import Staged
 from resources.tables import schema
@@ -405,22 +403,6 @@ def _detail(x: Landing, checks: Sequence[Check]) -> dict:
             if v}
 
 
-def table_rows(lake: Lake, table: str, version: int | None) -> int | None:
-    """The rows of the lake's `table` at `version` (None: its latest; 0 if there is no table
-    yet), summed from its log's file statistics: no data file is read. None if a file has no
-    count (the lake's writes always give one)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    location, options = where(lake.table_uri(table))
-    try:
-        delta = DeltaTable(location, storage_options=options, version=version)
-    except TableNotFoundError:
-        return 0
-    counts = pa.table(delta.get_add_actions(flatten=False))["num_records"]
-    return None if counts.null_count else int(pc.sum(counts).as_py() or 0)
-
-
 def dagster_results(context: dg.AssetExecutionContext, asset: str, landings: Sequence[Landing],
            checks: Sequence[Check] = (), extra: Mapping[str, object] | None = None, *,
            lake: Lake | None = None) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
@@ -441,7 +423,7 @@ def dagster_results(context: dg.AssetExecutionContext, asset: str, landings: Seq
         table = TABLES.get(asset, asset)
         versions = [x.lake_version for x in published if lake and x.lake_version is not None
                     and x.lake_table == lake.shown(table)]
-        rows = table_rows(lake, table, max(versions) if versions else None) if lake else None
+        rows = lake.row_count(table, max(versions) if versions else None) if lake else None
         meta = {**({"dagster/row_count": rows} if rows is not None else {}),
                 "rows_landed": sum(x.row_count for x in published),
                 "records": len(landings), "published": len(published), "held": len(held),

@@ -486,6 +486,20 @@ def _records_in(store: pafs.FileSystem, path: str, add: dict) -> set[str]:
     return set(pc.unique(column).to_pylist()) - {None}
 
 
+def row_count(uri: str, version: int | None = None) -> int | None:
+    """The rows of the table at `version` (None: its latest; 0 if there is no table yet),
+    summed from its log's file statistics: no data file is read. None if a file has no count
+    (the lake's writes always give one) or the version's history is gone."""
+    try:
+        table = _open(uri, version)
+    except HistoryGone:
+        return None
+    if table is None:
+        return 0
+    counts = pa.table(table.get_add_actions(flatten=False))["num_records"]
+    return None if counts.null_count else int(pc.sum(counts).as_py() or 0)
+
+
 def column_names(uri: str, version: int | datetime | None = None) -> list[str]:
     """The table's columns at `version` (default: the latest); none if it does not exist."""
     table = _open(uri, version)
@@ -790,22 +804,25 @@ def _table(uri: str, version: int | datetime | None = None) -> DeltaTable:
     protocol found"). Read again, it starts from the cut's checkpoint. A version that still
     fails to load after a cut is one the cut took: `HistoryGone`."""
     location, options = _where(uri)
-    for attempt in range(2):
-        try:
-            table = DeltaTable(location, storage_options=options)
-            if version is not None:
-                table.load_as_version(version)
-            return table
-        except TableNotFoundError:
+
+    def load() -> DeltaTable:
+        table = DeltaTable(location, storage_options=options)
+        if version is not None:  # one the log no longer has: "No files in log segment"
+            table.load_as_version(version)
+        return table
+
+    try:
+        return load()
+    except DeltaError:  # TableNotFoundError too
+        if _cut_at(uri) is None:
             raise
-        except DeltaError:
-            if attempt == 0 and _cut_at(uri) is not None:
-                continue
-            cut = _cut_at(uri)
-            if cut is None or version is None or isinstance(version, int) and version >= cut[0]:
-                raise
-            raise _history_gone(uri, version, cut[1]) from None
-    raise AssertionError("unreachable")
+    try:
+        return load()
+    except DeltaError:  # TableNotFoundError too
+        cut = _cut_at(uri)
+        if cut is None or version is None or isinstance(version, int) and version >= cut[0]:
+            raise
+        raise _history_gone(uri, version, cut[1]) from None
 
 
 def _small_files(table: DeltaTable, target_size: int) -> int:

@@ -188,6 +188,12 @@ class Lake(ConfigurableResource):
         """The table's columns in its Delta schema (none if it does not exist)."""
         return delta.column_names(self.table_uri(table), version)
 
+    def row_count(self, table: str, version: int | None = None) -> int | None:
+        """The table's rows at `version` (latest by default; 0 if it does not exist), from
+        its log's file statistics; None if unknown (a file without a count, or the version's
+        history cut by an erasure since)."""
+        return delta.row_count(self.table_uri(table), version)
+
     def files(self, table: str, version: int | datetime | None = None) -> list[str]:
         """The data files of the table's snapshot (latest or `version`)."""
         return delta.files(self.table_uri(table), version)

@@ -306,6 +306,9 @@ def test_time_travel_to_before_an_erasure_cut_is_refused_not_answered_later(tmp_
     now = con.execute("SELECT count(*), max(gen) FROM read_parquet(?)",
                       [lake.files("transactions", version=datetime.now(UTC))]).fetchone()
     assert now == (2, 1)
+    with pytest.raises(HistoryGone, match="at version 1: its history before"):
+        lake.read("transactions", version=1)
+    assert (lake.row_count("transactions", 1), lake.row_count("transactions")) == (None, 2)
 
 
 def test_time_travel_while_an_erasure_cuts_the_log_is_refused_as_history_gone(tmp_path):
