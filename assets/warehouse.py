@@ -113,7 +113,7 @@ def snapshot_files(lake: Lake, table: str, as_of: AsOf = None) -> list[str]:
                 from None
         return []
     except Exception as exc:  # delta-rs: a version it does not have
-        if not isinstance(pinned, int):
+        if not isinstance(pinned, int) or isinstance(exc, ValueError):  # HistoryGone says why
             raise
         raise ValueError(f"lake table {table} has no version {pinned} (latest: "
                          f"{lake.version(table)}, or vacuumed)") from exc
