@@ -35,6 +35,7 @@ over `--max-rss-mb` or `--timeout` is stopped and noted (the machine is shared).
     # a level in sittings: stop it any time (its step, question or hourly run so far is kept),
     # go on from there, then publish the levels' partial files together
     .venv/bin/python bench/analyst_scale.py --records 1000000 --code REV --keep --work W
+    # (--make-only: make and compact the lake, then stop; making it need not be quiet)
     .venv/bin/python bench/analyst_scale.py --resume W/analyst-1000000-* --code REV
     .venv/bin/python bench/analyst_scale.py --publish W/analyst_scale.partial.json ...
 
