@@ -809,8 +809,9 @@ def _table(uri: str, version: int | datetime | None = None) -> DeltaTable:
     """The table loaded at `version`, read again once if an erasure cut its log while it was
     read: delta-rs lists the log, then reads the commits it listed, which `_cut_history` may
     delete in between ("File not found: _delta_log/..."; as of a time, "No table metadata or
-    protocol found"). Read again, it starts from the cut's checkpoint. A version that still
-    fails to load after a cut is one the cut took: `HistoryGone`."""
+    protocol found", or a FileNotFoundError naming a commit). Read again, it starts from the
+    cut's checkpoint. A version that still fails to load after a cut is one the cut took:
+    `HistoryGone`."""
     location, options = _where(uri)
 
     def load() -> DeltaTable:
@@ -821,12 +822,12 @@ def _table(uri: str, version: int | datetime | None = None) -> DeltaTable:
 
     try:
         return load()
-    except DeltaError:  # TableNotFoundError too
+    except (DeltaError, FileNotFoundError):  # TableNotFoundError is a DeltaError
         if _cut_at(uri) is None:
             raise
     try:
         return load()
-    except DeltaError:  # TableNotFoundError too
+    except (DeltaError, FileNotFoundError):  # TableNotFoundError is a DeltaError
         cut = _cut_at(uri)
         if cut is None or version is None or isinstance(version, int) and version >= cut[0]:
             raise
