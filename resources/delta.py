@@ -662,7 +662,6 @@ def _cut_history(uri: str, store: pafs.FileSystem, base: str,
     the checkpoint lists only live files, none holding an erased row. Returns its version.
     `before_cut(version)` is called once the checkpoint is made and before the log goes: the
     last chance to read what the commits before `version` changed (`changed_records`)."""
-    location, options = _where(uri)
 
     def commit() -> int:
         table = _table(uri)
@@ -670,7 +669,7 @@ def _cut_history(uri: str, store: pafs.FileSystem, base: str,
         return _table(uri).version()
 
     cut = _retrying(uri, commit)
-    DeltaTable(location, storage_options=options, version=cut).create_checkpoint()
+    _table(uri, cut).create_checkpoint()
     if before_cut is not None:
         before_cut(cut)
     for info in store.get_file_info(pafs.FileSelector(f"{base}/_delta_log",

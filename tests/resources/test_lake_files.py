@@ -57,14 +57,19 @@ def rows(declared: pa.Schema, n: int, start: int = 0, record: str | None = None)
                                       f.type) for f in declared}, schema=declared)
 
 
-def file_schemas(lake: Lake, table: str) -> dict[str, pa.Schema]:
-    """Each live data file's schema, as its Parquet footer holds it."""
+def footers(lake: Lake, table: str) -> dict[str, pq.FileMetaData]:
+    """Each live data file's Parquet footer."""
     out = {}
     for uri in lake.files(table):
         fs, path = pafs.FileSystem.from_uri(uri)
         with fs.open_input_file(path) as f:
-            out[Path(path).name] = pq.read_schema(f)
+            out[Path(path).name] = pq.ParquetFile(f).metadata
     return out
+
+
+def file_schemas(lake: Lake, table: str) -> dict[str, pa.Schema]:
+    """Each live data file's schema, as its Parquet footer holds it."""
+    return {name: meta.schema.to_arrow_schema() for name, meta in footers(lake, table).items()}
 
 
 def assert_declared(lake: Lake, table: str, after: str) -> None:
@@ -84,12 +89,9 @@ def assert_declared(lake: Lake, table: str, after: str) -> None:
 def customer_chunks(lake: Lake, table: str) -> dict[str, list]:
     """Each live data file's `customer_id` column chunks, one a row group."""
     out = {}
-    for uri in lake.files(table):
-        fs, path = pafs.FileSystem.from_uri(uri)
-        with fs.open_input_file(path) as f:
-            meta = pq.ParquetFile(f).metadata
+    for name, meta in footers(lake, table).items():
         at = meta.schema.names.index("customer_id")
-        out[Path(path).name] = [meta.row_group(g).column(at) for g in range(meta.num_row_groups)]
+        out[name] = [meta.row_group(g).column(at) for g in range(meta.num_row_groups)]
     return out
 
 
