@@ -46,6 +46,7 @@ class Sandbox:
     sandbox_key: str
     data_dir: Path
     server: Server
+    frozen: bool = False  # its clock moves only by `clock/advance`
 
     def api(self, env: str = "sandbox", **kw) -> httpx.Client:
         """A client of one environment's base path, authorized with its key."""
@@ -55,7 +56,11 @@ class Sandbox:
                             headers={"Authorization": f"Bearer {key}"}, **kw)
 
     def control(self, path: str, **body) -> dict:
-        """A sandbox control (`sandbox/<path>`) of the sandbox environment; its data."""
+        """A sandbox control (`sandbox/<path>`) of the sandbox environment; its data.
+
+        The truth (`records/ledger`) is only asked of a frozen sandbox: on wall time a line
+        can post between the pipeline's pull and the test's reading of the truth."""
+        assert self.frozen or path != "records/ledger", "ask the truth of a frozen_sandbox"
         with self.api() as api:
             resp = api.post(f"sandbox/{path}", json=body)
             assert resp.status_code == 200, resp.text
@@ -78,7 +83,7 @@ def start_sandbox(data_dir: Path, *extra: str) -> Sandbox:
     server = Server("sandbox", "--data-dir", str(data_dir), *extra,
                     env={"LEDGERLAKE_PRODUCTION_KEY": prod, "LEDGERLAKE_SANDBOX_KEY": sand},
                     log_path=data_dir.parent / f"{data_dir.name}.log").start()
-    return Sandbox(server.url, prod, sand, data_dir, server)
+    return Sandbox(server.url, prod, sand, data_dir, server, "--freeze-clock" in extra)
 
 
 @pytest.fixture
