@@ -4,8 +4,10 @@ Each night `lake_maintenance` rewrites each table's small files (every write lea
 large ones, rows unchanged, in one commit, then deletes the files no version younger than the
 retention refers to; its metadata is a row per table and totals the UI plots over time.
 Settings, read when the asset runs: LEDGERLAKE_LAKE_RETENTION_HOURS (how long superseded files
-stay, so `--as-of` reaches that far back) and LEDGERLAKE_LAKE_TARGET_MB (the size compaction
-writes files up to); LEDGERLAKE_TIMEZONE is the schedule's clock (docs/lake.md). No lock
+stay, so `--as-of` reaches that far back), LEDGERLAKE_LAKE_TARGET_MB (the size compaction
+writes files up to) and LEDGERLAKE_LAKE_CLUSTER_MAX_MB (the largest table it re-sorts whole by
+record; a larger one has its small files packed, since a re-sort spills ~8x the table to the
+temporary folder); LEDGERLAKE_TIMEZONE is the schedule's clock (docs/lake.md). No lock
 against writers: a compaction that loses a race to a replace runs again on the new version
 (resources/delta.py), and vacuum takes only files older than the retention.
 """
@@ -39,7 +41,7 @@ MB = 1024 * 1024
 # One row per table in the UI; files/bytes are of the current version (vacuum leaves it as it
 # is), `files_compacted` the small files compaction rewrote, `*_removed` what vacuum deleted.
 COLUMNS = [
-    ("table", "string"), ("status", "string"),
+    ("table", "string"), ("status", "string"), ("clustered", "string"),
     ("version_before", "int"), ("version_after", "int"),
     ("files_before", "int"), ("files_after", "int"),
     ("bytes_before", "int"), ("bytes_after", "int"),
@@ -64,21 +66,26 @@ def target_bytes() -> int:
     return Tuning.from_env().target_mb * MB
 
 
+def cluster_max_bytes() -> int:
+    """LEDGERLAKE_LAKE_CLUSTER_MAX_MB, in bytes: the largest table compaction re-sorts whole."""
+    return Tuning.from_env().cluster_max_mb * MB
+
+
 def timezone() -> str:
     """LEDGERLAKE_TIMEZONE (an IANA name, default Africa/Lagos): the nightly pass's clock."""
     return Tuning.from_env().timezone
 
 
-def _maintain(lake: Lake, table: str, hours: int, target: int) -> dict:
+def _maintain(lake: Lake, table: str, hours: int, target: int, cluster_max: int) -> dict:
     """Compact, then vacuum, one table; the row the UI shows for it."""
     uri = lake.table_uri(table)
     # clustered by record: a record's lookup and its next replace touch one file, not all
-    packed = delta.compact(uri, target_size=target,
+    packed = delta.compact(uri, target_size=target, cluster_max_bytes=cluster_max,
                            order_by=None if table in UNPARTITIONED else "record_id")
     # The files compaction just superseded stay until a later pass finds them older than
     # the retention: time travel to before this compaction keeps working that long.
     swept = delta.vacuum(uri, hours)
-    return {"table": table, "status": "maintained",
+    return {"table": table, "status": "maintained", "clustered": packed["clustered"],
             "version_before": packed["version_before"], "version_after": swept["version_after"],
             "files_before": packed["files_before"], "files_after": swept["files_after"],
             "bytes_before": packed["bytes_before"], "bytes_after": swept["bytes_after"],
@@ -95,7 +102,7 @@ def _blank(table: str, status: str) -> dict:
 @asset(group_name="maintenance", pool="lake_maintenance", kinds={"delta"}, owners=OWNERS)
 def lake_maintenance(context: AssetExecutionContext, lake: Lake) -> MaterializeResult:
     """Compact each lake table's small files and vacuum files past the retention."""
-    hours, target = retention_hours(), target_bytes()
+    hours, target, cluster_max = retention_hours(), target_bytes(), cluster_max_bytes()
     rows = []
     for table in LAKE_TABLES:
         try:
@@ -103,18 +110,18 @@ def lake_maintenance(context: AssetExecutionContext, lake: Lake) -> MaterializeR
                 context.log.info("%s: not landed, skipped", lake.shown(table))
                 rows.append(_blank(table, "not landed"))
                 continue
-            row = _maintain(lake, table, hours, target)
+            row = _maintain(lake, table, hours, target, cluster_max)
         except Exception as exc:  # the other tables still get their pass; failed at the end
             context.log.error("%s: maintenance failed: %s: %s", lake.shown(table),
                               type(exc).__name__, exc)
             rows.append(_blank(table, f"failed: {type(exc).__name__}"))
             continue
         context.log.info(
-            "%s: files %d -> %d (%d compacted), bytes %d -> %d, vacuum removed %d files "
-            "(%d bytes), version %d -> %d", lake.shown(table), row["files_before"],
-            row["files_after"], row["files_compacted"], row["bytes_before"], row["bytes_after"],
-            row["files_removed"], row["bytes_removed"], row["version_before"],
-            row["version_after"])
+            "%s: files %d -> %d (%d compacted, clustered: %s), bytes %d -> %d, vacuum removed "
+            "%d files (%d bytes), version %d -> %d", lake.shown(table), row["files_before"],
+            row["files_after"], row["files_compacted"], row["clustered"] or "-",
+            row["bytes_before"], row["bytes_after"], row["files_removed"], row["bytes_removed"],
+            row["version_before"], row["version_after"])
         rows.append(row)
 
     metadata = {
@@ -124,6 +131,7 @@ def lake_maintenance(context: AssetExecutionContext, lake: Lake) -> MaterializeR
         **{k: MetadataValue.int(sum(r[k] or 0 for r in rows)) for k in TOTALS},
         "retention_hours": MetadataValue.int(hours),
         "target_mb": MetadataValue.int(target // MB),
+        "cluster_max_mb": MetadataValue.int(cluster_max // MB),
         "not_landed": ", ".join(r["table"] for r in rows if r["status"] == "not landed"),
     }
     if failed := [r["table"] for r in rows if r["status"].startswith("failed")]:

@@ -12,8 +12,10 @@ Two layouts of the same lake are measured:
 
 - **compacted**: one commit per 50,000 records (transactions streamed through
   `Lake.replace_batches`, the other tables through `Lake.append_rows` / `Lake.write`), then
-  the nightly maintenance's compaction (`delta.compact`, clustered by `record_id`, the target
-  of `assets.maintenance.target_bytes`), then a vacuum of the superseded files;
+  the nightly maintenance's compaction as it calls it (`delta.compact`: clustered by
+  `record_id` while a table is within LEDGERLAKE_LAKE_CLUSTER_MAX_MB, else its small files
+  packed; the target of `assets.maintenance.target_bytes`), then a vacuum of the superseded
+  files;
 - **hourly**: then a day of hourly runs, 24 more commits over it, each run's batch of 50
   random records (a transactions chunk) written back the way the pipeline writes them:
   `Lake.replace` of their rows (transactions: a window of the last 3 days, as the daily
@@ -520,19 +522,15 @@ def on_big_stack(fn):
     return got["value"]
 
 
-def compact(lake, spill_gb: float | None, say) -> dict:
-    """The nightly maintenance's compaction of every table (clustered by record where the
-    table is kept by record), then the superseded files vacuumed.
-
-    With `spill_gb`, the same rewrite as `delta.compact` (a Z-order on record_id once writes
-    left two small files or more, else a bin-packing; the maintenance's target size; the
-    lake's writer settings; a checkpoint), its sort held to that much memory and spilled to
-    disk beyond: `delta.compact` leaves DataFusion's default, and at 100,000 records (54M
-    lines) its Z-order grew past 22 GB here."""
+def compact(lake, say) -> dict:
+    """The nightly maintenance's compaction of every table, called as it calls it
+    (`delta.compact`: re-sorted by record where the table is kept by record and within
+    LEDGERLAKE_LAKE_CLUSTER_MAX_MB, else its small files packed; the maintenance's target
+    size; the sort held to `delta.SORT_MEMORY`), then the superseded files vacuumed."""
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    from assets.maintenance import target_bytes
+    from assets.maintenance import cluster_max_bytes, target_bytes
     from assets.warehouse import UNPARTITIONED
     from resources import delta
 
@@ -541,22 +539,15 @@ def compact(lake, spill_gb: float | None, say) -> dict:
         t0 = time.perf_counter()
         uri, order = lake.table_uri(table), None if table in UNPARTITIONED else "record_id"
         before = pa.table(DeltaTable(uri).get_add_actions(flatten=False)).num_rows
-        if spill_gb is None:
-            delta.compact(uri, target_size=target_bytes(), order_by=order)
-        else:
-            dt_ = DeltaTable(uri)
-            if order and delta._small_files(dt_, target_bytes()) >= 2:
-                dt_.optimize.z_order([order], target_size=target_bytes(),
-                                     max_spill_size=int(spill_gb * 2**30),
-                                     writer_properties=delta.ZSTD)
-            else:
-                dt_.optimize.compact(target_size=target_bytes(), writer_properties=delta.ZSTD)
-            dt_.create_checkpoint()
+        done = delta.compact(uri, target_size=target_bytes(), order_by=order,
+                             cluster_max_bytes=cluster_max_bytes())
         delta.vacuum(uri, 0)
         after = pa.table(DeltaTable(uri).get_add_actions(flatten=False)).num_rows
         out[table] = {"seconds": round(time.perf_counter() - t0, 1), "files_before": before,
-                      "files_after": after, "peak_rss_mb_so_far": vm("VmHWM")}
-        say(f"  compacted {table}: {before} -> {after} files, {out[table]['seconds']} s, "
+                      "files_after": after, "clustered": done["clustered"],
+                      "peak_rss_mb_so_far": vm("VmHWM")}
+        say(f"  compacted {table}: {before} -> {after} files (clustered: "
+            f"{done['clustered'] or '-'}), {out[table]['seconds']} s, "
             f"peak RSS so far {out[table]['peak_rss_mb_so_far']:,.0f} MB")
     return out
 
@@ -570,7 +561,7 @@ def watchdog(limit_mb: float) -> None:
         while True:
             if vm("VmRSS") > limit_mb:
                 print(f"analyst_scale: this process passed {limit_mb:.0f} MB resident; "
-                      "stopped (see --spill-gb, --max-parent-mb)", file=sys.stderr, flush=True)
+                      "stopped (see --max-parent-mb)", file=sys.stderr, flush=True)
                 os._exit(3)
             time.sleep(0.5)
 
@@ -1133,7 +1124,7 @@ def level(records: int, args, say, save=lambda out: None) -> dict:
             out["generation"] = generate(maker, lake, args.per_commit, say)
             keep()
         if "compaction" not in out:
-            out["compaction"] = compact(lake, args.spill_gb, say)
+            out["compaction"] = compact(lake, say)
             out["lines"] = lake_rows(lake, "transactions")
             keep()
         if args.make_only:
@@ -1281,9 +1272,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600, help="seconds a query may take")
     ap.add_argument("--max-rss-mb", type=float, default=12_000,
                     help="a query's child is stopped past this resident set")
-    ap.add_argument("--spill-gb", type=float, default=3.0,
-                    help="memory compaction's sort may hold before it spills (0: delta.compact "
-                         "as the maintenance calls it, DataFusion's default)")
     ap.add_argument("--max-parent-mb", type=float, default=14_000,
                     help="this process stops itself past this resident set")
     ap.add_argument("--work", type=Path, default=None, help="where the lakes are made")
@@ -1333,7 +1321,6 @@ def main(argv: list[str] | None = None) -> int:
     if not assets.warehouse.__file__.startswith(str(CODE)):
         raise SystemExit(f"measuring {assets.warehouse.__file__}, not the code at {CODE}")
     watchdog(args.max_parent_mb)
-    args.spill_gb = args.spill_gb or None
     levels = [int(x) for x in args.records.split(",")]
     if args.resume:
         if not (args.resume / "level.json").exists():

@@ -290,6 +290,7 @@ class Tuning:
     chart_records: int = 5  # a run draws charts when it lands at most this many (0: never)
     retention_hours: int = 168  # how long the lake keeps files a newer version superseded
     target_mb: int = 128  # the size compaction writes files up to
+    cluster_max_mb: int = 4096  # the largest table compaction re-sorts whole (0: none)
     timezone: str = "Africa/Lagos"  # the customers' days, and the nightly maintenance's clock
 
     @classmethod
@@ -302,6 +303,7 @@ class Tuning:
             chart_records=_whole(env, "LEDGERLAKE_CHART_RECORDS", 5, 0, 100),
             retention_hours=_whole(env, "LEDGERLAKE_LAKE_RETENTION_HOURS", 168, 1, 87600),
             target_mb=_whole(env, "LEDGERLAKE_LAKE_TARGET_MB", 128, 1, 4096),
+            cluster_max_mb=_whole(env, "LEDGERLAKE_LAKE_CLUSTER_MAX_MB", 4096, 0, 2**20),
             timezone=check_zone(env.get("LEDGERLAKE_TIMEZONE", cls.timezone)))
 
 

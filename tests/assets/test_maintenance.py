@@ -39,7 +39,8 @@ SNAPSHOTS = pa.schema([("account_id", pa.string()),
                        ("fetched_at", pa.timestamp("us", tz="UTC")), ("ledger_balance", MONEY)])
 TABLES = {"transactions": (["transaction_id"], "amount"),  # table -> (row key, money)
           "balance_history": (["fetched_at", "account_id"], "ledger_balance")}
-ENV = ("LEDGERLAKE_LAKE_RETENTION_HOURS", "LEDGERLAKE_LAKE_TARGET_MB")
+ENV = ("LEDGERLAKE_LAKE_RETENTION_HOURS", "LEDGERLAKE_LAKE_TARGET_MB",
+       "LEDGERLAKE_LAKE_CLUSTER_MAX_MB")
 
 
 def lines(n: int, gen: int) -> pa.Table:
@@ -138,7 +139,7 @@ def test_a_pass_compacts_small_files_and_changes_no_answer(lake):
     for table, (rows, duck, files) in before.items():
         row = meta["tables"][table]
         now = live(lake, table)
-        assert row["status"] == "maintained"
+        assert row["status"] == "maintained" and row["clustered"] == "yes"  # both by record
         assert row["files_before"] == len(files) >= 4
         assert row["files_after"] == len(now) == 1  # a few KB: one file under 128 MB
         assert row["bytes_before"] == sum(files.values())
@@ -159,7 +160,8 @@ def test_a_pass_compacts_small_files_and_changes_no_answer(lake):
     assert meta["files_after"] == 2 < meta["files_before"]
     assert meta["bytes_after"] == sum(sum(live(lake, t).values()) for t in TABLES)
     assert meta["files_removed"] == meta["bytes_removed"] == 0
-    assert (meta["retention_hours"], meta["target_mb"]) == (168, 128)
+    assert (meta["retention_hours"], meta["target_mb"], meta["cluster_max_mb"]) == (168, 128,
+                                                                                   4096)
     # the tables not landed yet are listed and left alone: no folder, no version
     absent = sorted(set(LAKE_TABLES) - set(TABLES))
     assert sorted(meta["not_landed"].split(", ")) == absent
@@ -170,6 +172,22 @@ def test_a_pass_compacts_small_files_and_changes_no_answer(lake):
     assert again["files_before"] == again["files_after"] == 2
     assert again["files_compacted"] == 0
     assert all(again["tables"][t]["version_after"] == lake.version(t) for t in TABLES)
+
+
+def test_a_table_past_the_clustering_limit_is_packed_and_the_pass_says_so(lake, monkeypatch):
+    """LEDGERLAKE_LAKE_CLUSTER_MAX_MB=0: no table is re-sorted whole (a re-sort spills ~8x a
+    table's size), each still has its small files packed, and the UI's row says why."""
+    monkeypatch.setenv("LEDGERLAKE_LAKE_CLUSTER_MAX_MB", "0")
+    before = {t: answer(lake, t) for t in TABLES}
+    meta = run(lake)
+    assert meta["cluster_max_mb"] == 0
+    for table in TABLES:
+        row = meta["tables"][table]
+        assert row["clustered"] == "no: 0.0 GB, over the 0 MB limit"
+        assert row["files_after"] == 1 < row["files_before"]
+        assert answer(lake, table) == before[table]
+    again = run(lake)  # one file each: nothing to pack, nothing to sort
+    assert {again["tables"][t]["clustered"] for t in TABLES} == {"not needed"}
 
 
 def test_vacuum_removes_only_files_older_than_the_retention(lake, monkeypatch):

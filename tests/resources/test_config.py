@@ -224,6 +224,8 @@ def test_alert_settings_are_checked_and_the_webhook_never_shown_whole():
     ("LEDGERLAKE_CHART_RECORDS", "100", "chart_records", 100),
     ("LEDGERLAKE_RETRY_DELAY_S", "0.1", "retry_delay_s", 0.1),
     ("LEDGERLAKE_LAKE_TARGET_MB", "4096", "target_mb", 4096),
+    (None, None, "cluster_max_mb", 4096),
+    ("LEDGERLAKE_LAKE_CLUSTER_MAX_MB", "0", "cluster_max_mb", 0),
     ("LEDGERLAKE_TIMEZONE", "UTC", "timezone", "UTC"),
 ])
 def test_tuning_from_the_environment(var, value, field, want):
@@ -237,6 +239,8 @@ def test_tuning_from_the_environment(var, value, field, want):
       for v in ["367", "-1", "7d", "", " 7"]],
     *[("LEDGERLAKE_CHART_RECORDS", v, "a whole number from 0 to 100")
       for v in ["-1", "101", "many"]],
+    *[("LEDGERLAKE_LAKE_CLUSTER_MAX_MB", v, "a whole number from 0 to 1048576")
+      for v in ["-1", "1048577", "4GB"]],
 ])
 def test_tuning_refuses_by_name(var, value, said):
     with pytest.raises(ConfigError, match=f"^{var} must be {said}"):

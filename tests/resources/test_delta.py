@@ -148,6 +148,42 @@ def test_compact_then_vacuum_change_no_answer(tmp_path):
     assert delta.vacuum(uri, retention_hours=0)["files_removed"] == 0
 
 
+def test_a_table_past_the_clustering_limit_only_has_its_small_files_packed(tmp_path):
+    """Re-sorting a table whole spills ~8x its size to the temporary folder (a million
+    records' 27 GB of transactions would want ~200 GB): past `cluster_max_bytes`, or past
+    what that folder has free, compaction packs the small files instead, rows unchanged,
+    and says why."""
+    def lake(name: str) -> str:
+        uri = str(tmp_path / name)
+        for i in (3, 1, 2, 0):  # four writes, each its own small file
+            delta.replace(uri, SCHEMA, {f"r{i}": rows(40, gen=i), f"s{i}": rows(30, gen=i)})
+        return uri
+
+    whole, packed, refused = lake("whole"), lake("packed"), lake("refused")
+    want = delta.read(whole).sort_by([("record_id", "ascending"), ("id", "ascending")])
+    assert delta.compact(whole, order_by="record_id", cluster_max_bytes=2**20)["clustered"] \
+        == "yes"  # a few KB, within 1 MB
+
+    done = delta.compact(packed, order_by="record_id", cluster_max_bytes=1000)
+    assert done["clustered"] == "no: 0.0 GB, over the 0 MB limit"
+    assert done["files_removed"] == 4 and done["files_after"] == 1
+    old = delta.SPILL_PER_BYTE
+    try:  # a temporary folder too small for the sort, whatever this machine has free
+        delta.SPILL_PER_BYTE = 2**50
+        said = delta.compact(refused, order_by="record_id")["clustered"]
+    finally:
+        delta.SPILL_PER_BYTE = old
+    assert said.startswith("no: 0.0 GB would spill ~") and " GB free" in said
+
+    for uri in (whole, packed, refused):
+        got = delta.read(uri)
+        assert got.sort_by([("record_id", "ascending"), ("id", "ascending")]) == want
+    ids = delta.read(whole, columns=["record_id"])["record_id"].to_pylist()
+    assert ids == sorted(ids)  # re-sorted whole: one run of record ids
+    assert delta.compact(whole, order_by="record_id")["clustered"] == "not needed"
+    assert delta.compact(whole)["clustered"] is None  # a table not kept by record
+
+
 def test_every_kind_of_write_keeps_row_groups_small_enough_to_skip(tmp_path):
     """A lookup reads its record's row group whole: no write, compaction included, leaves
     one over 128k rows (delta-rs's own default is a million)."""
