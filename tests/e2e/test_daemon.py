@@ -25,6 +25,20 @@ PRODUCTS = ("accounts", "balance_history", "transactions", "income", "identity")
 VIEW = AssetKey(["warehouse", "transactions"])  # built by every build here: all are whole
 
 
+def recorded(dagster_home: Path) -> tuple[list, list, set[str]]:
+    """What the instance holds: the ingest runs, the warehouse's builds, and the runs that
+    materialized `transactions`."""
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    try:
+        with DagsterInstance.get() as instance:
+            return (instance.get_run_records(RunsFilter(job_name="ingest_job")),
+                    instance.fetch_materializations(VIEW, limit=100).records,
+                    {m.run_id for m in instance.fetch_materializations(
+                        AssetKey("transactions"), limit=100).records})
+    finally:
+        del os.environ["DAGSTER_HOME"]
+
+
 @pytest.mark.slow
 def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
     home = tmp_path / "home"
@@ -66,9 +80,10 @@ def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
             assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
             assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()[-3000:]
             time.sleep(1)
-        # the warehouse keeps up by itself: within two minutes of landing, no click
+        # the warehouse keeps up by itself: within two minutes of landing, no click; and its
+        # build is recorded (a build publishes the views before its run reports them)
         deadline = time.monotonic() + 120
-        while not queryable():
+        while not (queryable() and recorded(dagster_home)[1]):
             assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "the warehouse never showed the new records"
             time.sleep(2)
@@ -76,15 +91,7 @@ def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
         stop_process(daemon, timeout_s=30)
         log.close()
 
-    os.environ["DAGSTER_HOME"] = str(dagster_home)
-    try:
-        with DagsterInstance.get() as instance:
-            runs = instance.get_run_records(RunsFilter(job_name="ingest_job"))
-            builds = instance.fetch_materializations(VIEW, limit=100).records
-            landed_by = {m.run_id for m in instance.fetch_materializations(
-                AssetKey("transactions"), limit=100).records}
-    finally:
-        del os.environ["DAGSTER_HOME"]
+    runs, builds, landed_by = recorded(dagster_home)
     assert {r.dagster_run.status for r in runs} == {DagsterRunStatus.SUCCESS}
     ran = set()  # runs over batches of records: the records their callbacks asked for
     for r in runs:  # by number: Dagster never holds a record id
