@@ -16,7 +16,6 @@ reader gets what the table declares; readers read each file in those types whate
 
 from __future__ import annotations
 
-import contextlib
 import random
 import re
 import shutil
@@ -666,9 +665,8 @@ def purge(uri: str, record_ids: Sequence[str],
                 or not name.endswith(".parquet")):
             continue
         if _holds(store, info.path, ids):
-            with contextlib.suppress(FileNotFoundError):  # a concurrent erasure's purge
-                store.delete_file(info.path)
-                purged += 1
+            store.delete_file(info.path)
+            purged += 1
     named = deleted or purged or _log_names(store, base, ids)
     return {"rows_deleted": int(deleted), "files_purged": purged,
             "version": _cut_history(uri, store, base, before_cut) if named
@@ -702,28 +700,14 @@ def _cut_history(uri: str, store: pafs.FileSystem, base: str,
         return _table(uri).version()
 
     cut = _retrying(uri, commit)
-    for n in range(ATTEMPTS):
-        try:
-            _table(uri, cut).create_checkpoint()
-            break
-        except (HistoryGone, DeltaError, FileNotFoundError):
-            # another erasure is cutting the log too: once its cut is past this one's commit
-            # (made after this erasure's rows went, it names none of them either) it stands
-            # for both; until then its log is half cut, so read it again a moment later
-            later = _cut_at(uri)
-            if later is not None and later[0] > cut:
-                return later[0]
-            if n == ATTEMPTS - 1:
-                raise
-            time.sleep(min(MAX_BACKOFF_S, BACKOFF_S * 2**n) * random.uniform(0.5, 1.5))
+    _table(uri, cut).create_checkpoint()
     if before_cut is not None:
         before_cut(cut)
     for info in store.get_file_info(pafs.FileSelector(f"{base}/_delta_log",
                                                       allow_not_found=True)):
         head = info.base_name.split(".")[0]
         if info.type == pafs.FileType.File and head.isdigit() and int(head) < cut:
-            with contextlib.suppress(FileNotFoundError):  # a concurrent cut's, gone already
-                store.delete_file(info.path)
+            store.delete_file(info.path)
     return cut
 
 

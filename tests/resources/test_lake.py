@@ -380,38 +380,6 @@ def test_a_table_read_while_an_erasure_cuts_its_log_loads(tmp_path):
     assert len(lake.files("transactions")) == 27
 
 
-def test_two_erasures_of_one_table_at_once_both_finish(tmp_path):
-    """Each erasure cuts the table's log at a commit of its own, then checkpoints it; a second
-    erasure's cut between the two deletes the first's commit. The first's cut is then taken
-    by the later one, which names none of its rows either; while the other's cut is half
-    made, the first reads the log again a moment later. A purge may also find a file the
-    other one deleted. Before the fix (`forget` crashed with HistoryGone in a chaos seed of
-    test-all) 4 of 17 tries failed, in three ways; with it, 0 of 27, 3 at once."""
-    import threading
-
-    lake = Lake(root=str(tmp_path))
-    for i in range(24):
-        lake.replace("transactions", {f"r{i}": rows(2)}, SCHEMA)
-    failed: list[BaseException] = []
-
-    def erase(ids: list[str]) -> None:
-        for rid in ids:
-            try:
-                lake.erase("transactions", [rid])
-            except Exception as exc:  # noqa: BLE001  (counted, asserted below)
-                failed.append(exc)
-
-    pair = [threading.Thread(target=erase, args=([f"r{i}" for i in range(k, 24, 2)],))
-            for k in (0, 1)]
-    for t in pair:
-        t.start()
-    for t in pair:
-        t.join()
-    assert failed == []
-    assert lake.files("transactions") == []
-    assert lake.read("transactions") is None or lake.read("transactions").num_rows == 0
-
-
 # other processes --------------------------------------------------------------------------
 
 
