@@ -527,9 +527,6 @@ def compact(lake, say) -> dict:
     (`delta.compact`: re-sorted by record where the table is kept by record and within
     LEDGERLAKE_LAKE_CLUSTER_MAX_MB, else its small files packed; the maintenance's target
     size; the sort held to `delta.SORT_MEMORY`), then the superseded files vacuumed."""
-    import pyarrow as pa
-    from deltalake import DeltaTable
-
     from assets.maintenance import cluster_max_bytes, target_bytes
     from assets.warehouse import UNPARTITIONED
     from resources import delta
@@ -538,11 +535,9 @@ def compact(lake, say) -> dict:
     for table in TABLE_NAMES:
         t0 = time.perf_counter()
         uri, order = lake.table_uri(table), None if table in UNPARTITIONED else "record_id"
-        before = pa.table(DeltaTable(uri).get_add_actions(flatten=False)).num_rows
         done = delta.compact(uri, target_size=target_bytes(), order_by=order,
                              cluster_max_bytes=cluster_max_bytes())
-        delta.vacuum(uri, 0)
-        after = pa.table(DeltaTable(uri).get_add_actions(flatten=False)).num_rows
+        before, after = done["files_before"], delta.vacuum(uri, 0)["files_after"]
         out[table] = {"seconds": round(time.perf_counter() - t0, 1), "files_before": before,
                       "files_after": after, "clustered": done["clustered"],
                       "peak_rss_mb_so_far": vm("VmHWM")}
