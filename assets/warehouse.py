@@ -10,7 +10,6 @@ import contextlib
 import fcntl
 import functools
 import glob
-import hashlib
 import os
 import shutil
 import struct
@@ -42,6 +41,7 @@ from dagster import (
 
 from resources import object_store
 from resources.lake import Lake, fsync
+from resources.locks import machine_lock
 from resources.tables import TABLES, columns, schema
 
 from . import derived
@@ -298,9 +298,7 @@ def one_publisher(lake_root: str) -> Iterator[None]:
     refreshes at once let one overwrite the derived tables with rows older than the sources
     the other's views pin (a reader saw lines with no daily balance). A lock file per lake in
     the temporary folder: the warehouse's own folder stays as the build leaves it."""
-    name = hashlib.sha256(lake_root.encode()).hexdigest()[:16]
-    with open(Path(tempfile.gettempdir()) / f"ledgerlake-publish-{name}.lock", "a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+    with machine_lock("publish", lake_root):
         yield
 
 

@@ -44,6 +44,7 @@ from deltalake import (
 )
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from .locks import machine_lock
 from .object_store import filesystem as _filesystem
 from .object_store import shown as _shown
 from .object_store import where as _where
@@ -52,6 +53,7 @@ RECORD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the rule of resources.lake.c
 ATTEMPTS = 8          # commits lost to concurrent writers before giving up
 BACKOFF_S = 0.05      # first wait; doubles, jittered, capped at MAX_BACKOFF_S
 MAX_BACKOFF_S = 2.0
+LOADS = 5             # a table read again while erasures cut its log (`_table`)
 # no dictionaries: most columns are ids, dates and amounts that repeat little, and delta-rs
 # tries a dictionary for each before it falls back (files ~15% smaller, writes ~25% cheaper).
 # Row groups of 128k rows, not delta-rs's million: a lookup of one record reads its row
@@ -652,11 +654,26 @@ def purge(uri: str, record_ids: Sequence[str],
     pass that was killed. Returns the rows deleted (`deleted`, as `delete_rows` said), the
     files purged and the version the history now starts at."""
     ids = sorted({check_record_id(r) for r in record_ids})
-    table = _open(uri, None) if ids else None
-    if table is None:
+    if not ids:
         return {"rows_deleted": 0, "files_purged": 0, "version": None}
+    # one purge of a table at a time: a second one's cut, between this one's commit and its
+    # checkpoint, deletes that commit (forget crashed so in a chaos seed); both purging one
+    # file, the second finds it gone
+    with machine_lock("erase", _shown(uri)):
+        table = _open(uri, None)
+        if table is None:
+            return {"rows_deleted": 0, "files_purged": 0, "version": None}
+        store, base = _filesystem(uri)
+        purged = _purge_files(store, base, table, ids)
+        named = deleted or purged or _log_names(store, base, ids)
+        return {"rows_deleted": int(deleted), "files_purged": purged,
+                "version": _cut_history(uri, store, base, before_cut) if named
+                else table.version()}
+
+
+def _purge_files(store: pafs.FileSystem, base: str, table: DeltaTable, ids: list[str]) -> int:
+    """Delete every data file no longer live that holds a row of `ids`; how many."""
     live = {unquote(p) for p in table.get_add_actions(flatten=True).column("path").to_pylist()}
-    store, base = _filesystem(uri)
     purged = 0
     for info in store.get_file_info(pafs.FileSelector(base, recursive=True,
                                                       allow_not_found=True)):
@@ -667,10 +684,7 @@ def purge(uri: str, record_ids: Sequence[str],
         if _holds(store, info.path, ids):
             store.delete_file(info.path)
             purged += 1
-    named = deleted or purged or _log_names(store, base, ids)
-    return {"rows_deleted": int(deleted), "files_purged": purged,
-            "version": _cut_history(uri, store, base, before_cut) if named
-            else table.version()}
+    return purged
 
 
 def _log_names(store: pafs.FileSystem, base: str, ids: list[str]) -> bool:
@@ -767,6 +781,9 @@ class _Once:
 
     def committed(self, uri: str) -> int | None:
         """The version that holds this write's commit, if one does."""
+        return _reading(uri, lambda: self._committed(uri))
+
+    def _committed(self, uri: str) -> int | None:
         table = _open(uri, None)
         if table is None or table.transaction_version(self.app_id) is None:
             return None
@@ -781,21 +798,64 @@ class _Once:
 
 
 def _retrying(uri: str, attempt: Callable, once: _Once | None = None):
-    """Run `attempt` until it commits; each try reads the table's latest version afresh."""
+    """Run `attempt` until it commits; each try reads the table's latest version afresh. A try
+    is made again when a concurrent writer won, and when an erasure cut the log under it: the
+    commits since the version it read, which delta-rs checks it against, are gone ("Invalid
+    table version", or a log file not found)."""
     for n in range(ATTEMPTS):
+        started = time.time()
         try:
             return attempt()
         except Exception as exc:
             landed = once.committed(uri) if once is not None else None
             if landed is not None:  # the store took it; only its answer was lost
                 return landed
-            if not isinstance(exc, CommitFailedError):
+            if not (isinstance(exc, CommitFailedError) or _cut_since(uri, exc, started)):
                 raise
             if n == ATTEMPTS - 1:
                 raise CommitConflict(f"{_shown(uri)}: {ATTEMPTS} commits in a row lost to "
                                      f"concurrent writers; nothing of this write landed") from exc
             time.sleep(min(MAX_BACKOFF_S, BACKOFF_S * 2**n) * random.uniform(0.5, 1.5))
     raise AssertionError("unreachable")
+
+
+def _reading(uri: str, read: Callable):
+    """`read()` of the latest version, again while an erasure cuts the log under it: delta-rs
+    reads some of a loaded table's log only when asked (a transaction's version), by then
+    perhaps deleted."""
+    for n in range(LOADS):
+        started = time.time()
+        try:
+            return read()
+        except (DeltaError, OSError) as exc:
+            if n == LOADS - 1 or not _cut_since(uri, exc, started):
+                raise
+            time.sleep(BACKOFF_S * 2**n * random.uniform(0.5, 1.5))
+    raise AssertionError("unreachable")
+
+
+# how much earlier than a try's start a cut's commit may be dated and still have cut under it
+# (the store's clock, and S3's whole seconds)
+CUT_SLACK_S = 2.0
+
+
+# how delta-rs names the version of the log it failed to read
+_LOG_VERSION = re.compile(r"_delta_log/(\d{20})\.|Invalid table version: (\d+)")
+
+
+def _cut_since(uri: str, exc: Exception, started: float) -> bool:
+    """Whether `exc` is a read of the log that an erasure's cut took away under a try that
+    started at `started`: it names a version the cut took, or the cut's commit is dated at or
+    after the try's start."""
+    if not isinstance(exc, DeltaError | OSError):
+        return False
+    cut = _cut_at(uri)
+    if cut is None:
+        return False
+    named = _LOG_VERSION.search(str(exc))
+    if named and int(named.group(1) or named.group(2)) < cut[0]:
+        return True
+    return cut[1] is not None and cut[1].timestamp() >= started - CUT_SLACK_S
 
 
 STATS = "delta.dataSkippingStatsColumns"
@@ -836,12 +896,12 @@ def _open(uri: str, version: int | datetime | None) -> DeltaTable | None:
 
 
 def _table(uri: str, version: int | datetime | None = None) -> DeltaTable:
-    """The table loaded at `version`, read again once if an erasure cut its log while it was
-    read: delta-rs lists the log, then reads the commits it listed, which `_cut_history` may
-    delete in between ("File not found: _delta_log/..."; as of a time, "No table metadata or
-    protocol found", or a FileNotFoundError naming a commit). Read again, it starts from the
-    cut's checkpoint. A version that still fails to load after a cut is one the cut took:
-    `HistoryGone`."""
+    """The table loaded at `version`, read again (`LOADS` times at most) while erasures cut
+    its log: delta-rs lists the log, then reads the commits it listed, which `_cut_history`
+    may delete in between ("File not found: _delta_log/..."; as of a time, "No table metadata
+    or protocol found", or a FileNotFoundError naming a commit). Read again, it starts from
+    the cut's checkpoint. A version before the cut, or a time that still fails to load, is
+    one the cut took: `HistoryGone`."""
     location, options = _where(uri)
 
     def load() -> DeltaTable:
@@ -850,18 +910,28 @@ def _table(uri: str, version: int | datetime | None = None) -> DeltaTable:
             table.load_as_version(version)
         return table
 
-    try:
-        return load()
-    except (DeltaError, FileNotFoundError):  # TableNotFoundError is a DeltaError
-        if _cut_at(uri) is None:
-            raise
-    try:
-        return load()
-    except (DeltaError, FileNotFoundError):  # TableNotFoundError is a DeltaError
-        cut = _cut_at(uri)
-        if cut is None or version is None or isinstance(version, int) and version >= cut[0]:
-            raise
-        raise _history_gone(uri, version, cut[1]) from None
+    for n in range(LOADS):
+        try:
+            return load()
+        except (DeltaError, FileNotFoundError) as exc:  # TableNotFoundError is a DeltaError
+            _load_again(uri, version, exc, last=n == LOADS - 1)
+            # read again once the log is cut (erasures cut in turn; one may follow another)
+            time.sleep(BACKOFF_S * 2**n * random.uniform(0.5, 1.5))
+    raise AssertionError("unreachable")
+
+
+def _load_again(uri: str, version: int | datetime | None, exc: Exception, last: bool) -> None:
+    """Raise what a failed load of `version` means, unless an erasure's cut under it may
+    have made it fail and it is worth reading again: `exc` itself, or `HistoryGone`."""
+    cut = _cut_at(uri)
+    if cut is None:
+        raise exc
+    taken = isinstance(version, int) and version < cut[0]
+    if not (taken or last):
+        return
+    if version is None or isinstance(version, int) and not taken:
+        raise exc
+    raise _history_gone(uri, version, cut[1]) from None
 
 
 def _small_files(table: DeltaTable, target_size: int) -> int:
