@@ -1,7 +1,8 @@
 """Rate limits: one token bucket per secret key and endpoint, as INTERFACE.md fixes.
 
-A bucket holds `rate` tokens and refills `rate` per second, so a burst of `rate` calls passes
-and the next one is told, in `Retry-After`, how long until a token is back.
+A bucket holds `rate` tokens (one at least: a rate under one a second allows one call every
+1/rate seconds) and refills `rate` per second, so a burst of `rate` calls passes and the next
+one is told, in `Retry-After`, how long until a token is back.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ class RateLimiter:
             return 0.0
         now = time.monotonic()
         with self._lock:
-            tokens, last = self._buckets.get((key, endpoint), (self.rate, now))
-            tokens = min(self.rate, tokens + (now - last) * self.rate)
+            burst = max(1.0, self.rate)  # a bucket of fewer than one token never allows a call
+            tokens, last = self._buckets.get((key, endpoint), (burst, now))
+            tokens = min(burst, tokens + (now - last) * self.rate)
             spent = 1.0 if tokens >= 1.0 else 0.0
             self._buckets[(key, endpoint)] = (tokens - spent, now)
             return 0.0 if spent else (1.0 - tokens) / self.rate

@@ -175,7 +175,7 @@ def test_a_fetching_step_waits_for_a_slot_of_the_service_pool_held_by_another_ru
 
 
 ONE_RUN = """
-import json, os, sys
+import json, os, sys, time
 import dagster as dg
 from assets.accounts import accounts
 from assets.batch import Batch
@@ -185,6 +185,12 @@ from resources.lake import Lake
 client = ConnectionClient(base_url=os.environ["T_URL"], secret_key=os.environ["T_KEY"],
                           environment="sandbox", max_attempts=1)
 with dg.DagsterInstance.get() as instance:
+    # every run ready before any calls: started seconds apart on a busy machine, no two
+    # calls would fall in one interval of the limit
+    ready = os.path.join(os.environ["T_READY"], sys.argv[1])
+    open(ready, "w").close()
+    while len(os.listdir(os.environ["T_READY"])) < int(os.environ["T_RUNS"]):
+        time.sleep(0.05)
     out = dg.materialize([accounts], instance=instance, raise_on_error=False, resources={
         "client": client, "lake": Lake(root=os.environ["T_LAKE"]),
         "inbox": InboxResource(path=os.environ["T_INBOX"]),
@@ -195,11 +201,11 @@ print(json.dumps({"run_id": out.run_id, "success": out.success}))
 
 @pytest.mark.slow
 def test_a_429_storm_across_runs_slows_them_down_and_fails_none(production, tmp_path):
-    """Four runs at once, each its own process, against a service that allows one call per
-    second per endpoint: most calls are told to wait (429 with Retry-After), and every run
-    still succeeds. Their clients get a single try each, so a 429 that counted as a failed
-    try would fail the run."""
-    with sandbox_with(tmp_path, "--rate-limit", "1") as box:
+    """Four runs at once, each its own process, against a service that allows one call every
+    four seconds per endpoint: most calls are told to wait (429 with Retry-After), and every
+    run still succeeds. Their clients get a single try each, so a 429 that counted as a
+    failed try would fail the run."""
+    with sandbox_with(tmp_path, "--rate-limit", "0.25") as box:
         with client_for(box) as control:
             made = [make_customers(control, {"accounts": 1, "months": 1})[0]["record"]
                     for _ in range(4)]
@@ -207,7 +213,9 @@ def test_a_429_storm_across_runs_slows_them_down_and_fails_none(production, tmp_
             instance.event_log_storage.set_concurrency_slots(SERVICE_POOL, 4)
         env = {**os.environ, "T_URL": box.url, "T_KEY": box.sandbox_key,
                "T_LAKE": str(tmp_path / "lake"),
-               "T_INBOX": connected(tmp_path / "inbox.sqlite3", made)}
+               "T_INBOX": connected(tmp_path / "inbox.sqlite3", made),
+               "T_READY": str(tmp_path / "ready"), "T_RUNS": str(len(made))}
+        (tmp_path / "ready").mkdir()
         runs = [subprocess.Popen([sys.executable, "-c", ONE_RUN, str(number)], cwd=REPO, env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for number in numbers(InboxResource(path=env["T_INBOX"]), made)]

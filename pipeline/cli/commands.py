@@ -36,6 +36,7 @@ def _number(kind: type, lo: float, hi: float | None, what: str, *, above_lo: boo
 _port = _number(int, 0, 65535, "port")
 _positive = _number(int, 1, None, "the number")
 _count = _number(int, 0, None, "the number")
+_rate = _number(float, 0, 1_000_000, "the rate")
 _seconds = _number(float, 0, 3600, "seconds", above_lo=True)
 _minutes = _number(float, 0, 7 * 24 * 60, "minutes")  # up to a week
 
@@ -499,9 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--production-key", help="secret key of /v2/ (or LEDGERLAKE_PRODUCTION_KEY)")
     p.add_argument("--sandbox-key", help="secret key of /sandbox/v2/ (or LEDGERLAKE_SANDBOX_KEY)")
     p.add_argument("--seed", type=int, default=42, help="seed of the synthetic data")
-    p.add_argument("--rate-limit", type=_count, default=1000, metavar="N",
-                   help="requests per second per key and endpoint, 0 for none "
-                        "(default %(default)s)")
+    p.add_argument("--rate-limit", type=_rate, default=1000, metavar="N",
+                   help="requests per second per key and endpoint (0.2: one every 5 s), "
+                        "0 for none (default %(default)s)")
     p.add_argument("--addition-limit", type=_count, default=100_000, metavar="N",
                    help="records an environment may hold (ADDITION_LIMIT; default %(default)s)")
     p.add_argument("--webhook-timeout", type=_seconds, default=10.0, metavar="S",

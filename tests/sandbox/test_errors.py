@@ -231,3 +231,16 @@ def test_rate_limits_per_key_and_endpoint(tmp_path):
                 "ADDITION_LIMIT", 429, "RATE_LIMIT_EXCEEDED")
     finally:
         box.server.stop()
+
+
+def test_a_rate_under_one_a_second_allows_one_call_then_says_how_long(tmp_path):
+    """A bucket once held `rate` tokens: under one, it never filled to a whole token."""
+    box = start_sandbox(tmp_path / "slow", "--rate-limit", "0.2")
+    try:
+        with box.api() as api:
+            first, second = (api.post("record/get", json={"record": "r"}) for _ in range(2))
+            assert first.status_code == 400  # let through: no such record
+            err(second, "RECORD_GET_LIMIT", 429, "RATE_LIMIT_EXCEEDED")
+            assert 4 <= int(second.headers["retry-after"]) <= 5
+    finally:
+        box.server.stop()
