@@ -363,7 +363,7 @@ class Chaos:
         def step(name: str, **body) -> dict:
             import httpx
 
-            resp = httpx.post(f"{base}connect/api/{name}", json=body, timeout=30)
+            resp = httpx.post(f"{base}connect/api/{name}", json=body, timeout=300)
             assert resp.status_code == 200, f"connect {name}: {resp.text}"
             return resp.json()["data"]
 

@@ -406,8 +406,11 @@ class World:
             # the service's own state (its keys, its webhook tokens) beside the deployments'
             # homes, not in the one named after its environment
             self.sandbox = start_sandbox(work / "service", "--freeze-clock")
-            self.api = {"sandbox": self.sandbox.api("sandbox"),
-                        "production": self.sandbox.api("production")}
+            # the harness's own calls (links, removals, payments) wait long: a service busy
+            # redelivering an outage's callbacks answered a removal after 30 s, and a change
+            # the harness does not know it made breaks its ground truth
+            self.api = {"sandbox": self.sandbox.api("sandbox", timeout=300),
+                        "production": self.sandbox.api("production", timeout=300)}
             common = {"LEDGERLAKE_API_URL": self.sandbox.url, "LEDGERLAKE_RETRY_DELAY_S": "0.5",
                       "LEDGERLAKE_TIMEZONE": "Africa/Lagos", "PYTHONUNBUFFERED": "1"}
             prod_inbox = self.postgres.create_database("inbox")
