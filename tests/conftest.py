@@ -52,8 +52,8 @@ class Sandbox:
         """A client of one environment's base path, authorized with its key."""
         base, key = (("/sandbox/v2/", self.sandbox_key) if env == "sandbox"
                      else ("/v2/", self.production_key))
-        return httpx.Client(base_url=self.url + base, timeout=30,
-                            headers={"Authorization": f"Bearer {key}"}, **kw)
+        return httpx.Client(base_url=self.url + base, headers={"Authorization": f"Bearer {key}"},
+                            **{"timeout": 30, **kw})
 
     def control(self, path: str, **body) -> dict:
         """A sandbox control (`sandbox/<path>`) of the sandbox environment; its data.
