@@ -485,6 +485,18 @@ class World:
         self.postgres.resume()
         self.postgres_down = False
 
+    def pending_tries(self) -> list[float]:
+        """When each delivery still pending is next tried, in the sandbox clock's seconds."""
+        import sqlite3
+
+        path = self.sandbox.data_dir / "webhooks.sqlite3"
+        con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            return [n for (n,) in con.execute(
+                "select next_attempt from deliveries where state = 'pending'")]
+        finally:
+            con.close()
+
     def delivery_log(self) -> list[tuple]:
         """The sandbox's webhook deliveries (its own queue, read-only): (env, record, method,
         state, attempts made)."""
