@@ -926,12 +926,10 @@ def _load_again(uri: str, version: int | datetime | None, exc: Exception, last: 
     cut = _cut_at(uri)
     if cut is None:
         raise exc
-    taken = isinstance(version, int) and version < cut[0]
-    if not (taken or last):
-        return
-    if version is None or isinstance(version, int) and not taken:
+    if isinstance(version, int) and version < cut[0] or last and isinstance(version, datetime):
+        raise _history_gone(uri, version, cut[1]) from None
+    if last:
         raise exc
-    raise _history_gone(uri, version, cut[1]) from None
 
 
 def _small_files(table: DeltaTable, target_size: int) -> int:

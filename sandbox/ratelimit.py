@@ -22,6 +22,7 @@ class RateLimiter:
     def __init__(self, rate: float) -> None:
         """`rate` calls per second per key and endpoint; 0 turns limiting off."""
         self.rate = float(rate)
+        self.burst = max(1.0, self.rate)  # a bucket of fewer than one token never allows a call
         self._buckets: dict[tuple[str, str], tuple[float, float]] = {}
         self._lock = threading.Lock()
 
@@ -31,9 +32,8 @@ class RateLimiter:
             return 0.0
         now = time.monotonic()
         with self._lock:
-            burst = max(1.0, self.rate)  # a bucket of fewer than one token never allows a call
-            tokens, last = self._buckets.get((key, endpoint), (burst, now))
-            tokens = min(burst, tokens + (now - last) * self.rate)
+            tokens, last = self._buckets.get((key, endpoint), (self.burst, now))
+            tokens = min(self.burst, tokens + (now - last) * self.rate)
             spent = 1.0 if tokens >= 1.0 else 0.0
             self._buckets[(key, endpoint)] = (tokens - spent, now)
             return 0.0 if spent else (1.0 - tokens) / self.rate

@@ -189,7 +189,9 @@ with dg.DagsterInstance.get() as instance:
     # calls would fall in one interval of the limit
     ready = os.path.join(os.environ["T_READY"], sys.argv[1])
     open(ready, "w").close()
-    while len(os.listdir(os.environ["T_READY"])) < int(os.environ["T_RUNS"]):
+    deadline = time.monotonic() + 120  # a run that died unready: the others go all the same
+    while len(os.listdir(os.environ["T_READY"])) < int(os.environ["T_RUNS"]) and \
+            time.monotonic() < deadline:
         time.sleep(0.05)
     out = dg.materialize([accounts], instance=instance, raise_on_error=False, resources={
         "client": client, "lake": Lake(root=os.environ["T_LAKE"]),

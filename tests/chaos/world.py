@@ -487,30 +487,26 @@ class World:
 
     def pending_tries(self) -> list[float]:
         """When each delivery still pending is next tried, in the sandbox clock's seconds."""
+        return [n for (n,) in self._deliveries(
+            "select next_attempt from deliveries where state = 'pending'")]
+
+    def _deliveries(self, sql: str) -> list[tuple]:
+        """Rows of the sandbox's webhook queue (its own file, opened read-only)."""
         import sqlite3
 
         path = self.sandbox.data_dir / "webhooks.sqlite3"
         con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=30)
         try:
-            return [n for (n,) in con.execute(
-                "select next_attempt from deliveries where state = 'pending'")]
+            return con.execute(sql).fetchall()
         finally:
             con.close()
 
     def delivery_log(self) -> list[tuple]:
         """The sandbox's webhook deliveries (its own queue, read-only): (env, record, method,
         state, attempts made)."""
-        import sqlite3
-
         import orjson
 
-        path = self.sandbox.data_dir / "webhooks.sqlite3"
-        con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=30)
-        try:
-            rows = con.execute("select env, record, method, state, attempts from deliveries"
-                               ).fetchall()
-        finally:
-            con.close()
+        rows = self._deliveries("select env, record, method, state, attempts from deliveries")
         return [(e, r, m, s, len(orjson.loads(a))) for e, r, m, s, a in rows]
 
 

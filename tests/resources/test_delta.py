@@ -353,3 +353,26 @@ def test_vacuum_removes_what_a_run_killed_mid_commit_left(tmp_path):
     assert [p.exists() for p in [*old, young]] == [False, False, True]
     delta.replace(uri, SCHEMA, {"r": rows(4)})  # the log goes on past the leftover's number
     assert delta.read(uri).num_rows == 4
+
+
+def test_only_a_failure_an_erasure_cut_under_is_tried_again(tmp_path):
+    """A write or read that fails is tried again (`_retrying`, `_reading`) only when an
+    erasure's cut took the log it read: the failure names a version before the cut, or the
+    cut was made since the try began. Any other failure is told at once."""
+    from deltalake.exceptions import DeltaError
+
+    uri = str(tmp_path / "t")
+    for i in range(3):
+        delta.replace(uri, SCHEMA, {f"r{i}": rows(2)})
+    began = time.time()
+    assert not delta._cut_since(uri, DeltaError("Invalid table version: 1"), began)  # no cut
+    delta.erase(uri, ["r0"])
+    cut = delta._cut_at(uri)[0]
+    after = time.time() + 60  # a try that began well after the cut
+    assert delta._cut_since(uri, DeltaError(f"Invalid table version: {cut - 1}"), after)
+    assert delta._cut_since(uri, OSError(f"{uri}/_delta_log/{cut - 1:020d}.json not found"),
+                            after)
+    assert delta._cut_since(uri, DeltaError("Generic error"), began)  # cut since it began
+    assert not delta._cut_since(uri, DeltaError(f"Invalid table version: {cut}"), after)
+    assert not delta._cut_since(uri, DeltaError("Generic error"), after)
+    assert not delta._cut_since(uri, ValueError(f"Invalid table version: {cut - 1}"), began)
