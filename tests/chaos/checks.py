@@ -647,5 +647,7 @@ def table(out: dict) -> str:
          f"{out['settle_s']['max']:.0f} s"),
         ("wall time", f"{out['wall_s'] / 60:.0f} min, measured {out['measured_at']} "
                       f"({out['machine']['cpus']} cores, shared)"),
+        ("code", f"{out['commit']}; changed since: "
+                 f"{', '.join(out.get('changed_since', [])) or 'nothing the seeds ran'}"),
     ]
     return "\n".join(["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)])

@@ -970,7 +970,26 @@ def summary(results: list[dict], command: str) -> dict:
                          "max": max(settle)},
             "wall_s": round(sum(r["wall_s"] for r in results), 1),
             "measured_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "commit": _commits(results) or commit(), "machine": machine(), "runs": results}
+            "commit": _commits(results) or commit(),
+            "changed_since": changed_since(results), "machine": machine(), "runs": results}
+
+
+# what a seed's outcome depends on: a merged seed counts for the code as it stands only if
+# none of these changed between the commit it ran at and HEAD
+RAN = ["pipeline", "assets", "resources", "sandbox", "pyproject.toml", "uv.lock",
+       "tests/chaos/world.py", "tests/chaos/checks.py", "tests/chaos/readers.py",
+       "tests/s3_faults.py"]
+
+
+def changed_since(results: list[dict]) -> list[str]:
+    """The files of RAN that differ between any seed's commit and HEAD (empty: the seeds are
+    of the code as it stands)."""
+    changed: set[str] = set()
+    for at in {r["commit"].split()[0] for r in results if r.get("commit")}:
+        diff = subprocess.run(["git", "-C", str(ROOT), "diff", "--name-only", at, "HEAD", "--",
+                               *RAN], capture_output=True, text=True)
+        changed |= set(diff.stdout.split()) if diff.returncode == 0 else {f"unknown ({at})"}
+    return sorted(changed)
 
 
 def _commits(results: list[dict]) -> str:
@@ -1059,6 +1078,8 @@ def publish(results: list[dict], command: str, path: Path, docs: bool) -> int:
         write_marked(DOCS, "chaos", checks.table(out))
     print(f"{'passed' if out['passed'] else 'FAILED'}: {len(results)} seed(s), "
           f"{out['totals']['mismatches']} mismatches; {path}", flush=True)
+    if out["changed_since"]:
+        print("note: changed since the seeds ran: " + ", ".join(out["changed_since"]), flush=True)
     return 0 if out["passed"] else 1
 
 

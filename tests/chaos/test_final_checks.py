@@ -4,6 +4,8 @@ keeps it). A check that never fails proves nothing."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
@@ -13,6 +15,7 @@ from resources import delta
 from resources.lake import Lake
 from resources.tables import lake_schema
 from tests.chaos.checks import file_schemas, lake_leftovers
+from tests.chaos.world import ROOT
 from tests.resources.test_lake_files import rows
 from tests.s3 import BUCKET, moto_s3
 
@@ -65,3 +68,15 @@ def test_a_commit_half_written_on_s3_fails_the_leftovers_check(s3, monkeypatch, 
     name = latest.rsplit("/", 1)[-1]
     assert any(p.startswith(f"{TABLE}: its latest version names {name}") for p in problems)
     assert any("a commit half written" in p and name in p for p in problems)
+
+
+def test_merged_seeds_say_whether_the_code_they_ran_is_the_code_as_it_stands():
+    """A seed run earlier counts for today's code only if nothing it ran has changed since."""
+    from tests.chaos.run import changed_since
+
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert changed_since([{"seed": 1, "commit": head}, {"seed": 2}]) == []
+    assert changed_since([{"seed": 1, "commit": head},
+                          {"seed": 2, "commit": "0000000 with uncommitted changes"}]) \
+        == ["unknown (0000000)"]
