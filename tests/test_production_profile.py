@@ -53,9 +53,15 @@ def tables(url: str) -> set[str]:
 def test_it_differs_from_the_embedded_default_only_in_storage_and_how_runs_start():
     default = yaml.safe_load((REPO / "dagster.yaml").read_text())
     production = yaml.safe_load(PRODUCTION.read_text())
-    assert set(production) - set(default) == {"storage", "run_coordinator", "run_launcher"}
-    for key in default:  # telemetry, pools and run limits, python_logs, monitoring, retries
+    assert set(production) - set(default) == {"storage", "run_launcher"}
+    for key in set(default) - {"run_coordinator"}:  # telemetry, pools, logs, retries...
         assert production[key] == default[key], key
+    # the queue: production dequeues more often; both queue again a run whose code location
+    # could not load
+    coordinators = [p["run_coordinator"] for p in (default, production)]
+    assert {c["class"] for c in coordinators} == {"QueuedRunCoordinator"}
+    assert [{k: v for k, v in c["config"].items() if k != "dequeue_interval_seconds"}
+            for c in coordinators] == [default["run_coordinator"]["config"]] * 2
     db = production["storage"]["postgres"]["postgres_db"]
     assert {k: v.get("env") for k, v in db.items() if isinstance(v, dict)} == {
         "hostname": "DAGSTER_PG_HOST", "port": "DAGSTER_PG_PORT",

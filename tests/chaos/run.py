@@ -977,6 +977,7 @@ def summary(results: list[dict], command: str) -> dict:
 # what a seed's outcome depends on: a merged seed counts for the code as it stands only if
 # none of these changed between the commit it ran at and HEAD
 RAN = ["pipeline", "assets", "resources", "sandbox", "pyproject.toml", "uv.lock",
+       "dagster.yaml", "deploy/dagster.yaml", "workspace.yaml",
        "tests/chaos/world.py", "tests/chaos/checks.py", "tests/chaos/readers.py",
        "tests/s3_faults.py"]
 
