@@ -26,6 +26,7 @@ from resources.privacy import KeyUnusable, check_key
 from .alerts import alerts
 from .freshness import freshness_checks, freshness_job, hourly_freshness
 from .jobs import forget_job, ingest_job, refresh_job, replay_job, warehouse_job
+from .lost import lost_fetches
 from .schedules import daily_refresh, hourly_replay
 from .sensors import inbox_sensor, warehouse_follows_lake
 
@@ -65,7 +66,7 @@ defs = dg.Definitions(
     asset_checks=freshness_checks,
     jobs=[ingest_job, refresh_job, replay_job, warehouse_job, lake_maintenance_job,
           freshness_job, forget_job],
-    sensors=[inbox_sensor, warehouse_follows_lake, alerts],
+    sensors=[inbox_sensor, lost_fetches, warehouse_follows_lake, alerts],
     schedules=[daily_refresh, hourly_replay, nightly_lake_maintenance, hourly_freshness],
     # steps fetch a record's product (I/O, a few MB): a process per step would cost seconds of
     # imports each; runs execute in parallel instead (dagster.yaml, max_concurrent_runs)

@@ -113,9 +113,9 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
     # all a record's fetches (AUTH, ACCOUNTS, a BALANCE per account, TRANSACTIONS, INCOME...)
     # in one run, so its income is checked against the transactions fetched with it, and its
     # periodic refreshes along; records with only periodic refreshes share bigger batches
-    runs = _batched_runs(fetches + [a for a in refreshes if a.event.record in fresh], numbers,
+    runs = batched_runs(fetches + [a for a in refreshes if a.event.record in fresh], numbers,
                          NEW_PER_RUN, "inbox", parallel)
-    runs += _batched_runs([a for a in refreshes if a.event.record not in fresh], numbers,
+    runs += batched_runs([a for a in refreshes if a.event.record not in fresh], numbers,
                           RECORDS_PER_RUN, "periodic")
     failures: dict[str, list[Event]] = {}
     for ask in (a for a in asks if a.kind == "failure"):
@@ -177,7 +177,7 @@ def _connection_runs(moved: list[Event], existing: set[str], numbers: Mapping[st
         for ev in moved if forget and ev.method == "USER_DISCONNECT" and ev.records]
 
 
-def _batched_runs(asks: list[Ask], numbers: Mapping[str, int], least: int, prefix: str,
+def batched_runs(asks: list[Ask], numbers: Mapping[str, int], least: int, prefix: str,
                   parallel: int = 1) -> list[RunRequest]:
     """The records that ask for a product set, in the order they first asked, spread over
     `parallel` runs of at least `least` and at most RECORDS_PER_RUN records; each keyed by the

@@ -19,7 +19,17 @@ from .callbacks import (
     scrubbed,
 )
 from .errors import InboxMissing, InboxUnavailable
-from .store import FAILED, HELD, LANDED_OK, Event, Inbox, LandingState, RecordState, Vitals
+from .store import (
+    FAILED,
+    HELD,
+    LANDED_OK,
+    Event,
+    Inbox,
+    LandingState,
+    Product,
+    RecordState,
+    Vitals,
+)
 
 
 def is_database_url(location: str | Path) -> bool:
@@ -40,5 +50,5 @@ def open_inbox(location: str | Path, *, create: bool = False) -> Inbox:
 
 __all__ = ["CONNECTED", "DISCONNECTED", "FAILED", "HELD", "LANDED_OK", "NAME",
            "PERSONAL_MEMBERS", "RECORD_ID", "Event", "Inbox", "InboxMissing",
-           "InboxUnavailable", "InvalidEvent", "LandingState", "RecordState", "Vitals",
+           "InboxUnavailable", "InvalidEvent", "LandingState", "Product", "RecordState", "Vitals",
            "describe", "is_database_url", "kept_body", "open_inbox", "scrubbed"]

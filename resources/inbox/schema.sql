@@ -46,6 +46,8 @@ create table if not exists record_products (
     received_at {real} not null,
     primary key (record, method)
 );
+-- read by when they came: the net under lost runs looks at each callback once (lost.py)
+create index if not exists record_products_received on record_products (received_at);
 -- `landings`: each record's product as the pipeline last left it (LandingState), so that
 -- what a record needs, and what is stale, is one indexed read whatever the number of
 -- records.

@@ -407,6 +407,18 @@ class Inbox:
                                     affects=tuple(orjson.loads(r[9])) if r[9] else ()))
         return events
 
+    def announced(self, since: float, until: float, limit: int = 10_000
+                  ) -> list[tuple[str, str, Product]]:
+        """Connected records' newest callback of each product received after `since` and
+        up to `until`, oldest first: (record, method, its Product), at most `limit`."""
+        with self._lock:
+            rows = self._db.execute(
+                "select p.record, p.method, p.code, p.status, p.event, p.occurred_at,"
+                " p.received_at from record_products p join records r on r.record = p.record"
+                " where r.status = ? and p.received_at > ? and p.received_at <= ?"
+                " order by p.received_at limit ?", (CONNECTED, since, until, limit)).fetchall()
+        return [(r[0], r[1], Product(*r[2:])) for r in rows]
+
     def payloads(self, record: str, methods: Sequence[str]) -> list[dict]:
         """Every stored body of `record` with one of `methods`, oldest first."""
         with self._db.snapshot():

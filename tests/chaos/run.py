@@ -671,7 +671,7 @@ class Chaos:
             while True:
                 try:
                     with dep.instance() as instance:
-                        cursor = checks.sensor_cursor(instance)
+                        cursor = int(checks.sensor_cursor(instance))
                     with open_inbox(dep.inbox) as inbox:
                         if inbox.after(cursor, 1):
                             break

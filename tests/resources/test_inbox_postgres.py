@@ -274,6 +274,13 @@ def test_the_inbox_resource_reads_a_postgres_inbox_as_it_reads_a_file(postgres_u
         assert [(r, s.status) for r, s in statuses.items()] == [("rec-a", "disconnected"),
                                                                 ("rec-b", "connected")]
         assert statuses["rec-b"].products["INCOME"].code == "INCOME_FAILED"
+        # the net under lost runs reads connected records' callbacks by when they came
+        announced = in_db.announced(0, 1e12)
+        assert [(r, m, p.code) for r, m, p in announced] == [("rec-b", "INCOME",
+                                                              "INCOME_FAILED")]
+        assert [(r, m, p.event, p.status) for r, m, p in announced] == \
+            [(r, m, p.event, p.status) for r, m, p in on_file.announced(0, 1e12)]
+        assert in_db.announced(0, announced[0][2].received_at - 1e-3) == []
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
