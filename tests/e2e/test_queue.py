@@ -28,6 +28,7 @@ def engine_events(instance: DagsterInstance, run_id: str) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # the deadline below bounds it; a loaded box needed over 300 s
 def test_a_run_dequeued_while_its_code_location_is_down_runs_once_it_is_back(tmp_path):
     home = tmp_path / "home"
     dagster_home = demo.dagster_home(home)  # the shipped dagster.yaml, as `ledgerlake dev`
