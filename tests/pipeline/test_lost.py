@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from dagster import (
     DagsterInstance,
     DagsterRun,
@@ -20,21 +19,6 @@ from pipeline.jobs import ingest_job
 from pipeline.lost import look, lost_fetches
 from resources.inbox import Inbox, LandingState
 from resources.inbox.resource import InboxResource
-
-
-@pytest.fixture
-def inbox(tmp_path, monkeypatch):
-    path = tmp_path / "inbox.sqlite3"
-    monkeypatch.setenv("LEDGERLAKE_INBOX", str(path))
-    with Inbox(path, create=True) as ib:
-        yield ib
-
-
-@pytest.fixture(scope="module")
-def defs():
-    from pipeline.definitions import defs
-
-    return defs
 
 
 def evaluate(defs, instance, cursor=None):

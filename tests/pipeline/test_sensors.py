@@ -17,21 +17,6 @@ from resources.inbox.resource import InboxResource
 
 
 @pytest.fixture
-def inbox(tmp_path, monkeypatch):
-    path = tmp_path / "inbox.sqlite3"
-    monkeypatch.setenv("LEDGERLAKE_INBOX", str(path))
-    with Inbox(path, create=True) as ib:
-        yield ib
-
-
-@pytest.fixture(scope="module")
-def defs():
-    from pipeline.definitions import defs
-
-    return defs
-
-
-@pytest.fixture
 def instance():
     with DagsterInstance.ephemeral() as inst:  # no run queue: the sensor spreads over PARALLEL
         yield inst
