@@ -57,15 +57,29 @@ def undone(announced: Iterable[tuple[str, str, Product]], landed: Mapping[tuple[
     return asks
 
 
+def read(db: Inbox, since: float, until: float) -> tuple[list[tuple[str, str, Product]], float]:
+    """The callbacks received in (since, until] this look reads, and how far it reached:
+    `until`, or, when LIMIT cut it, the last time it read whole. A batch of callbacks is
+    stored at one time, so a cut inside it ends the look before it (the next look reads it
+    whole), unless the batch alone fills the limit: then it is read whole now."""
+    announced = db.announced(since, until, LIMIT)
+    if len(announced) < LIMIT:
+        return announced, until
+    last = announced[-1][2].received_at
+    whole = [a for a in announced if a[2].received_at < last]
+    if whole:
+        return whole, whole[-1][2].received_at
+    return db.announced(since, last, 2**31 - 1), last
+
+
 def look(db: Inbox, since: float, until: float, known: set[str], fetchable: set[str]
          ) -> tuple[list[Ask], dict[str, int], float]:
     """The lost fetches among callbacks received in (since, until], the records' numbers,
-    and how far this look reached (`until`, or the last callback read when LIMIT stopped it)."""
-    announced = db.announced(since, until, LIMIT)
+    and how far this look reached (see `read`)."""
+    announced, reached = read(db, since, until)
     records = {r for r, _, _ in announced}
     landed = {(s.record, s.product): s.at for s in db.landings(records)}
     numbers = db.numbers(records)
-    reached = announced[-1][2].received_at if len(announced) == LIMIT else until
     return undone(announced, landed, numbers, known, fetchable), numbers, reached
 
 

@@ -114,9 +114,9 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
     # in one run, so its income is checked against the transactions fetched with it, and its
     # periodic refreshes along; records with only periodic refreshes share bigger batches
     runs = batched_runs(fetches + [a for a in refreshes if a.event.record in fresh], numbers,
-                         NEW_PER_RUN, "inbox", parallel)
+                        NEW_PER_RUN, "inbox", parallel)
     runs += batched_runs([a for a in refreshes if a.event.record not in fresh], numbers,
-                          RECORDS_PER_RUN, "periodic")
+                         RECORDS_PER_RUN, "periodic")
     failures: dict[str, list[Event]] = {}
     for ask in (a for a in asks if a.kind == "failure"):
         failures.setdefault(ask.assets[0], []).append(ask.event)
