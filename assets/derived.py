@@ -1,6 +1,6 @@
 """Lake tables derived from others, kept up to date for the records whose rows moved:
-`daily_balances` (from transactions and balance_periodic) and `monthly_cashflow` (from
-transactions). docs/decisions/0014-derived-tables.md says why they are tables, not views.
+`daily_balances` (from transactions and balance_periodic), `monthly_cashflow` (from
+transactions) and `latest_balances` (the newest of balance_history). docs/decisions/0014-derived-tables.md says why they are tables, not views.
 
 Their SQL is in sql/derived/, written as the views are, over `{lake:TABLE}`: here it runs over
 the rows of the records to recompute, and its answer replaces their rows, one commit a table.
@@ -42,7 +42,9 @@ DERIVED_DIR = SQL_DIR / "derived"
 # the source columns the derivations read (the rest of a source is never fetched)
 READS = {"transactions": ["account_id", "trans_date", "cleared_date", "transaction_id",
                           "balance", "credit", "debit", "currency"],
-         "balance_periodic": ["account_id", "date", "available_balance", "ledger_balance"]}
+         "balance_periodic": ["account_id", "date", "available_balance", "ledger_balance"],
+         "balance_history": ["account_id", "fetched_at", "available_balance", "ledger_balance",
+                             "currency", "source", "service_updated_at"]}
 CHUNK = 1_000  # records derived at a time when some changed: read through the lake's scan
 FULL_CHUNK = 20_000  # records at a time when all are: a range of the sorted ids
 # a change to more than this share of the records, and more than MOST_SOME: derive them all

@@ -73,6 +73,21 @@ RECORD_ID = Col("record_id", TEXT, "the record: one user's connection to one ban
 ENV = "the service's environment the row came from (production, production-sandbox)"
 ISO = "ISO 4217 code of the account's currency (NGN)"
 
+# a balance snapshot: balance_history's rows, and latest_balances' (the newest of each account)
+SNAPSHOT = (
+    Col("account_id", TEXT, "the account the snapshot is of (accounts.account_id)", PUBLIC),
+    Col("fetched_at", UTC_MS, "when ledgerlake fetched the snapshot (UTC, to the "
+        "millisecond)", PUBLIC, check=SINCE_1900),
+    Col("available_balance", MONEY, "what the customer could spend then, naira (ledger "
+        "balance less holds)", PUBLIC),
+    Col("ledger_balance", MONEY, "the booked balance then, naira: the last posted line's "
+        "running balance", PUBLIC),
+    Col("currency", TEXT, ISO, PUBLIC, check=CURRENCY),
+    Col("source", TEXT, "what caused the fetch: callback, periodic, schedule or manual",
+        PUBLIC, check=one_of("callback", "periodic", "schedule", "manual"), nullable=False),
+    Col("service_updated_at", UTC_MS, "when the service last updated the balance (UTC)",
+        PUBLIC))
+
 TABLES: dict[str, Table] = {
     "accounts": Table(key=("account_id",), columns=(
         Col("account_id", TEXT, "the service's id of the account", PUBLIC,
@@ -91,19 +106,7 @@ TABLES: dict[str, Table] = {
         Col("created_at", UTC_MS, "when the service first saw the account (UTC)", PUBLIC,
             check=SINCE_1900),
         Col("last_updated", UTC_MS, "when the service last changed the account (UTC)", PUBLIC))),
-    "balance_history": Table(key=("account_id", "fetched_at"), columns=(
-        Col("account_id", TEXT, "the account the snapshot is of (accounts.account_id)", PUBLIC),
-        Col("fetched_at", UTC_MS, "when ledgerlake fetched the snapshot (UTC, to the "
-            "millisecond)", PUBLIC, check=SINCE_1900),
-        Col("available_balance", MONEY, "what the customer could spend then, naira (ledger "
-            "balance less holds)", PUBLIC),
-        Col("ledger_balance", MONEY, "the booked balance then, naira: the last posted line's "
-            "running balance", PUBLIC),
-        Col("currency", TEXT, ISO, PUBLIC, check=CURRENCY),
-        Col("source", TEXT, "what caused the fetch: callback, periodic, schedule or manual",
-            PUBLIC, check=one_of("callback", "periodic", "schedule", "manual"), nullable=False),
-        Col("service_updated_at", UTC_MS, "when the service last updated the balance (UTC)",
-            PUBLIC))),
+    "balance_history": Table(key=("account_id", "fetched_at"), columns=SNAPSHOT),
     "balance_periodic": Table(key=("account_id", "date"), columns=(
         Col("account_id", TEXT, "the account (accounts.account_id)", PUBLIC),
         Col("date", DAY, "the day, as the service dates its periodic history", PUBLIC),
@@ -256,6 +259,8 @@ TABLES: dict[str, Table] = {
             check=one_of("transactions", "periodic"), nullable=False),
         Col("carried_forward", pa.bool_(), "true on a day with neither a posted line nor a "
             "periodic figure: the last known balance before it", PUBLIC, nullable=False))),
+    # derived from balance_history likewise (assets/sql/derived/latest_balances.sql)
+    "latest_balances": Table(key=("account_id",), columns=SNAPSHOT),
     # derived from transactions likewise (assets/sql/derived/monthly_cashflow.sql)
     "monthly_cashflow": Table(key=("account_id", "month"), columns=(
         Col("account_id", TEXT, "the account (accounts.account_id)", PUBLIC, nullable=False),

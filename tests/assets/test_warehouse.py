@@ -99,7 +99,8 @@ def sandbox_lake(shared_sandbox, tmp_path_factory):
         out = materialize([warehouse], resources=resources)
         assert out.success
         views = {m.asset_key.path[-1]: m.metadata  # each view's materialization
-                 for m in out.asset_materializations_for_node("warehouse")}
+                 for m in out.asset_materializations_for_node("warehouse")
+                 if m.asset_key.path[0] == "warehouse"}
         served = {record: {
             "balances": _pages(api, "balance/get", {"record": record}, "balance"),
             "transactions": _pages(api, "transactions/get", {"record": record}, "transaction"),
@@ -693,7 +694,7 @@ def test_the_warehouse_asset_materializes_with_its_resources(tmp_path):
     assert set(metas) == set(VIEWS)  # each view its own asset
     # and each derived lake table, its check with it
     derived = {k.path[0]: m for k, m in made.items() if len(k.path) == 1}
-    assert set(derived) == {"daily_balances", "monthly_cashflow"}
+    assert set(derived) == {"daily_balances", "monthly_cashflow", "latest_balances"}
     assert derived["daily_balances"]["refresh"].value == "all"  # the first: every record
     [check] = result.get_asset_check_evaluations()
     assert (check.check_name, check.passed) == ("balance_is_last_line", True)
@@ -847,9 +848,11 @@ def filled_over_many_commits(lake: Lake) -> None:
         at = dt.datetime(2024, 3, day, 9, tzinfo=UTC)
         lake.append("balance_history", {
             "r1": of(HISTORY, {"account_id": "a", "fetched_at": at, "currency": "NGN",
+                               "source": "callback",
                                "available_balance": Decimal(f"{day}00.10"),
                                "ledger_balance": Decimal(f"{day}00.20")}),
             "r2": of(HISTORY, {"account_id": "b", "fetched_at": at, "currency": "NGN",
+                               "source": "callback",
                                "available_balance": Decimal("5.00"),
                                "ledger_balance": Decimal("5.00")})}, schema=HISTORY)
     lake.write("balance_periodic", "r1", of(

@@ -99,6 +99,9 @@ def record_rows(record: str, gen: int) -> dict[str, pa.Table]:
         "daily_balances": rows("daily_balances", [{
             "account_id": account, "date": (T0 + timedelta(days=d)).date(), "source": "periodic",
             "carried_forward": False, **money} for d in range(2)]),
+        "latest_balances": rows("latest_balances", [{
+            "account_id": account, "fetched_at": when, "currency": "NGN", "source": "callback",
+            **money}]),
         "monthly_cashflow": rows("monthly_cashflow", [{
             "account_id": account, "month": T0.date().replace(day=1), "currency": "NGN",
             "transactions": 3, "inflow": Decimal("0.00"),
@@ -506,6 +509,7 @@ def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected
     assert erasures_of(lake, R2) == []
     assert sorted(BY_CUSTOMER) == sorted(t for t in ERASABLE
                                          if "customer_id" in LAKE_TABLES[t].names)
+
 
 
 # -- a forgotten record stays forgotten ---------------------------------------------------
