@@ -161,7 +161,8 @@ def _record_names(records: Iterable[str], numbers: Mapping[str, int]) -> str:
 def _connection_runs(moved: list[Event], existing: set[str], numbers: Mapping[str, int],
                      forget: bool) -> list[RunRequest]:
     """A rebuild of record_status after connection events, keyed by the last; with `forget`,
-    a run of `forget_job` for the records each USER_DISCONNECT names."""
+    one run of `forget_job` for the records the tick's USER_DISCONNECTs name, keyed by the
+    last of them (a run each would queue behind each other, one erasure at a time)."""
     runs = []
     if moved and STATUS_ASSET in existing:
         last = moved[-1]
@@ -169,12 +170,15 @@ def _connection_runs(moved: list[Event], existing: set[str], numbers: Mapping[st
             run_key=f"status-{last.id}", job_name=warehouse_job.name,
             asset_selection=[AssetKey(STATUS_ASSET)],
             tags={"ledgerlake/inbox_event": str(last.id), "ledgerlake/method": last.method or ""}))
-    return runs + [RunRequest(
-        run_key=f"forget-{ev.id}", job_name=forget_job.name,
-        run_config={"ops": {forget_disconnected.name: {"config": {"records": [
-            numbers[r] for r in ev.records if r in numbers]}}}},
-        tags={"ledgerlake/inbox_event": str(ev.id), "ledgerlake/method": ev.method})
-        for ev in moved if forget and ev.method == "USER_DISCONNECT" and ev.records]
+    gone = [ev for ev in moved if forget and ev.method == "USER_DISCONNECT" and ev.records]
+    if gone:
+        named = dict.fromkeys(numbers[r] for ev in gone for r in ev.records if r in numbers)
+        runs.append(RunRequest(
+            run_key=f"forget-{gone[-1].id}", job_name=forget_job.name,
+            run_config={"ops": {forget_disconnected.name: {"config": {"records": [*named]}}}},
+            tags={"ledgerlake/inbox_event": str(gone[-1].id),
+                  "ledgerlake/method": "USER_DISCONNECT"}))
+    return runs
 
 
 def batched_runs(asks: list[Ask], numbers: Mapping[str, int], least: int, prefix: str,

@@ -512,6 +512,25 @@ def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected
 
 
 
+def test_the_disconnects_of_one_tick_forget_in_one_run(tmp_path):
+    path = tmp_path / "inbox.sqlite3"
+    with open_inbox(path, create=True) as inbox:
+        for record, customer in ((R1, A), (R2, A), (R3, B)):
+            inbox.add(callback(record, "AUTH", "AUTH_SUCCESS", customer=customer,
+                               ended_at="2026-01-01T00:00:00.000Z"))
+        first, _ = inbox.add(disconnect(A, "2026-01-02T00:00:00.000Z"))
+        last, _ = inbox.add(disconnect(B, "2026-01-02T00:00:01.000Z"))
+        events = [e for e in inbox.after(0) if e.id in (first, last)]
+        numbers = inbox.numbers([R1, R2, R3])
+    status = dict.fromkeys((R1, R2, R3), "disconnected")
+    told, _, _ = plan(events, {"record_status"}, status, numbers, forget=True)
+    # one run, not one a disconnect queued behind each other: every record named once
+    (request,) = [r for r in told if r.job_name == forget_job.name]
+    assert request.run_key == f"forget-{last}"
+    assert request.run_config == {"ops": {"forget_disconnected": {
+        "config": {"records": [numbers[R1], numbers[R2], numbers[R3]]}}}}
+
+
 # -- a forgotten record stays forgotten ---------------------------------------------------
 
 def landed_anywhere(lake: Lake, inbox, record: str) -> dict:
