@@ -67,7 +67,10 @@ def test_duckdb_pool_limited_to_one():
     # pipeline/local.py one_box_pools, docs/operations.md); no other asset is in a pool
     products = {"accounts", "balances", "transactions", "income", "identity", "payments"}
     assert all(pools[k] == {"connection_service"} for k in products)
-    derived = {"daily_balances", "monthly_cashflow"}  # built by the warehouse's asset
+    from assets.derived import DERIVED
+
+    derived = set(DERIVED)  # built by the warehouse's asset
+    assert {"daily_balances", "monthly_cashflow", "latest_balances"} <= derived
     assert all(pools[k] == {"duckdb"} for k in derived)
     assert all(not p for k, p in pools.items() if not k.startswith("warehouse/")
                and k not in {"lake_maintenance", *products, *derived})
