@@ -43,7 +43,7 @@ class Erasure:
     """What one pass erased: per lake table, rows deleted and files purged."""
     erasure_id: str
     subject: str
-    subject_id: str
+    subject_id: str | None  # None: records, each its own subject (the audit names each)
     records: list[str]
     tables: dict[str, dict] = field(default_factory=dict)
 
@@ -81,17 +81,22 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
            reason: str = "request", rebuild: Callable[[], object] | None = None,
            progress: Callable[[str], None] = lambda _: None,
            inbox: Inbox | None = None) -> Erasure:
-    """Erase a record's, or a customer's records', rows from the inbox (first: no status left
-    to land them by) and `tables`, append what was erased to the audit table, then rebuild the
-    warehouse (`rebuild`). The rows go from every table before any file is purged, with a
-    rebuild between, so a question on the views meets a purged file only if it was already
-    running. `records`: the customer's, as `records_for` found them already (default: found
-    here)."""
-    if (record is None) == (customer is None):
-        raise ValueError("forget takes a record or a customer, not both or neither")
+    """Erase a record's, a customer's records' or `records`' rows from the inbox (first: no
+    status left to land them by) and `tables`, append what was erased to the audit table, then
+    rebuild the warehouse (`rebuild`). The rows go from every table before any file is purged,
+    with a rebuild between, so a question on the views meets a purged file only if it was
+    already running. `records` with a customer: the customer's, as `records_for` found them
+    already (default: found here); alone: records each erased as its own subject, in one pass
+    (a pass rewrites every table: one for many costs about what one for one does)."""
+    if record is not None and customer is not None or \
+            record is None and customer is None and not records:
+        raise ValueError("forget takes a record, a customer or records, one of them")
     requested = dt.datetime.now(dt.UTC)
     if record is not None:
         subject, subject_id, records = "record", check_record_id(record), [record]
+    elif customer is None:
+        subject, subject_id = "record", None
+        records = sorted({check_record_id(r) for r in records})
     else:
         subject, subject_id = "customer", check_record_id(customer)
         records = records_for(lake, customer, inbox) if records is None else list(records)
@@ -165,7 +170,8 @@ def _write_audit(lake: Lake, done: Erasure, requested: dt.datetime,
     """Rows of the pass: with `finished` None, the records it is about to erase."""
     data = pa.Table.from_pylist([{"erasure_id": done.erasure_id, "requested_at": requested,
                                   "finished_at": finished, "subject": done.subject,
-                                  "subject_id": done.subject_id, "reason": reason, **row}
+                                  "subject_id": done.subject_id or row["record_id"],
+                                  "reason": reason, **row}
                                  for row in rows], schema=AUDIT_SCHEMA)
     delta.append(lake.table_uri(AUDIT), AUDIT_SCHEMA, data, stats=stats_columns(AUDIT))
 
@@ -184,19 +190,21 @@ class ForgetConfig(Config):
     pool="duckdb")
 def forget_disconnected(context: OpExecutionContext, config: ForgetConfig, lake: Lake,
                         inbox: InboxResource, warehouse_db: Warehouse) -> None:
-    """Erase each record still disconnected when the run starts: one connected again since
-    the event (a newer login) keeps its data. Each is rebuilt around, as `forget` does it."""
+    """Erase the records still disconnected when the run starts, in one pass (each its own
+    subject in the audit): one connected again since the event (a newer login) keeps its
+    data."""
     with inbox.open() as db:
         ids = db.ids_of(config.records)
         gone = {n: r for n, r in ids.items() if db.status(r) == DISCONNECTED}
         if kept := sorted(set(ids) - set(gone)):
             context.log.info("connected again since the disconnect, kept: "
                              + ", ".join(named(n) for n in kept))
-        for number, record in sorted(gone.items()):
-            # the derived tables too: views of the sources and of them must agree
-            done = forget(lake, TABLES, record=record, reason="disconnect",
-                          rebuild=lambda: publish(lake.root, warehouse_db.path,
-                                                  warehouse_db.timezone),
-                          progress=context.log.info, inbox=db)
-            context.log.info(f"forgot {named(number)}: {done.rows} rows deleted, "
-                             f"{done.files} files purged (erasure {done.erasure_id})")
+        if not gone:
+            return
+        # the derived tables too: views of the sources and of them must agree
+        done = forget(lake, TABLES, records=list(gone.values()), reason="disconnect",
+                      rebuild=lambda: publish(lake.root, warehouse_db.path,
+                                              warehouse_db.timezone),
+                      progress=context.log.info, inbox=db)
+        context.log.info(f"forgot {', '.join(named(n) for n in sorted(gone))}: {done.rows} rows "
+                         f"deleted, {done.files} files purged (erasure {done.erasure_id})")

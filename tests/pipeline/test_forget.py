@@ -512,7 +512,10 @@ def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected
 
 
 
-def test_the_disconnects_of_one_tick_forget_in_one_run(tmp_path):
+def test_the_disconnects_of_one_tick_forget_in_one_run_and_one_pass(tmp_path):
+    lake = write_lake(tmp_path / "lake")
+    warehouse = tmp_path / "warehouse.duckdb"
+    publish(lake.root, warehouse)
     path = tmp_path / "inbox.sqlite3"
     with open_inbox(path, create=True) as inbox:
         for record, customer in ((R1, A), (R2, A), (R3, B)):
@@ -529,6 +532,19 @@ def test_the_disconnects_of_one_tick_forget_in_one_run(tmp_path):
     assert request.run_key == f"forget-{last}"
     assert request.run_config == {"ops": {"forget_disconnected": {
         "config": {"records": [numbers[R1], numbers[R2], numbers[R3]]}}}}
+    result = forget_job.execute_in_process(
+        run_config=request.run_config,
+        resources={"lake": lake, "inbox": InboxResource(path=str(path)),
+                   "warehouse_db": Warehouse(path=str(warehouse))})
+    assert result.success
+    assert counts(lake) == {}  # every row of the three, from every table
+    # one pass (a pass rewrites every table whatever it erases), each record its own subject
+    rows = {r: erasures_of(lake, r) for r in (R1, R2, R3)}
+    assert len({x["erasure_id"] for r in rows.values() for x in r}) == 1
+    for record, audited in rows.items():
+        assert {(x["subject"], x["record_id"], x["reason"]) for x in audited} == {
+            ("record", record, "disconnect")}
+        assert any(x["finished_at"] is not None for x in audited)
 
 
 # -- a forgotten record stays forgotten ---------------------------------------------------
