@@ -459,11 +459,16 @@ def test_a_pass_stopped_after_any_table_is_finished_by_running_it_again(tmp_path
     assert found(tmp_path / "lake", needles(A)) == {}
 
 
-def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected(tmp_path):
+def published_lake(tmp_path: Path) -> tuple[Lake, Path, Path]:
+    """`write_lake`'s lake, its warehouse published, and where the inbox file goes."""
     lake = write_lake(tmp_path / "lake")
     warehouse = tmp_path / "warehouse.duckdb"
     publish(lake.root, warehouse)
-    path = tmp_path / "inbox.sqlite3"
+    return lake, warehouse, tmp_path / "inbox.sqlite3"
+
+
+def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected(tmp_path):
+    lake, warehouse, path = published_lake(tmp_path)
     with open_inbox(path, create=True) as inbox:
         for record in (R1, R2):
             inbox.add(callback(record, "AUTH", "AUTH_SUCCESS", customer=A,
@@ -513,10 +518,7 @@ def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected
 
 
 def test_the_disconnects_of_one_tick_forget_in_one_run_and_one_pass(tmp_path):
-    lake = write_lake(tmp_path / "lake")
-    warehouse = tmp_path / "warehouse.duckdb"
-    publish(lake.root, warehouse)
-    path = tmp_path / "inbox.sqlite3"
+    lake, warehouse, path = published_lake(tmp_path)
     with open_inbox(path, create=True) as inbox:
         for record, customer in ((R1, A), (R2, A), (R3, B)):
             inbox.add(callback(record, "AUTH", "AUTH_SUCCESS", customer=customer,
