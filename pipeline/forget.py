@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import Config, OpExecutionContext, op
+from dagster import Backoff, Config, OpExecutionContext, RetryPolicy, op
 
 from assets.derived import DERIVED, carry
 from assets.publish import named
@@ -149,6 +149,20 @@ def unfinished(lake: Lake, customer: str) -> set[str]:
             if r["erasure_id"] not in finished and r["record_id"] is not None}
 
 
+def unfinished_disconnects(lake: Lake) -> set[str]:
+    """Records named by disconnect passes that started and never finished (a failed or killed
+    `forget_job` run: the inbox may have forgotten them already, so its records' numbers no
+    longer name them), less those a later pass erased whole."""
+    rows = audit(lake)
+    if rows is None:
+        return set()
+    rows = rows.to_pylist()
+    finished = {r["erasure_id"] for r in rows if r["finished_at"] is not None}
+    erased = {r["record_id"] for r in rows if r["erasure_id"] in finished}
+    return {r["record_id"] for r in rows if r["reason"] == "disconnect"
+            and r["erasure_id"] not in finished and r["record_id"] is not None} - erased
+
+
 def _audit(lake: Lake, done: Erasure, requested: dt.datetime, reason: str) -> None:
     """One row per record and table (one row for a customer with no record left)."""
     rows = [{"record_id": r, "lake_table": t,
@@ -185,26 +199,33 @@ class ForgetConfig(Config):
     records: list[int]  # numbers (assets/batch.py): a run's config never names a record
 
 
-# in the warehouse's pool: its rebuild derives the derived tables, one writer at a time
+# in the warehouse's pool: its rebuild derives the derived tables, one writer at a time.
+# Retried in the run: a pass fails on the store's or the database's faults, and Dagster does
+# not retry a run whose op failed; each try finishes what an earlier one started.
 @op(description="Forget records the service disconnected (LEDGERLAKE_FORGET_ON_DISCONNECT)",
-    pool="duckdb")
+    pool="duckdb", retry_policy=RetryPolicy(max_retries=4, delay=30, backoff=Backoff.EXPONENTIAL))
 def forget_disconnected(context: OpExecutionContext, config: ForgetConfig, lake: Lake,
                         inbox: InboxResource, warehouse_db: Warehouse) -> None:
     """Erase the records still disconnected when the run starts, in one pass (each its own
     subject in the audit): one connected again since the event (a newer login) keeps its
-    data."""
+    data. The records of disconnect passes that never finished are erased with them."""
     with inbox.open() as db:
         ids = db.ids_of(config.records)
         gone = {n: r for n, r in ids.items() if db.status(r) == DISCONNECTED}
         if kept := sorted(set(ids) - set(gone)):
             context.log.info("connected again since the disconnect, kept: "
                              + ", ".join(named(n) for n in kept))
-        if not gone:
+        records = set(gone.values()) | (left := unfinished_disconnects(lake))
+        if left:
+            context.log.info(f"finishing {len(left)} record(s) of disconnect passes that "
+                             "never finished")
+        if not records:
             return
         # the derived tables too: views of the sources and of them must agree
-        done = forget(lake, TABLES, records=list(gone.values()), reason="disconnect",
+        done = forget(lake, TABLES, records=sorted(records), reason="disconnect",
                       rebuild=lambda: publish(lake.root, warehouse_db.path,
                                               warehouse_db.timezone),
                       progress=context.log.info, inbox=db)
-        context.log.info(f"forgot {', '.join(named(n) for n in sorted(gone))}: {done.rows} rows "
-                         f"deleted, {done.files} files purged (erasure {done.erasure_id})")
+        context.log.info(f"forgot {len(records)} record(s) ({', '.join(map(named, sorted(gone)))}"
+                         f"{' and those of unfinished passes' if left else ''}): {done.rows} "
+                         f"rows deleted, {done.files} files purged (erasure {done.erasure_id})")

@@ -549,6 +549,32 @@ def test_the_disconnects_of_one_tick_forget_in_one_run_and_one_pass(tmp_path):
         assert any(x["finished_at"] is not None for x in audited)
 
 
+
+def test_a_disconnect_pass_that_never_finished_is_finished_by_the_next_run(tmp_path):
+    from pipeline.forget import Erasure, _write_audit
+
+    lake, warehouse, path = published_lake(tmp_path)
+    with open_inbox(path, create=True) as inbox:
+        inbox.add(callback(R1, "AUTH", "AUTH_SUCCESS", customer=A,
+                           ended_at="2026-01-01T00:00:00.000Z"))
+        number = inbox.numbers([R1])[R1]
+        # a pass that failed after its first steps: the audit says what is about to go, the
+        # inbox forgot the record (its number names it no more), the lake still holds it
+        _write_audit(lake, Erasure("e" * 32, "record", None, [R1]), datetime.now(UTC), None,
+                     "disconnect", [{"record_id": R1, "lake_table": None,
+                                     "rows_deleted": None, "files_purged": None}])
+        inbox.forget([R1])
+    assert of(counts(lake), R1)
+    result = forget_job.execute_in_process(
+        run_config={"ops": {"forget_disconnected": {"config": {"records": [number]}}}},
+        resources={"lake": lake, "inbox": InboxResource(path=str(path)),
+                   "warehouse_db": Warehouse(path=str(warehouse))})
+    assert result.success
+    assert of(counts(lake), R1) == {}
+    assert of(counts(lake), R2, R3)  # the others kept
+    assert any(x["finished_at"] is not None for x in erasures_of(lake, R1))
+
+
 # -- a forgotten record stays forgotten ---------------------------------------------------
 
 def landed_anywhere(lake: Lake, inbox, record: str) -> dict:
