@@ -1,6 +1,7 @@
 """Lake tables derived from others, kept up to date for the records whose rows moved:
 `daily_balances` (from transactions and balance_periodic), `monthly_cashflow` (from
-transactions) and `latest_balances` (the newest of balance_history). docs/decisions/0014-derived-tables.md says why they are tables, not views.
+transactions) and `latest_balances` (the newest of balance_history).
+docs/decisions/0014-derived-tables.md says why they are tables, not views.
 
 Their SQL is in sql/derived/, written as the views are, over `{lake:TABLE}`: here it runs over
 the rows of the records to recompute, and its answer replaces their rows, one commit a table.
@@ -43,8 +44,7 @@ DERIVED_DIR = SQL_DIR / "derived"
 READS = {"transactions": ["account_id", "trans_date", "cleared_date", "transaction_id",
                           "balance", "credit", "debit", "currency"],
          "balance_periodic": ["account_id", "date", "available_balance", "ledger_balance"],
-         "balance_history": ["account_id", "fetched_at", "available_balance", "ledger_balance",
-                             "currency", "source", "service_updated_at"]}
+         "balance_history": schema("balance_history").names}  # latest_balances: all of it
 CHUNK = 1_000  # records derived at a time when some changed: read through the lake's scan
 FULL_CHUNK = 20_000  # records at a time when all are: a range of the sorted ids
 # a change to more than this share of the records, and more than MOST_SOME: derive them all

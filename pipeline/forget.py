@@ -88,8 +88,8 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
     already running. `records` with a customer: the customer's, as `records_for` found them
     already (default: found here); alone: records each erased as its own subject, in one pass
     (a pass rewrites every table: one for many costs about what one for one does)."""
-    if record is not None and customer is not None or \
-            record is None and customer is None and not records:
+    if (record is not None and customer is not None) or \
+            (record is None and customer is None and not records):
         raise ValueError("forget takes a record, a customer or records, one of them")
     requested = dt.datetime.now(dt.UTC)
     if record is not None:
@@ -139,28 +139,27 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
 
 def unfinished(lake: Lake, customer: str) -> set[str]:
     """Records named by passes of `customer` that started and never finished."""
-    rows = audit(lake)
-    if rows is None:
-        return set()
-    rows = rows.filter(pc.and_(pc.equal(rows["subject"], "customer"),
-                               pc.equal(rows["subject_id"], customer))).to_pylist()
-    finished = {r["erasure_id"] for r in rows if r["finished_at"] is not None}
-    return {r["record_id"] for r in rows
-            if r["erasure_id"] not in finished and r["record_id"] is not None}
+    return _unfinished(lake, lambda r: r["subject"] == "customer"
+                       and r["subject_id"] == customer)[0]
 
 
 def unfinished_disconnects(lake: Lake) -> set[str]:
     """Records named by disconnect passes that started and never finished (a failed or killed
     `forget_job` run: the inbox may have forgotten them already, so its records' numbers no
-    longer name them), less those a later pass erased whole."""
-    rows = audit(lake)
-    if rows is None:
-        return set()
-    rows = rows.to_pylist()
+    longer name them), less those a later pass erased whole (or each run would again)."""
+    left, erased = _unfinished(lake, lambda r: r["reason"] == "disconnect")
+    return left - erased
+
+
+def _unfinished(lake: Lake, of: Callable[[dict], bool]) -> tuple[set[str], set[str]]:
+    """The records of the passes `of` picks (by an audit row) that never finished, and every
+    record some pass finished."""
+    table = audit(lake)
+    rows = [] if table is None else table.to_pylist()
     finished = {r["erasure_id"] for r in rows if r["finished_at"] is not None}
-    erased = {r["record_id"] for r in rows if r["erasure_id"] in finished}
-    return {r["record_id"] for r in rows if r["reason"] == "disconnect"
-            and r["erasure_id"] not in finished and r["record_id"] is not None} - erased
+    left = {r["record_id"] for r in rows if of(r) and r["erasure_id"] not in finished
+            and r["record_id"] is not None}
+    return left, {r["record_id"] for r in rows if r["erasure_id"] in finished}
 
 
 def _audit(lake: Lake, done: Erasure, requested: dt.datetime, reason: str) -> None:

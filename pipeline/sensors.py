@@ -172,17 +172,17 @@ def _connection_runs(moved: list[Event], existing: set[str], numbers: Mapping[st
             tags={"ledgerlake/inbox_event": str(last.id), "ledgerlake/method": last.method or ""}))
     gone = [ev for ev in moved if forget and ev.method == "USER_DISCONNECT" and ev.records]
     if gone:
-        named = dict.fromkeys(numbers[r] for ev in gone for r in ev.records if r in numbers)
+        once = dict.fromkeys(numbers[r] for ev in gone for r in ev.records if r in numbers)
         runs.append(RunRequest(
             run_key=f"forget-{gone[-1].id}", job_name=forget_job.name,
-            run_config={"ops": {forget_disconnected.name: {"config": {"records": [*named]}}}},
+            run_config={"ops": {forget_disconnected.name: {"config": {"records": [*once]}}}},
             tags={"ledgerlake/inbox_event": str(gone[-1].id),
                   "ledgerlake/method": "USER_DISCONNECT"}))
     return runs
 
 
 def batched_runs(asks: list[Ask], numbers: Mapping[str, int], least: int, prefix: str,
-                  parallel: int = 1) -> list[RunRequest]:
+                 parallel: int = 1) -> list[RunRequest]:
     """The records that ask for a product set, in the order they first asked, spread over
     `parallel` runs of at least `least` and at most RECORDS_PER_RUN records; each keyed by the
     set and the newest event it serves."""
