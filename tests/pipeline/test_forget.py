@@ -416,6 +416,44 @@ def test_a_killed_pass_is_finished_by_running_it_again(home):
     assert views == {v: {R3} for v in views}
 
 
+# `forget` in a process of its own whose every delete loses its commit to a concurrent
+# writer: a real one, which changes the table's description between the delete's read and
+# its commit (delta-rs refuses a commit across a metadata change)
+LOSING = """
+import sys
+from deltalake import DeltaTable
+from resources import delta
+rows_of = delta._rows_of
+def losing(uri, table, ids, columns):
+    found = rows_of(uri, table, ids, columns)
+    DeltaTable(uri).alter.set_table_description("a concurrent writer won")
+    return found
+delta._rows_of, delta.ATTEMPTS, delta.BACKOFF_S = losing, 2, 0.01
+from pipeline.cli.commands import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_a_forget_that_keeps_losing_its_commits_says_so_in_one_line(home):
+    """The chaos suite saw `forget` crash with a traceback when runs kept committing to
+    `landings`: the command says in one line that nothing of that write landed, and running
+    it again finishes the pass."""
+    lake = home["lake"]
+    out = subprocess.run([sys.executable, "-c", LOSING, "forget", "--customer", A], cwd=REPO,
+                         env=home["env"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("ledgerlake: forget failed: CommitConflict: ") and \
+        "2 commits in a row lost to concurrent writers" in last, out.stderr
+    assert [r for r in erasures_of(lake, A) if r["finished_at"]] == []
+
+    again = cli(home["env"], "forget", "--customer", A)
+    assert again.returncode == 0, again.stderr
+    assert of(counts(lake), R1, R2) == {}
+    assert {r["record_id"] for r in erasures_of(lake, A) if r["finished_at"]} == {R1, R2}
+
+
 def test_a_question_asked_while_forget_purges_meets_no_missing_file(home):
     """Rows go from every table and the warehouse is rebuilt before any file is purged: a
     question started at any point of the purge reads the files its views name."""
