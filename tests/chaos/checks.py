@@ -162,15 +162,16 @@ def sensor_cursor(instance, name: str = "inbox_sensor") -> float:
     return 0
 
 
-def quiet(dep) -> bool | str:
-    """True once the deployment has nothing left to do: its processes up, its inbox read to
-    the end, no run queued or in progress, every view built over the lake's latest
-    versions. Otherwise what it is still doing."""
+def quiet(dep, daemon: bool = True) -> bool | str:
+    """True once the deployment has nothing left to do: its processes up (its daemon too,
+    unless `daemon` is false: held still for the final checks), its inbox read to the end, no
+    run queued or in progress, every view built over the lake's latest versions. Otherwise
+    what it is still doing."""
     from dagster import RunsFilter
 
     from resources.inbox import open_inbox
 
-    if dep.daemon is None or dep.daemon.poll() is not None:
+    if daemon and (dep.daemon is None or dep.daemon.poll() is not None):
         return "its daemon is down"
     if not dep.receivers_up():
         return "a receiver does not answer"

@@ -225,6 +225,7 @@ class Chaos:
                 settled = self.settled = {"settle_s": None, "refresh_at": time.time()}
                 unsettled = f"did not settle: {exc}"
             self.readers.stop()
+            both(lambda env: self.hold_still(env, time.monotonic() + 1800))
             found = checks.run_all(self)
             found["problems"] += self.seen
             if unsettled:
@@ -841,6 +842,43 @@ class Chaos:
             if calm < 2:
                 assert time.monotonic() < deadline, f"{env} did not settle: {state}"
                 time.sleep(5)
+
+    def hold_still(self, env: str, deadline: float) -> None:
+        """Before the final checks: the deployment's daemon stopped, so that no sensor or
+        schedule starts anything while they read (the real `daily_refresh` fired at 02:00 UTC
+        during a seed's checks, which then read its commits and its warehouse build half
+        done), and quiet without it. A run the daemon queued just before it stopped would
+        never start: the daemon runs it, and it is stopped again."""
+        dep = self.dep(env)
+        for _ in range(3):
+            dep.kill_daemon()
+            if (state := self.still(dep)) is True:
+                return
+            self.say(f"    {env} not still without its daemon ({state}): it runs again")
+            dep.start_daemon()
+            self.wait_quiet(env, deadline)
+        raise AssertionError(f"{env} did not hold still: {state}")
+
+    def still(self, dep) -> bool | str:
+        """Quiet without the daemon, once the runs under way end by themselves (5 minutes at
+        most: a run process that died needs the daemon's monitoring to be marked failed); what
+        it is still doing otherwise."""
+        until = time.monotonic() + 300
+        while (state := checks.quiet(dep, daemon=False)) is not True:
+            if ("queued or in progress" not in state or self.queued(dep)
+                    or time.monotonic() > until):
+                return state
+            time.sleep(2)
+        return True
+
+    @staticmethod
+    def queued(dep) -> bool:
+        """Whether a run of the deployment waits for a daemon to dequeue it."""
+        from dagster import DagsterRunStatus, RunsFilter
+
+        with dep.instance() as instance:
+            return bool(instance.get_run_records(
+                RunsFilter(statuses=[DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED])))
 
     # -- the report -----------------------------------------------------------------------
     def report(self, found: dict, settled: dict, wall_s: float) -> dict:
