@@ -30,7 +30,6 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-from deltalake.exceptions import TableNotFoundError
 
 from resources import object_store
 from resources.lake import Lake
@@ -52,7 +51,8 @@ FULL_SHARE, MOST_SOME = 0.2, 5_000
 STATE, PENDING = "_derived/state.json", "_derived/pending"
 _CREATE = re.compile(r"^create or replace view \w+ as\s", re.MULTILINE | re.IGNORECASE)
 AUDITED = 1_000  # records a refresh's audit checks at most
-ATTEMPTS = 3  # refreshes begun again when an erasure cuts a source's log under one
+ATTEMPTS = 5  # refreshes begun again when erasures cut sources' logs under one (a pass
+# cuts each source in turn: a refresh may meet each cut once)
 
 DAY_IS_LAST_LINE_TEXT = (
     "Each day with posted lines holds the running balance of the day's last line (by "
@@ -102,13 +102,15 @@ def refresh(lake: Lake, zone: str, progress: Callable[[str], None] = lambda _: N
     rows moved since the last refresh (all, when that cannot be told)."""
     gone = forgotten(lake)
     for attempt in range(ATTEMPTS):
+        pinned: dict[str, int | None] = {}
         try:
-            done = _refresh(lake, zone, gone, progress)
+            done = _refresh(lake, zone, gone, pinned, progress)
             break
-        except TableNotFoundError:
-            # an erasure cut a source's log under this refresh: the version it read is gone.
-            # What it committed stands (rows of that version); it starts again from the state
-            if attempt == ATTEMPTS - 1:
+        except Exception:
+            # an erasure cut a source's log under this refresh: the version it read is gone
+            # (HistoryGone), or files of its snapshot (purged). What it committed stands (rows
+            # of that version); it starts again from the state. Anything else is raised
+            if attempt == ATTEMPTS - 1 or not _cut_under(lake, pinned):
                 raise
             progress("a source's history was cut by an erasure: deriving again")
     # a record forgotten while this ran may have been derived from rows read before: erased
@@ -119,13 +121,15 @@ def refresh(lake: Lake, zone: str, progress: Callable[[str], None] = lambda _: N
     return done
 
 
-def _refresh(lake: Lake, zone: str, gone: set[str], progress: Callable[[str], None]
-             ) -> Refresh:
+def _refresh(lake: Lake, zone: str, gone: set[str], pinned: dict[str, int | None],
+             progress: Callable[[str], None]) -> Refresh:
+    """One refresh, reading the sources at their latest versions, told in `pinned`."""
     started = time.monotonic()
     with duckdb.connect() as con:
         check_timezone(con, zone)  # before anything is written
     state, pending = _read_state(lake), _read_pending(lake)
     now = {t: lake.version(t) for t in SOURCES}
+    pinned.update(now)
     gone = gone | forgotten(lake)
     changed = _changed(lake, state, pending, now, zone)
     done = Refresh(now, "none")
@@ -155,6 +159,11 @@ def _refresh(lake: Lake, zone: str, gone: set[str], progress: Callable[[str], No
     _drop(lake, pending)
     done.seconds = time.monotonic() - started
     return done
+
+
+def _cut_under(lake: Lake, pinned: dict[str, int | None]) -> bool:
+    """Whether an erasure cut a table's history after the version read of it."""
+    return any(lake.cut_after(t, v) for t, v in pinned.items() if v is not None)
 
 
 def carry(lake: Lake, table: str, erased: Collection[str]) -> Callable[[int], None] | None:
@@ -195,14 +204,23 @@ def derive(tables: dict[str, pa.RecordBatchReader | pa.Table], zone: str, name: 
 
 
 def audit(lake: Lake, done: Refresh, zone: str) -> tuple[int, list[dict]]:
-    """`DAY_IS_LAST_LINE_TEXT` on the refresh's sample: (records checked, problems)."""
+    """`DAY_IS_LAST_LINE_TEXT` on the refresh's sample: (records checked, problems). None
+    checked when an erasure cut the versions the refresh read and wrote since: the rows to
+    check are gone with them (the next refresh's audit checks its own)."""
     if not done.sample or done.versions.get("transactions") is None:
         return 0, []
-    daily = pa.Table.from_batches(
-        list(lake.scan("daily_balances", done.sample, _with_id(schema("daily_balances")),
-                       version=done.versions_written.get("daily_balances"))),
-        _with_id(schema("daily_balances")))
-    lines = _scanned(lake, "transactions", done.sample, done.versions["transactions"])
+    pinned = {"daily_balances": done.versions_written.get("daily_balances"),
+              "transactions": done.versions["transactions"]}
+    try:
+        daily = pa.Table.from_batches(
+            list(lake.scan("daily_balances", done.sample, _with_id(schema("daily_balances")),
+                           version=pinned["daily_balances"])),
+            _with_id(schema("daily_balances")))
+        lines = _scanned(lake, "transactions", done.sample, pinned["transactions"])
+    except Exception:
+        if _cut_under(lake, pinned):
+            return 0, []
+        raise
     with duckdb.connect() as con:
         con.register("daily", daily)
         con.register("lines", lines)

@@ -40,6 +40,7 @@ from dagster import (
 )
 
 from resources import object_store
+from resources.delta import HistoryGone
 from resources.lake import Lake, fsync
 from resources.locks import machine_lock
 from resources.tables import TABLES, columns, schema
@@ -102,9 +103,9 @@ def snapshot_files(lake: Lake, table: str, as_of: AsOf = None) -> list[str]:
     if pinned == ABSENT:
         return []
     if pinned is not None and (erased := erasures_since(lake, table, pinned)):
-        raise ValueError(f"lake table {table} as of {pinned}: its history before {erased} is "
-                         "gone (`ledgerlake forget`: no version may show the rows it erased, "
-                         "no log entry name them; the lake's erasures table says more)")
+        raise HistoryGone(f"lake table {table} as of {pinned}: its history before {erased} is "
+                          "gone (`ledgerlake forget`: no version may show the rows it erased, "
+                          "no log entry name them; the lake's erasures table says more)")
     try:
         files = lake.files(table, pinned)  # before its first commit: version 0, no files
     except FileNotFoundError:
@@ -276,6 +277,10 @@ def publish(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_T
                 # an erasure purged files of the snapshot it listed (`forget` runs beside
                 # it, its purges not under this lock): the lake's new versions, again
                 progress("a file the build listed was purged under it: building again")
+            except HistoryGone:
+                # an erasure cut a log after the refresh read it: the views cannot read the
+                # sources as derived. Derived again from the versions after the cut
+                progress("an erasure cut the versions the refresh read: building again")
             except StoreFailed as exc:
                 progress(f"{exc}: building again")
         return once()

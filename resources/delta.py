@@ -403,6 +403,14 @@ def _cut_at(uri: str) -> tuple[int, datetime] | None:
     return None
 
 
+def cut_after(uri: str, version: int) -> bool:
+    """Whether an erasure cut the table's history after `version`, or is cutting it now:
+    that version is gone, and so may be files of its snapshot (`purge`). A reader pinned to
+    it reads the table again at a later one."""
+    cut = _cut_at(uri)
+    return cut is not None and cut[0] > version
+
+
 def _refuse_deletion_vectors(uri: str, table: DeltaTable) -> None:
     """Plain Parquet readers (DuckDB's, and the lake's own over the file list) would return
     rows a deletion vector deleted; delta-rs does not write them, other writers may."""

@@ -145,6 +145,10 @@ class Lake(ConfigurableResource):
         the log cannot say (`delta.changed_records`)."""
         return delta.changed_records(self.table_uri(table), since)
 
+    def cut_after(self, table: str, version: int) -> bool:
+        """Whether an erasure cut the table's history after `version` (`delta.cut_after`)."""
+        return delta.cut_after(self.table_uri(table), version)
+
     def read(self, table: str, record_id: str | None = None, schema: pa.Schema | None = None,
              version: int | datetime | None = None) -> pa.Table | None:
         """One record's rows (None: the whole table) in `schema`'s columns and types, at

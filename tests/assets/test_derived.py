@@ -291,3 +291,60 @@ def test_a_build_whose_listed_file_is_purged_under_it_builds_again(lake, tmp_pat
     assert len(calls) == 2 and any("purged under it" in s for s in said)
     with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
         assert con.execute("select count(*) from transactions").fetchone() == (40,)
+
+
+# -- readers pinned to versions an erasure cuts ----------------------------------------------
+# `forget` cuts each table's log and purges files of older snapshots while other processes
+# read the versions they pinned: the refresh, the views built on what it derived, the audit.
+# Each meets the cut once here, a real one, between pinning and reading.
+
+def _forget_first(lake: Lake, real, record: str = "r1"):
+    """`real`, after a real `forget` of `record` on its first call only."""
+    def wrapped(*args, **kw):
+        if not getattr(wrapped, "done", False):
+            wrapped.done = True
+            forget(lake, ERASABLE, record=record)
+        return real(*args, **kw)
+
+    return wrapped
+
+
+def test_a_refresh_whose_sources_an_erasure_cuts_under_it_derives_again(lake, monkeypatch):
+    """The chaos suite saw `forget`'s own rebuild crash with HistoryGone: another erasure cut
+    balance_history between the refresh pinning its version and reading it."""
+    derived.refresh(lake, ZONE)
+    lake.replace("transactions", {"r2": lines("a2", 6, first="500.00")}, schema("transactions"))
+    monkeypatch.setattr(derived, "_scanned", _forget_first(lake, derived._scanned))
+    said: list[str] = []
+    done = derived.refresh(lake, ZONE, said.append)
+    assert any("deriving again" in s for s in said)
+    assert done.mode == "records" and done.records == 1  # r2, its change carried by the cut
+    same_as_from_scratch(lake)
+    assert "r1" not in {r["record_id"] for r in stored(lake, "daily_balances")}
+
+
+def test_a_publish_whose_derived_versions_an_erasure_cuts_builds_again(lake, tmp_path,
+                                                                       monkeypatch):
+    """The views read the sources at the versions the refresh derived from: cut between the
+    refresh and the build, they are gone, and the publish derives and builds again."""
+    import duckdb
+
+    from assets import warehouse
+
+    monkeypatch.setattr(warehouse, "build", _forget_first(lake, warehouse.build))
+    said: list[str] = []
+    warehouse.publish(lake.root, tmp_path / "w.duckdb", ZONE, progress=said.append)
+    assert any("building again" in s for s in said)
+    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as con:
+        for view in ("transactions", "daily_balances"):
+            assert con.execute(f"select distinct record_id from {view} order by 1"
+                               ).fetchall() == [("r2",), ("r3",), ("r4",)], view
+
+
+def test_the_audit_of_versions_an_erasure_cut_since_checks_none_and_fails_nothing(lake):
+    done = derived.refresh(lake, ZONE)
+    assert done.sample
+    forget(lake, ERASABLE, record="r1")
+    assert derived.audit(lake, done, ZONE) == (0, [])
+    again = derived.refresh(lake, ZONE)  # nothing moved but the erasure: nothing to derive
+    assert again.mode == "none"
