@@ -650,11 +650,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _failed_under(exc: Exception) -> bool:
     """Whether the lake's store or the inbox failed under the command (a network, a restart),
-    or its writes kept losing to concurrent writers (runs committing to the same table).
-    Imported here, on failure: a command that needs neither does not pay for them at start."""
+    its writes kept losing to concurrent writers (runs committing to the same table), or
+    other erasures kept cutting what it read (a rebuild's versions, files). Imported here, on
+    failure: a command that needs none of them does not pay for them at start."""
     from deltalake.exceptions import DeltaError
 
-    from resources.delta import CommitConflict
+    from assets.warehouse import LakeMoved
+    from resources.delta import CommitConflict, HistoryGone
     from resources.inbox import InboxUnavailable
 
-    return isinstance(exc, OSError | DeltaError | InboxUnavailable | CommitConflict)
+    return isinstance(exc, OSError | DeltaError | InboxUnavailable | CommitConflict
+                      | HistoryGone | LakeMoved)

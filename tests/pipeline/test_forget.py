@@ -23,7 +23,7 @@ import pytest
 
 from assets import identity as identity_module
 from assets.derived import DERIVED
-from assets.warehouse import LAKE_TABLES, Warehouse, publish
+from assets.warehouse import LAKE_TABLES, PUBLISH_ATTEMPTS, Warehouse, publish
 from pipeline.forget import BY_CUSTOMER, TABLES, audit, forget, records_of
 from pipeline.jobs import forget_job
 from pipeline.sensors import plan
@@ -446,6 +446,45 @@ def test_a_forget_that_keeps_losing_its_commits_says_so_in_one_line(home):
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("ledgerlake: forget failed: CommitConflict: ") and \
         "2 commits in a row lost to concurrent writers" in last, out.stderr
+    assert [r for r in erasures_of(lake, A) if r["finished_at"]] == []
+
+    again = cli(home["env"], "forget", "--customer", A)
+    assert again.returncode == 0, again.stderr
+    assert of(counts(lake), R1, R2) == {}
+    assert {r["record_id"] for r in erasures_of(lake, A) if r["finished_at"]} == {R1, R2}
+
+
+# `forget` in a process of its own whose rebuild always meets a real cut of `transactions`'
+# log (as another erasure makes one) between its refresh and its views
+CUTTING = """
+import sys
+from assets import warehouse
+from resources import delta
+from resources.lake import Lake
+build = warehouse.build
+def cut_then_build(root, *args, **kw):
+    uri = Lake(root=str(root)).table_uri("transactions")
+    delta._cut_history(uri, *delta._filesystem(uri))
+    print("cut under the build", file=sys.stderr)
+    return build(root, *args, **kw)
+warehouse.build = cut_then_build
+from pipeline.cli.commands import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_a_forget_whose_rebuild_keeps_meeting_cuts_says_so_in_one_line(home):
+    """Each build begun again meets another cut: the command says in one line what the cuts
+    took, and running it again finishes the pass."""
+    lake = home["lake"]
+    out = subprocess.run([sys.executable, "-c", CUTTING, "forget", "--customer", A],
+                         cwd=REPO, env=home["env"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("ledgerlake: forget failed: HistoryGone: ") and \
+        "transactions" in last, out.stderr
+    assert out.stderr.count("cut under the build") == PUBLISH_ATTEMPTS, out.stderr
     assert [r for r in erasures_of(lake, A) if r["finished_at"]] == []
 
     again = cli(home["env"], "forget", "--customer", A)
