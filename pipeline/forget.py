@@ -11,6 +11,7 @@ LEDGERLAKE_FORGET_ON_DISCONNECT=true a USER_DISCONNECT forgets the record by its
 """
 
 # no `from __future__ import annotations`: Dagster reads the op's type hints at runtime
+import contextlib
 import datetime as dt
 import uuid
 from collections.abc import Callable, Sequence
@@ -105,20 +106,11 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
         _write_audit(lake, done, requested, None, reason,
                      [{"record_id": r, "lake_table": None, "rows_deleted": None,
                        "files_purged": None} for r in records])
-    if inbox is not None:
-        # a customer's: also their events that name no record (one heard before any was)
-        done.tables["inbox"] = {"rows_deleted": inbox.forget(
-            records, customers=[customer] if customer is not None else []),
-            "files_purged": 0, "version": None}
-        progress(f"inbox: {done.tables['inbox']['rows_deleted']} rows deleted")
     # the tables naming customers last: a pass stopped half-way leaves the records findable
     # (records_of) until every other table is erased, so running it again finishes it; the
     # derived tables after their sources, so no refresh derives the rows again from them
     order = sorted(tables, key=lambda t: (t in DERIVED, t in BY_CUSTOMER))
-    deleted = {}
-    for table in order:
-        deleted[table] = lake.delete_rows(table, records)
-        progress(f"{table}: {deleted[table]} rows deleted")
+    deleted = _delete(lake, order, done, customer, inbox, progress)
     if records and rebuild is not None:
         # before the purge: the views stop naming files that hold the records, so only the
         # questions already running on the last build meet a purged file
@@ -135,6 +127,25 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
         rebuild()
         progress("warehouse rebuilt")
     return done
+
+
+def _delete(lake: Lake, order: Sequence[str], done: Erasure, customer: str | None,
+            inbox: Inbox | None, progress: Callable[[str], None]) -> dict[str, int]:
+    """The records' rows out of the inbox, then out of each table in `order` (one commit a
+    table; older versions still hold them until the purge): rows deleted, per table. Landings
+    wait meanwhile (`Inbox.erasing`): their commits would beat the deletes'."""
+    with inbox.erasing() if inbox is not None else contextlib.nullcontext():
+        if inbox is not None:
+            # a customer's: also their events that name no record (one heard before any was)
+            done.tables["inbox"] = {"rows_deleted": inbox.forget(
+                done.records, customers=[customer] if customer is not None else []),
+                "files_purged": 0, "version": None}
+            progress(f"inbox: {done.tables['inbox']['rows_deleted']} rows deleted")
+        deleted = {}
+        for table in order:
+            deleted[table] = lake.delete_rows(table, done.records)
+            progress(f"{table}: {deleted[table]} rows deleted")
+    return deleted
 
 
 def unfinished(lake: Lake, customer: str) -> set[str]:

@@ -177,6 +177,7 @@ class Inbox:
     def __init__(self, location: str | Path, *, create: bool = False) -> None:
         """Open the inbox at `location`; `create=True` (the receiver's) makes it if missing."""
         self._held: contextlib.ExitStack | None = None
+        self._erasing = False  # inside `erasing`: the erasure lock is this inbox's already
         self._db = self.Database(location, create)
         self._lock = self._db.lock
         self.shown = self._db.shown  # where it is, as logs and errors name it (no password)
@@ -332,11 +333,28 @@ class Inbox:
         ids, customers = sorted(set(records)), sorted(set(customers))
         if not ids and not customers:
             return 0
-        with self._db.erasure_lock(exclusive=True), self._lock:
+        with self.erasing(), self._lock:
             with self._writing():
                 deleted = self._forget(ids, customers)
             self._db.truncate_log()
         return deleted
+
+    @contextlib.contextmanager
+    def erasing(self) -> Iterator[None]:
+        """The erasure lock, alone, for the block: it waits for the landings in flight, and
+        no landing step starts until it ends (`hold_landing`). `forget` holds it while it
+        deletes the records' rows from the lake too: a landing's commit to a table the erasure
+        deletes from makes the delete's commit lose (delta-rs counts the rows appended as
+        ones the delete should have read), and a stream of runs would win every time."""
+        if self._erasing:
+            yield
+            return
+        with self._db.erasure_lock(exclusive=True):
+            self._erasing = True
+            try:
+                yield
+            finally:
+                self._erasing = False
 
     def _forget(self, ids: list[str], customers: list[str]) -> int:
         of_ids, ids_param = self._db.among("record", ids)

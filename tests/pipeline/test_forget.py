@@ -493,6 +493,45 @@ def test_a_forget_whose_rebuild_keeps_meeting_cuts_says_so_in_one_line(home):
     assert {r["record_id"] for r in erasures_of(lake, A) if r["finished_at"]} == {R1, R2}
 
 
+def test_a_landing_waits_while_forget_deletes_then_lands_whole(home, monkeypatch):
+    """A run's commit to `landings` beats forget's delete there to the commit: delta-rs counts
+    the rows appended as ones the delete should have read (the file's ids span the records'),
+    and the chaos suite saw a stream of runs make a forget lose 8 commits in a row. A landing
+    step that begins while forget deletes waits for it (`Inbox.erasing`), then lands whole."""
+    lake, path = home["lake"], home["root"] / "inbox.sqlite3"
+    real, started, landed = delta._rows_of, [], []
+
+    def landing(n: int) -> None:  # as a landing step: the shared lock, then its commit
+        with open_inbox(path) as inbox:
+            inbox.hold_landing()
+            lake.append("landings", {r: rows("landings", [{
+                "product": "accounts", "run_id": f"run-late-{n}", "landed_at": T0,
+                "outcome": "landed", "row_count": 1, "lake_table": "accounts"}])
+                for r in ("rec_a0", "rec_zz")}, LAKE_TABLES["landings"])
+        landed.append(n)
+
+    def raced(uri, table, ids, columns):  # between the delete's read and its commit
+        found = real(uri, table, ids, columns)
+        if uri.rstrip("/").endswith("landings"):
+            started.append(threading.Thread(target=landing, args=(len(started),)))
+            started[-1].start()
+            started[-1].join(1.0)  # one not made to wait has committed by now
+        return found
+
+    monkeypatch.setattr(delta, "_rows_of", raced)
+    monkeypatch.setattr(delta, "ATTEMPTS", 3)
+    with open_inbox(path, create=True) as inbox:
+        forget(lake, ERASABLE, customer=A, inbox=inbox)
+    monkeypatch.undo()
+    for thread in started:
+        thread.join(60)
+    assert len(started) == 1, "the delete lost its commit to the landing"
+    assert landed == [0]  # the landing waited, then landed
+    assert of(counts(lake), R1, R2) == {}
+    assert [r["run_id"] for r in lake.read("landings").to_pylist()
+            if r["run_id"].startswith("run-late")] == ["run-late-0"] * 2
+
+
 def test_a_question_asked_while_forget_purges_meets_no_missing_file(home):
     """Rows go from every table and the warehouse is rebuilt before any file is purged: a
     question started at any point of the purge reads the files its views name."""
