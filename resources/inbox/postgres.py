@@ -164,13 +164,16 @@ class Postgres:
     def erasure_lock(self, exclusive: bool):
         """An advisory lock on a connection of its own, shared or alone (the server grants
         waiters in turn: a waiting forget goes before the landings that come after it)."""
-        try:
+        held = None
+        try:  # a restart can drop the connection while it waits for the lock, too
             held = _connect(self.url)
-        except self.LOST as exc:
-            raise InboxUnavailable(self.unavailable(exc)) from None
-        try:
             held.cursor().execute(f"select pg_advisory_lock{'' if exclusive else '_shared'}(%s)",
                                   (ERASURE_LOCK,))
+        except self.LOST as exc:
+            if held is not None:
+                held.close()
+            raise InboxUnavailable(self.unavailable(exc)) from None
+        try:
             yield
         finally:
             held.close()

@@ -7,6 +7,7 @@ test_inbox_events.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -24,7 +25,7 @@ from resources.inbox import (
     is_database_url,
     open_inbox,
 )
-from resources.inbox.postgres import WRITE_LOCK, PostgresInbox, redact
+from resources.inbox.postgres import ERASURE_LOCK, WRITE_LOCK, PostgresInbox, redact
 from resources.inbox.resource import InboxResource
 from tests.postgres import PostgresServer, free_port, require_bin
 from tests.resources.inbox_batches import random_batches
@@ -118,13 +119,13 @@ def test_a_server_that_is_not_there_is_one_clear_error(postgres_server):
     assert "not-the-password" not in str(info.value)
 
 
-def waiting_on_the_write_lock(url: str) -> int:
-    """How many connections wait for the inbox's write lock."""
+def waiting_on_the_write_lock(url: str, lock: int = WRITE_LOCK) -> int:
+    """How many connections wait for the inbox's write lock (or `lock`)."""
     con = psycopg2.connect(url)
     try:
         cur = con.cursor()
         cur.execute("select count(*) from pg_locks where locktype = 'advisory' and not granted"
-                    " and objid = %s", (WRITE_LOCK & 0xFFFFFFFF,))
+                    " and objid = %s", (lock & 0xFFFFFFFF,))
         return cur.fetchone()[0]
     finally:
         con.close()
@@ -152,6 +153,47 @@ def test_writers_take_turns_so_a_cursor_never_steps_over_an_id(postgres_url, mak
         (second_id, new), = done
         assert new and second_id > first_id
         assert [e.id for e in sensor.after(0)] == [first_id, second_id]
+
+
+@pytest.mark.parametrize("waiter", ["forget", "landing"])
+def test_a_wait_for_the_erasure_lock_the_server_drops_is_inbox_unavailable(postgres_url,
+                                                                          waiter):
+    """A forget waiting for the landings in flight (or a landing waiting for a forget) whose
+    connection the server drops, as a restart does, raises InboxUnavailable, which commands
+    print in one line, not psycopg2's error."""
+    with open_inbox(postgres_url, create=True) as holder, open_inbox(postgres_url) as other, \
+            contextlib.ExitStack() as held:
+        if waiter == "forget":
+            holder.hold_landing()
+        else:
+            held.enter_context(holder.erasing())
+        raised: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                with contextlib.ExitStack() as got:
+                    if waiter == "forget":
+                        got.enter_context(other.erasing())
+                    else:
+                        other.hold_landing()
+            except BaseException as exc:  # noqa: BLE001 - what it raised is the question
+                raised.append(exc)
+
+        waiting = threading.Thread(target=wait)
+        waiting.start()
+        while not waiting_on_the_write_lock(postgres_url, ERASURE_LOCK):
+            assert waiting.is_alive(), raised
+            time.sleep(0.01)
+        admin = psycopg2.connect(postgres_url)
+        admin.autocommit = True
+        admin.cursor().execute(
+            "select pg_terminate_backend(pid) from pg_locks where locktype = 'advisory'"
+            " and not granted and objid = %s", (ERASURE_LOCK & 0xFFFFFFFF,))
+        admin.close()
+        waiting.join()
+        (exc,) = raised
+        assert isinstance(exc, InboxUnavailable), repr(exc)
+        assert redact(postgres_url) in str(exc) and password(postgres_url) not in str(exc)
 
 
 def test_concurrent_writers_redeliveries_and_a_paging_sensor(postgres_url, make):
