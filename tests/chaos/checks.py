@@ -643,6 +643,9 @@ def table(out: dict) -> str:
         ("lake files checked against their declared schema", t["lake_files_schema_checked"]),
         ("readers: questions / answered (accounts compared)",
          f"{t['reader_queries']} / {t['reader_answers']} ({t['reader_accounts_compared']})"),
+        ("readers: seconds per question, median / slowest (a figure, not a check)",
+         ", ".join(f"{q} {v['median']:.0f} / {v['max']:.0f}"
+                   for q, v in t.get("reader_seconds", {}).items()) or "not measured"),
         ("readers' documented errors, by kind",
          ", ".join(f"{k} {v}" for k, v in sorted(t["reader_errors"].items())) or "none"),
         ("events received (stored once each) / deliveries / redelivered",

@@ -17,7 +17,8 @@ as an analyst runs it. In turn:
 
 An error is counted by its kind (`classify`). The documented ones (docs/operations.md,
 "Readers while the pipeline writes") are retried, as an analyst would, or are refusals
-`--as-of` owes; any other is a problem.
+`--as-of` owes; any other is a problem. How long each answer took is a figure, not a check:
+a question runs as long as it needs, and only one with no answer in `HUNG_S` is a problem.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import datetime as dt
 import json
 import random
 import shutil
+import statistics
+import subprocess
 import threading
 import time
 import uuid
@@ -36,6 +39,10 @@ from decimal import Decimal
 from pathlib import Path
 
 QUESTIONS = ("lake", "landings", "record", "as_of", "erased")
+# a question with no answer in this long is hung: a problem. Not a speed limit: at a load of
+# 50 on 2 cores (three seeds at once) an `--as-of` question, which reads every table's log and
+# files from the store (moto, a Python server, behind the fault proxy), took over 300 s
+HUNG_S = 1800
 # the views that name records, where an erased record must have no row (the audits of
 # erasures and reveals name it by design)
 NAMING = ("accounts", "balance_history", "balances", "checks", "daily_balances", "identity",
@@ -139,6 +146,7 @@ class Answer:
     kind: str | None = None  # of the error
     record: str | None = None
     as_of: str | None = None
+    seconds: float | None = None  # how long it took, answered or not
 
 
 @dataclass
@@ -166,7 +174,7 @@ class Readers:
         self.stopping.set()
         for thread in self.threads:
             if thread.is_alive():
-                thread.join(timeout=300)
+                thread.join(timeout=HUNG_S + 60)
 
     def _loop(self, env: str) -> None:
         turn = 0
@@ -175,6 +183,10 @@ class Readers:
             turn += 1
             try:
                 self.ask(env, question)
+            except subprocess.TimeoutExpired as exc:
+                self._keep(Answer(env, question, time.time() - exc.timeout,
+                                  error=f"no answer in {exc.timeout:.0f} s",
+                                  kind="hung", seconds=exc.timeout))
             except Exception as exc:  # a reader's own failure is a finding, not a crash
                 self._keep(Answer(env, question, time.time(), error=f"reader: {exc}",
                                   kind="undocumented"))
@@ -215,7 +227,8 @@ class Readers:
             # a copy of the published file (one build, at rest): kept when its answer is wrong
             copy = self._copy(dep) if not args else None
             where = ["--warehouse", str(copy)] if copy else []
-            out = dep.cli("sql", query, "--format", "json", *args, *where, timeout_s=300)
+            out = dep.cli("sql", query, "--format", "json", *args, *where, timeout_s=HUNG_S)
+            took = time.time() - started
             if out.returncode == 0:
                 rows = json.loads(out.stdout or "[]", parse_float=Decimal)
                 if copy and question in ("lake", "record") and rows and \
@@ -225,14 +238,14 @@ class Readers:
                 elif copy:
                     copy.unlink(missing_ok=True)
                 self._keep(Answer(env, question, started, rows=rows, record=record,
-                                  as_of=as_of))
+                                  as_of=as_of, seconds=took))
                 return
             if copy:
                 copy.unlink(missing_ok=True)
             error = (out.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
             kind, retried = classify(out.stderr)
             self._keep(Answer(env, question, started, error=error[:500], kind=kind,
-                              record=record, as_of=as_of))
+                              record=record, as_of=as_of, seconds=took))
             if kind == "undocumented":
                 self.say(f"    reader of {env} ({question}): {error[:300]}")
             if not retried or self.stopping.wait(2):
@@ -249,7 +262,7 @@ class Readers:
 
     def _some_record(self, dep) -> str | None:
         out = dep.cli("sql", "select distinct record_id from transactions order by 1",
-                      "--format", "json", timeout_s=300)
+                      "--format", "json", timeout_s=HUNG_S)
         if out.returncode != 0:
             return None
         ids = [r["record_id"] for r in json.loads(out.stdout or "[]")]
@@ -274,7 +287,7 @@ class Readers:
             if a.rows is None:
                 errors[a.kind] += 1
                 examples.setdefault(a.kind, a.error[:300])
-                if a.kind == "undocumented":
+                if a.kind in ("undocumented", "hung"):
                     problems.append(f"{a.env}: a reader's {a.question} question failed: "
                                     f"{a.error}")
                 continue
@@ -310,4 +323,13 @@ class Readers:
                                         f"after its erasure: {held}")
         return problems, {"asked": dict(asked), "answered": dict(answered),
                           "errors": dict(errors), "error_examples": examples,
-                          "accounts_compared": compared}
+                          "accounts_compared": compared, "seconds": self.seconds()}
+
+    def seconds(self) -> dict[str, dict[str, float]]:
+        """How long the questions took, by question: median and slowest (answered or not)."""
+        took: dict[str, list[float]] = {}
+        for a in self.answers:
+            if a.seconds is not None:
+                took.setdefault(a.question, []).append(a.seconds)
+        return {q: {"median": round(statistics.median(t), 1), "max": round(max(t), 1)}
+                for q, t in sorted(took.items())}

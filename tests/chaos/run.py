@@ -977,7 +977,8 @@ def summary(results: list[dict], command: str) -> dict:
                    "s3_faults": 0, "s3_requests": 0, "postgres_restarts": 0,
                    "customers_forgotten": 0, "records_erased": 0,
                    "lake_files_schema_checked": 0, "reader_queries": 0,
-                   "reader_answers": 0, "reader_errors": {}, "reader_accounts_compared": 0}
+                   "reader_answers": 0, "reader_errors": {}, "reader_accounts_compared": 0,
+                   "reader_seconds": {}}
     for r in results:
         for k, v in r["faults"].items():
             total["faults"][k] = total["faults"].get(k, 0) + v
@@ -994,11 +995,18 @@ def summary(results: list[dict], command: str) -> dict:
         total["reader_accounts_compared"] += readers.get("accounts_compared", 0)
         for k, v in readers.get("errors", {}).items():
             total["reader_errors"][k] = total["reader_errors"].get(k, 0) + v
+        for q, took in readers.get("seconds", {}).items():
+            total["reader_seconds"].setdefault(q, []).append(took)
         total["events_received"] += r["events"]["received"]
         total["deliveries"] += r["events"]["deliveries"]
         total["redelivered"] += r["events"]["redelivered"]
         total["records_checked"] += r["records_checked"]
         total["mismatches"] += r["mismatches"]
+    # each seed's median and slowest answer, by question: the median of the seeds' medians
+    total["reader_seconds"] = {
+        q: {"median": sorted(t["median"] for t in took)[len(took) // 2],
+            "max": max(t["max"] for t in took)}
+        for q, took in sorted(total["reader_seconds"].items())}
     settle = [r["settle_s"] for r in results if r["settle_s"] is not None] or [0.0]
     return {"what": "Exactly once under faults: the lake against the sandbox's ground truth "
                     "(tests/chaos/run.py)",

@@ -80,3 +80,22 @@ def test_merged_seeds_say_whether_the_code_they_ran_is_the_code_as_it_stands():
     assert changed_since([{"seed": 1, "commit": head},
                           {"seed": 2, "commit": "0000000 with uncommitted changes"}]) \
         == ["unknown (0000000)"]
+
+
+def test_a_slow_answer_is_a_figure_and_a_hung_question_a_problem():
+    import random
+
+    from tests.chaos.readers import Answer, Readers
+
+    readers = Readers({}, dict, print, random.Random(0))
+    row = {"accounts": 2, "mismatched": 0, "which": []}
+    readers.answers = [Answer("production", "as_of", 0.0, rows=[row], seconds=s)
+                       for s in (4.0, 420.0, 9.0)]
+    problems, figures = readers.check({}, {})
+    assert problems == []  # slow is not wrong
+    assert figures["seconds"] == {"as_of": {"median": 9.0, "max": 420.0}}
+    readers.answers.append(Answer("production", "lake", 0.0, error="no answer in 1800 s",
+                                  kind="hung", seconds=1800.0))
+    problems, figures = readers.check({}, {})
+    assert len(problems) == 1 and "no answer in 1800 s" in problems[0]
+    assert figures["errors"] == {"hung": 1}
