@@ -119,8 +119,8 @@ def test_a_server_that_is_not_there_is_one_clear_error(postgres_server):
     assert "not-the-password" not in str(info.value)
 
 
-def waiting_on_the_write_lock(url: str, lock: int = WRITE_LOCK) -> int:
-    """How many connections wait for the inbox's write lock (or `lock`)."""
+def waiting_on(url: str, lock: int) -> int:
+    """How many connections wait for the advisory `lock` (the inbox's write or erasure lock)."""
     con = psycopg2.connect(url)
     try:
         cur = con.cursor()
@@ -144,7 +144,7 @@ def test_writers_take_turns_so_a_cursor_never_steps_over_an_id(postgres_url, mak
         later = threading.Thread(target=lambda: done.append(second.add(
             make.callback("rec-second"))))
         later.start()
-        while not waiting_on_the_write_lock(postgres_url):  # it got as far as the lock
+        while not waiting_on(postgres_url, WRITE_LOCK):  # it got as far as the lock
             assert later.is_alive(), done
             time.sleep(0.01)
         assert sensor.after(0) == []  # nothing visible yet, so the cursor stays at 0
@@ -181,7 +181,7 @@ def test_a_wait_for_the_erasure_lock_the_server_drops_is_inbox_unavailable(postg
 
         waiting = threading.Thread(target=wait)
         waiting.start()
-        while not waiting_on_the_write_lock(postgres_url, ERASURE_LOCK):
+        while not waiting_on(postgres_url, ERASURE_LOCK):
             assert waiting.is_alive(), raised
             time.sleep(0.01)
         admin = psycopg2.connect(postgres_url)
