@@ -437,64 +437,81 @@ class Maker:
         return pa.table(cols, schema=schema("records"))
 
 
+GENERATED = ("transactions", "balance_periodic", "balance_history", "accounts", "income",
+             "income_streams", "landings", "checks")  # a commit each per chunk of records
+
+
 def generate(maker: Maker, lake, per_commit: int, say) -> dict:
     """The first landing of every record: one commit per table per `per_commit` records
-    (records in random order, as they arrive), transactions streamed."""
+    (records in random order, as they arrive), transactions streamed piece by piece through
+    the pipeline's streamed replace. One stopped part-way goes on where it stopped: each
+    table's WRITEs in its Delta log count the chunks it holds (a million records take hours)."""
     import numpy as np
     import pyarrow as pa
 
     from resources.tables import schema
 
     order = np.random.default_rng([maker.seed, 1]).permutation(maker.n)
-    took = {"commits": 0, "seconds": {}}
-    t_all = time.perf_counter()
-    part = 0
-    for start in range(0, maker.n, per_commit):
+    held = {t: _writes(lake, t) for t in GENERATED}
+    took = {"commits": 0, "seconds": {}, "resumed_at_chunk": min(held.values())}
+    t_all, part = time.perf_counter(), 0
+    for chunk, start in enumerate(range(0, maker.n, per_commit)):
         chosen = order[start:start + per_commit]
         chosen = chosen[np.argsort([maker.record_ids[i] for i in chosen])]  # by id, as written
-        pieces = [chosen[i:i + PIECE] for i in range(0, len(chosen), PIECE)]
-        held: dict[str, list] = {}
-        state = {"piece": -1, "slices": {}}
+        pieces = [(part + k, chosen[i:i + PIECE])
+                  for k, i in enumerate(range(0, len(chosen), PIECE))]
+        part += len(pieces)
+        todo = [t for t in GENERATED if held[t] <= chunk]
+        if not todo:
+            continue
+        made = {}  # each piece's rows of the other tables, from the last pass over them
 
-        def rows_of(rid: str, state=state, pieces=pieces, held=held):
-            if rid not in state["slices"]:  # the next piece, in the order of ids
-                nonlocal part
-                state["piece"] += 1
-                made = maker.piece(pieces[state["piece"]], part)
-                part += 1
-                for t, v in made.items():
-                    if t not in ("transactions", "transactions_per_record"):
-                        held.setdefault(t, []).append(v)
-                at, slices = 0, {}
-                for i, count in zip(pieces[state["piece"]], made["transactions_per_record"],
-                                    strict=True):
-                    slices[maker.record_ids[i]] = (at, int(count))
-                    at += int(count)
-                state["slices"], state["table"] = slices, made["transactions"]
-            at, count = state["slices"].pop(rid)
-            return state["table"].slice(at, count).to_batches()
+        def rows(pieces=pieces, made=made):
+            for k, (number, index) in enumerate(pieces):
+                made[k] = maker.piece(index, number)
+                ids = pa.array([maker.record_ids[i] for i in index], pa.string())
+                yield from made[k]["transactions"].append_column("record_id", ids.take(
+                    np.repeat(np.arange(len(index)), made[k]["transactions_per_record"]))
+                ).to_batches()
 
         ids = [maker.record_ids[i] for i in chosen]
-        t0 = time.perf_counter()
-        on_big_stack(lambda ids=ids: lake.replace_batches(
-            "transactions", {rid: (lambda rid=rid: rows_of(rid)) for rid in ids},
-            schema("transactions")))
-        took["seconds"]["transactions"] = took["seconds"].get("transactions", 0) + \
-            time.perf_counter() - t0
-        for table, parts in held.items():
-            t0 = time.perf_counter()
-            on_big_stack(lambda t=table, p=parts: lake.append_rows(t, pa.concat_tables(p),
-                                                                   schema(t)))
-            took["seconds"][table] = took["seconds"].get(table, 0) + time.perf_counter() - t0
+        if "transactions" in todo:
+            _timed(took, "transactions", lambda ids=ids, rows=rows: lake.replace_stream(
+                "transactions", ids, rows, schema("transactions")))
+        else:
+            made.update({k: maker.piece(index, number)
+                         for k, (number, index) in enumerate(pieces)})
+        for table in (t for t in todo if t != "transactions"):
+            _timed(took, table, lambda t=table, made=made: lake.append_rows(
+                t, pa.concat_tables([made[k][t] for k in sorted(made)]), schema(t)))
         took["commits"] += 1
-        say(f"  commit {took['commits']}: {start + len(chosen):,} records, "
+        say(f"  commit {chunk + 1}: {start + len(chosen):,} records, "
             f"{time.perf_counter() - t_all:.0f} s")
-    t0 = time.perf_counter()
-    lake.write("records", None, maker.records(np.arange(maker.n)), schema=schema("records"))
-    took["seconds"]["records"] = time.perf_counter() - t0
+    _timed(took, "records", lambda: lake.write("records", None, maker.records(
+        np.arange(maker.n)), schema=schema("records")))
     took["seconds"] = {k: round(v, 1) for k, v in took["seconds"].items()}
     took["total_s"] = round(time.perf_counter() - t_all, 1)
     return took
+
+
+def _writes(lake, table: str) -> int:
+    """How many data commits `table` holds (0: none, or no table yet)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        history = DeltaTable(lake.table_uri(table)).history()
+    except TableNotFoundError:
+        return 0
+    return sum(h["operation"] == "WRITE" for h in history)
+
+
+def _timed(took: dict, table: str, write) -> None:
+    """`write()` on a big stack (a replace's predicate names every record), its seconds
+    added to the table's."""
+    t0 = time.perf_counter()
+    on_big_stack(write)
+    took["seconds"][table] = took["seconds"].get(table, 0) + time.perf_counter() - t0
 
 
 def on_big_stack(fn):
@@ -1114,9 +1131,10 @@ def level(records: int, args, say, save=lambda out: None) -> dict:
         lake = Lake(root=str(work / "lake"))
         maker = Maker(records, args.seed, lake)
         if "generation" not in out:
-            shutil.rmtree(work / "lake", ignore_errors=True)  # one stopped part-way: again
+            out.setdefault("per_commit", args.per_commit)  # a resumed level's, as it began
+            keep()  # from here, --resume goes on with the chunks the lake holds
             say(f"{records:,} records: generating into {work}")
-            out["generation"] = generate(maker, lake, args.per_commit, say)
+            out["generation"] = generate(maker, lake, out["per_commit"], say)
             keep()
         if "compaction" not in out:
             out["compaction"] = compact(lake, say)
