@@ -11,7 +11,8 @@ time, never a row at a time. Record ids are random 24-hex strings, as the servic
 Two layouts of the same lake are measured:
 
 - **compacted**: one commit per 50,000 records (transactions streamed through
-  `Lake.replace_batches`, the other tables through `Lake.append_rows` / `Lake.write`), then
+  `Lake.replace_stream`, the other tables through `Lake.append_rows` / `Lake.write`; a
+  generation stopped part-way goes on, with `--resume`, from the commits each table holds), then
   the nightly maintenance's compaction as it calls it (`delta.compact`: clustered by
   `record_id` while a table is within LEDGERLAKE_LAKE_CLUSTER_MAX_MB, else its small files
   packed; the target of `assets.maintenance.target_bytes`), then a vacuum of the superseded
