@@ -1089,7 +1089,8 @@ def level(records: int, args, say, save=lambda out: None) -> dict:
     """One level: the lake made and compacted, the questions asked, a day of hourly runs,
     the questions asked again. With --keep, what is done is written to the level's folder
     (level.json) after each step, each question and each hourly run, and `--resume FOLDER`
-    goes on from there: a level of a million records takes longer than one sitting."""
+    goes on from there (a generation, from the commits its lake holds): a level of a million
+    records takes longer than one sitting."""
     import numpy as np  # noqa: F401  (loaded before the clock)
 
     from resources.lake import Lake
@@ -1293,7 +1294,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep the lakes, and each level's progress (see --resume)")
     ap.add_argument("--resume", type=Path, metavar="FOLDER",
                     help="go on with a level stopped part-way (its folder analyst-N-*, kept by "
-                         "--keep), from its last step, question or hourly run")
+                         "--keep), from its last step, question, hourly run or generation "
+                         "commit")
     ap.add_argument("--make-only", action="store_true",
                     help="make and compact the lake, then stop (with --keep): making it need "
                          "not be quiet, the questions do; go on later with --resume")
