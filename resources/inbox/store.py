@@ -392,8 +392,9 @@ class Inbox:
         landing step before it reads its records, so a forget erases what it wrote or comes
         first."""
         if self._held is None:
-            self._held = contextlib.ExitStack()
-            self._held.enter_context(self._db.erasure_lock(exclusive=False))
+            held = contextlib.ExitStack()
+            held.enter_context(self._db.erasure_lock(exclusive=False))
+            self._held = held  # only once held: a wait that failed leaves it to take again
 
     def of_customer(self, customer: str) -> list[str]:
         """The records the inbox knows of `customer` (its events naming them and no record

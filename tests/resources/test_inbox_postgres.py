@@ -119,13 +119,14 @@ def test_a_server_that_is_not_there_is_one_clear_error(postgres_server):
     assert "not-the-password" not in str(info.value)
 
 
-def waiting_on(url: str, lock: int) -> int:
-    """How many connections wait for the advisory `lock` (the inbox's write or erasure lock)."""
+def advisory(url: str, lock: int, *, granted: bool) -> int:
+    """How many connections hold (`granted`) or wait for the advisory `lock`: the inbox's
+    write or erasure lock."""
     con = psycopg2.connect(url)
     try:
         cur = con.cursor()
-        cur.execute("select count(*) from pg_locks where locktype = 'advisory' and not granted"
-                    " and objid = %s", (lock & 0xFFFFFFFF,))
+        cur.execute("select count(*) from pg_locks where locktype = 'advisory' and granted = %s"
+                    " and objid = %s", (granted, lock & 0xFFFFFFFF))
         return cur.fetchone()[0]
     finally:
         con.close()
@@ -144,7 +145,7 @@ def test_writers_take_turns_so_a_cursor_never_steps_over_an_id(postgres_url, mak
         later = threading.Thread(target=lambda: done.append(second.add(
             make.callback("rec-second"))))
         later.start()
-        while not waiting_on(postgres_url, WRITE_LOCK):  # it got as far as the lock
+        while not advisory(postgres_url, WRITE_LOCK, granted=False):  # it got as far as the lock
             assert later.is_alive(), done
             time.sleep(0.01)
         assert sensor.after(0) == []  # nothing visible yet, so the cursor stays at 0
@@ -181,7 +182,7 @@ def test_a_wait_for_the_erasure_lock_the_server_drops_is_inbox_unavailable(postg
 
         waiting = threading.Thread(target=wait)
         waiting.start()
-        while not waiting_on(postgres_url, ERASURE_LOCK):
+        while not advisory(postgres_url, ERASURE_LOCK, granted=False):
             assert waiting.is_alive(), raised
             time.sleep(0.01)
         admin = psycopg2.connect(postgres_url)
@@ -194,6 +195,12 @@ def test_a_wait_for_the_erasure_lock_the_server_drops_is_inbox_unavailable(postg
         (exc,) = raised
         assert isinstance(exc, InboxUnavailable), repr(exc)
         assert redact(postgres_url) in str(exc) and password(postgres_url) not in str(exc)
+        held.close()  # the forget ends, or the landing's lock goes with its inbox
+        holder.close()
+        assert advisory(postgres_url, ERASURE_LOCK, granted=True) == 0
+        if waiter == "landing":  # its next try takes the lock: the failed wait left none held
+            other.hold_landing()
+            assert advisory(postgres_url, ERASURE_LOCK, granted=True) == 1
 
 
 def test_concurrent_writers_redeliveries_and_a_paging_sensor(postgres_url, make):
