@@ -45,6 +45,7 @@ def launched(box: harness.Sandbox, records: list[str], work: Path, timeout_s: fl
     from pipeline.local import one_box_pools, stop_process
     from resources.inbox import Inbox, describe
     from resources.lake import Lake
+    from tests.ground_truth import partitions
 
     home = work / "launched"
     dagster_home = home / "dagster"
@@ -82,7 +83,7 @@ def launched(box: harness.Sandbox, records: list[str], work: Path, timeout_s: fl
                 bodies = [ready(r, start + i) for i, r in enumerate(records[start:start + 500])]
                 inbox.add_described([(describe(b), orjson.dumps(b)) for b in bodies])
         deadline = time.monotonic() + timeout_s
-        while not set(records) <= set(lake.partitions("transactions")):
+        while not set(records) <= set(partitions(lake, "transactions")):
             if daemon.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("launched runs did not land every record:\n"
                                    + (home / "daemon.log").read_text()[-3000:])

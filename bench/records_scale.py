@@ -43,6 +43,7 @@ from assets.publish import Landing, dagster_results  # noqa: E402
 from pipeline.local import QUIET, stop_process  # noqa: E402
 from resources.inbox import describe, kept_body, open_inbox  # noqa: E402
 from resources.lake import Lake  # noqa: E402
+from tests.ground_truth import holding  # noqa: E402
 from tests.postgres import INSTALL, PostgresServer, find_bin, free_port, pg_env  # noqa: E402
 
 TICK_CALLBACKS, FILL_CHUNK, WINDOW_S = 500, 5000, 2 * 3600
@@ -252,7 +253,7 @@ def refresh_day(defs, stand_ins, instance, env, box, requests, when, real_runs) 
     def lacking(rr) -> bool:
         with open_inbox(env["LEDGERLAKE_INBOX"]) as db:
             ids = list(db.ids_of(rr.run_config["resources"]["batch"]["config"]["records"]).values())
-        return len(Lake(root=str(lake)).holding("transactions", ids)) < len(ids)
+        return len(holding(Lake(root=str(lake)), "transactions", ids)) < len(ids)
 
     first = [execute(job, instance, rr, **{"ledgerlake/bench": "first landing"})
              for rr in real if lacking(rr)]

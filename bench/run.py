@@ -324,6 +324,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
     from resources.client.resource import ConnectionClient
     from resources.inbox.resource import InboxResource
     from resources.lake import Lake
+    from tests.ground_truth import partitions
 
     with harness.sandbox(home, seed) as box, box.api(30) as api, Server(
             "receiver", "--inbox", str(home / "inbox.sqlite3"),
@@ -351,7 +352,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
         def watch() -> None:
             while not done.is_set():
                 if waiting := [r for r in list(sent) if r not in landed]:
-                    there = set(lake.partitions("transactions"))  # records with rows
+                    there = set(partitions(lake, "transactions"))  # records with rows
                     landed.update((r, time.time()) for r in waiting if r in there)
                 time.sleep(0.05)
 

@@ -70,7 +70,6 @@ ZSTD = WriterProperties(compression="ZSTD", max_row_group_size=128 * 1024,
                         default_column_properties=ColumnProperties(dictionary_enabled=False),
                         column_properties={"customer_id": BY_CUSTOMER})
 DEFAULT_TARGET = 100 * 2**20  # delta-rs's own default file size for compaction
-STREAMED = ZSTD
 SCAN_ROWS = 32 * 1024  # rows a batch of `scan` holds
 # a streamed write's files: a huge record's rows in several, by date as they came, so that a
 # window's replace rewrites the last of them, not the record (compaction merges them later)
@@ -186,7 +185,7 @@ def _stream(uri: str, schema: pa.Schema, rows: Callable[[pa.Schema], Iterable[pa
         try:
             write_deltalake(table, pa.RecordBatchReader.from_batches(own, batches()),
                             mode="overwrite", predicate=predicate,
-                            schema_mode="merge", writer_properties=STREAMED,
+                            schema_mode="merge", writer_properties=ZSTD,
                             target_file_size=STREAMED_FILE, commit_properties=once.properties)
         except Exception:
             if failed:
@@ -219,15 +218,9 @@ def scan(uri: str, record_ids: str | Sequence[str], columns: Sequence[str] | Non
 
 def count_rows(uri: str, record_ids: Sequence[str]) -> dict[str, int]:
     """How many rows each of `record_ids` has (those with none are left out), read a batch
-    of their ids at a time."""
-    table = _open(uri, None)
-    ids = sorted({check_record_id(r) for r in record_ids})
-    if table is None or not ids:
-        return {}
+    of their ids at a time (`scan`)."""
     counts: dict[str, int] = {}
-    for batch in _dataset(uri, table, ids).to_batches(
-            columns=["record_id"], filter=_of_records(ids),
-            batch_size=SCAN_ROWS, batch_readahead=1, fragment_readahead=1):
+    for batch in scan(uri, [check_record_id(r) for r in record_ids], ["record_id"]):
         for item in pc.value_counts(batch["record_id"]).to_pylist():
             counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
     return counts
@@ -287,26 +280,21 @@ def _as_stored(table: DeltaTable, data: pa.Table) -> pa.Table:
     return data if data.schema == target else data.cast(target)
 
 
-def read(uri: str, record_id: str | None = None, columns: Sequence[str] | None = None,
-         version: int | datetime | None = None) -> pa.Table | None:
-    """The table (or one record's rows) at `version` (default: the latest), None if the table
-    does not exist. Delta stores timestamps in microseconds: ms columns come back as us."""
+def read(uri: str, record_id: str | Sequence[str] | None = None,
+         columns: Sequence[str] | None = None, version: int | datetime | None = None
+         ) -> pa.Table | None:
+    """The table (or the rows of one record, or of any of several, in one pass: files whose
+    record range misses them all are skipped by their stats) at `version` (default: the
+    latest), None if the table does not exist. Delta stores timestamps in microseconds: ms
+    columns come back as us."""
     table = _open(uri, version)
     if table is None:
         return None
     if record_id is None:
         return _dataset(uri, table).to_table(columns=columns)
-    return _rows_of(uri, table, [check_record_id(record_id)], columns)
-
-
-def read_any(uri: str, record_ids: Sequence[str], columns: Sequence[str] | None = None
-             ) -> pa.Table | None:
-    """The rows of any of `record_ids`, in one pass (files whose record range misses them
-    all are skipped by their stats); None if the table does not exist."""
-    table = _open(uri, None)
-    if table is None:
-        return None
-    return _rows_of(uri, table, sorted({check_record_id(r) for r in record_ids}), columns)
+    several = isinstance(record_id, Iterable) and not isinstance(record_id, str | bytes)
+    ids = record_id if several else [record_id]
+    return _rows_of(uri, table, sorted({check_record_id(r) for r in ids}), columns)
 
 
 def _rows_of(uri: str, table: DeltaTable, ids: list[str], columns: Sequence[str] | None
@@ -737,8 +725,6 @@ def _holds(store: pafs.FileSystem, path: str, ids: list[str]) -> bool:
     """Whether a Parquet file has a row of `ids` (one that does not parse, damaged, is taken
     to: no version can read it anyway). Files still being written keep their staging names
     (`STAGED`) and are not looked at: the lake's vacuum removes a dead writer's."""
-    import pyarrow.parquet as pq
-
     try:
         with store.open_input_file(path) as f:
             column = pq.read_table(f, columns=["record_id"])["record_id"]

@@ -163,7 +163,7 @@ class Lake(ConfigurableResource):
         ids = [check_record_id(r) for r in record_ids]
         if not ids:
             return {}
-        rows = delta.read_any(self.table_uri(table), ids, [*schema.names, "record_id"])
+        rows = delta.read(self.table_uri(table), ids, [*schema.names, "record_id"])
         if rows is None or rows.num_rows == 0:
             return {}
         rows = rows.sort_by("record_id")  # each record's rows one slice; order kept within
@@ -172,17 +172,6 @@ class Lake(ConfigurableResource):
             out[item["values"]] = rows.slice(at, item["counts"]).select(schema.names).cast(schema)
             at += item["counts"]
         return out
-
-    def holding(self, table: str, record_ids: Sequence[str]) -> set[str]:
-        """Which of `record_ids` have rows in `table` (reads their id column only)."""
-        ids = [check_record_id(r) for r in record_ids]
-        rows = delta.read_any(self.table_uri(table), ids, ["record_id"]) if ids else None
-        return set() if rows is None else set(pc.unique(rows["record_id"]).to_pylist())
-
-    def partitions(self, table: str) -> list[str]:
-        """Record ids that have rows in `table`."""
-        rows = delta.read(self.table_uri(table), columns=["record_id"])
-        return [] if rows is None else sorted(pc.unique(rows["record_id"]).to_pylist())
 
     def version(self, table: str) -> int | None:
         """The table's latest version, None if it does not exist yet."""

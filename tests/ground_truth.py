@@ -15,8 +15,10 @@ from decimal import Decimal
 
 import httpx
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from resources.lake import Lake
+from resources import delta
+from resources.lake import Lake, check_record_id
 from resources.wire import ref
 
 
@@ -132,6 +134,19 @@ def lake_rows(lake: Lake) -> dict[str, list[dict]]:
         rows = lake.read(table, schema=pa.schema([*cols, ("record_id", pa.string())]))
         out[table] = [] if rows is None else rows.to_pylist()
     return out
+
+
+def holding(lake: Lake, table: str, record_ids: Iterable[str]) -> set[str]:
+    """Which of `record_ids` have rows in `table` (reads their id column only)."""
+    ids = [check_record_id(r) for r in record_ids]
+    rows = delta.read(lake.table_uri(table), ids, ["record_id"]) if ids else None
+    return set() if rows is None else set(pc.unique(rows["record_id"]).to_pylist())
+
+
+def partitions(lake: Lake, table: str) -> list[str]:
+    """The record ids that have rows in `table`."""
+    rows = delta.read(lake.table_uri(table), columns=["record_id"])
+    return [] if rows is None else sorted(pc.unique(rows["record_id"]).to_pylist())
 
 
 def pictures(rows: dict[str, list[dict]], records: Iterable[str]) -> dict[str, Picture]:

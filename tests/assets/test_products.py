@@ -29,6 +29,7 @@ from resources.lake import Lake
 from resources.privacy import Keys, reveal
 from tests.bad_service import BadPages
 from tests.conftest import connected, land, noted
+from tests.ground_truth import partitions
 from tests.resources.test_privacy import found
 
 PRODUCTS = [accounts, balances, transactions, income, identity]
@@ -296,7 +297,7 @@ def test_an_account_of_a_record_the_inbox_never_heard_of_is_held(shared_sandbox,
     assert not check.passed and check.metadata["failing_records"].value == [number]
     assert check.metadata["records_failed"].value == 1
     assert read(tmp_path, "accounts", known) is not None
-    assert stranger not in Lake(root=str(tmp_path)).partitions("accounts")
+    assert stranger not in partitions(Lake(root=str(tmp_path)), "accounts")
     (bad,) = [r for r in noted(tmp_path, "checks", out.run_id) if not r["passed"]]
     assert bad["record_id"] == stranger and json.loads(bad["problems"])[0]["record"] == stranger
     assert states(tmp_path, [stranger], "accounts")[stranger].outcome == "held"

@@ -25,6 +25,7 @@ from resources.lake import Lake
 from resources.wire import naira
 from tests.bad_service import BadPages
 from tests.conftest import Sandbox, start_sandbox
+from tests.ground_truth import partitions
 
 CHECK = tx.RUNNING_BALANCE.name
 SAID = "%s: %d fetched (%s), %d in the record"
@@ -275,7 +276,7 @@ def test_many_records_land_chunk_by_chunk(box, tmp_path, monkeypatch):
         chunks, in_lake = [], []
         for chunk in tx.land_chunks(c, lake, ids, full={ids[3]}):
             chunks.append(chunk)
-            in_lake.append(sorted(set(lake.partitions("transactions")) & set(ids)))
+            in_lake.append(sorted(set(partitions(lake, "transactions")) & set(ids)))
     assert [[x.record_id for x in chunk] for chunk in chunks] == [ids[:2], ids[2:4], ids[4:]]
     assert in_lake == [sorted(ids[:2] + [ids[3]]), sorted(ids[:4]), sorted(ids)]
     landings = [x for chunk in chunks for x in chunk]

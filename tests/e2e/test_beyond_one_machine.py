@@ -43,7 +43,7 @@ from tests.e2e.test_forgotten import (
     holding,
     needles_for,
 )
-from tests.ground_truth import history, signed, wait
+from tests.ground_truth import history, partitions, signed, wait
 from tests.postgres import pg_env
 from tests.s3 import free_port, moto_s3
 
@@ -187,7 +187,7 @@ def test_two_receivers_a_daemon_and_runs_on_postgres_and_s3(postgres_server, tmp
             lake = Lake(root=lake_root)
             products = ("accounts", "transactions", "balance_history", "income", "identity")
             wait("every record in every product table",
-                 lambda: all(set(records) <= set(lake.partitions(t)) for t in products),
+                 lambda: all(set(records) <= set(partitions(lake, t)) for t in products),
                  600, daemon, every_s=3)
             wait("the warehouse over S3 answers for every record", lambda: answer(env, home)
                  == str(RECORDS), 240, daemon, every_s=5)

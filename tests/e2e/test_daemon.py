@@ -19,6 +19,7 @@ from pipeline.cli import demo
 from pipeline.local import stop_process
 from resources.inbox import open_inbox
 from resources.lake import Lake
+from tests.ground_truth import partitions
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCTS = ("accounts", "balance_history", "transactions", "income", "identity")
@@ -61,7 +62,7 @@ def test_daemon_turns_callbacks_into_parquet(tmp_path, sandbox, receiver):
 
     def landed() -> bool:
         lake = Lake(root=str(home / "lake"))
-        return all(set(records) <= set(lake.partitions(table)) for table in PRODUCTS)
+        return all(set(records) <= set(partitions(lake, table)) for table in PRODUCTS)
 
     def queryable() -> bool:
         """`ledgerlake sql` answers with every new record's transactions."""

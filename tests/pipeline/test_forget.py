@@ -35,6 +35,7 @@ from resources.lake import Lake
 from resources.privacy import CLASSES, PUBLIC, Keys, protect, protect_narrations
 from sandbox import datagen
 from tests.conftest import callback, disconnect, reauth
+from tests.ground_truth import holding
 from tests.resources.test_privacy import found
 
 REPO = Path(__file__).resolve().parents[2]
@@ -695,7 +696,7 @@ def test_a_disconnect_pass_that_never_finished_is_finished_by_the_next_run(tmp_p
 
 def landed_anywhere(lake: Lake, inbox, record: str) -> dict:
     """Where `record` still is: the lake tables holding rows of it, and the inbox's rows."""
-    where = {t: 1 for t in ERASABLE if lake.version(t) is not None and lake.holding(t, [record])}
+    where = {t: 1 for t in ERASABLE if lake.version(t) is not None and holding(lake, t, [record])}
     if inbox.numbers([record]) or inbox.records([record]) or inbox.landings([record]):
         where["inbox"] = 1
     return where

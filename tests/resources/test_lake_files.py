@@ -23,6 +23,7 @@ from resources import delta
 from resources.lake import Lake
 from resources.privacy import stats_columns
 from resources.tables import TABLES, lake_schema, schema
+from tests.ground_truth import holding, partitions
 
 DAY0 = datetime(2025, 3, 1, 8, 15, 30, 123000, tzinfo=UTC)
 
@@ -218,12 +219,12 @@ def test_files_another_writer_made_in_other_arrow_types_still_read(tmp_path):
         assert lake.read("identity", record, declared, version=version) == rows(declared, 2)
     many = lake.read_many("identity", ["a", "b", "d"], declared)
     assert sorted(many) == ["b", "d"] and many["d"] == rows(declared, 2)
-    assert lake.holding("identity", ["a", "b", "c"]) == {"b", "c"}
+    assert holding(lake, "identity", ["a", "b", "c"]) == {"b", "c"}
     assert lake.row_counts("identity", ["a", "b", "c"]) == {"b": 2, "c": 2}
     assert pa.Table.from_batches(list(lake.scan("identity", "c", declared))) == rows(declared, 2)
     whole = lake.read("identity")
     assert whole.schema.equals(lake_schema("identity")) and whole.num_rows == 6
-    assert lake.partitions("identity") == ["b", "c", "d"]
+    assert partitions(lake, "identity") == ["b", "c", "d"]
     lake.replace("identity", {"b": rows(declared, 1)}, declared)  # rewrites c's and d's file
     assert_declared(lake, "identity", "a replace of a file in view types")
     DeltaTable(uri).delete("record_id = 'c'")  # b's and d's file in view types again
