@@ -39,7 +39,7 @@ from dagster import (
     multi_asset,
 )
 
-from resources import object_store
+from resources import delta, object_store
 from resources.delta import HistoryGone
 from resources.lake import Lake, fsync
 from resources.locks import machine_lock
@@ -160,7 +160,7 @@ def _relation(lake: Lake, table: str, files: list[str], as_of: AsOf) -> str:
     every view still binds, the column null; otherwise the files alone, so that DuckDB
     answers a `count(*)` from their footers (a union reads every row)."""
     pinned = as_of.get(table) if isinstance(as_of, Mapping) else as_of
-    if set(columns(table)) <= set(lake.column_names(table, pinned)):
+    if set(columns(table)) <= set(delta.column_names(lake.table_uri(table), pinned)):
         return f"(select * from {lake_source(files)})"
     return f"(select * from {lake_source(files)} union all by name {stand_in(table)})"
 

@@ -119,8 +119,8 @@ def forget(lake: Lake, tables: Sequence[str], *, record: str | None = None,
     for table in order:
         # a source's log, cut by its erasure, first hands on what it knew the derived tables
         # have yet to catch up with (derived.carry)
-        done.tables[table] = lake.purge(table, records, carry(lake, table, records),
-                                        deleted[table])
+        done.tables[table] = delta.purge(lake.table_uri(table), records,
+                                         carry(lake, table, records), deleted[table])
         progress(f"{table}: {done.tables[table]['files_purged']} files purged")
     _audit(lake, done, requested, reason)
     if rebuild is not None:  # after the audit: the erasures view shows this pass finished
@@ -143,7 +143,7 @@ def _delete(lake: Lake, order: Sequence[str], done: Erasure, customer: str | Non
             progress(f"inbox: {done.tables['inbox']['rows_deleted']} rows deleted")
         deleted = {}
         for table in order:
-            deleted[table] = lake.delete_rows(table, done.records)
+            deleted[table] = delta.delete_rows(lake.table_uri(table), done.records)
             progress(f"{table}: {deleted[table]} rows deleted")
     return deleted
 

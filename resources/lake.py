@@ -50,8 +50,7 @@ class Lake(ConfigurableResource):
 
     def replace(self, table: str, parts: Mapping[str, pa.Table], schema: pa.Schema | None = None,
                 window: Mapping[str, date | datetime] | None = None) -> int:
-        """Replace each record's rows with its table, all in one commit; the version.
-        `schema`: the columns and types written (default: the rows' own)."""
+        """Replace each record's rows with its table in one commit; the version."""
         if schema is None and parts:
             schema = next(iter(parts.values())).schema
         return delta.replace(self.table_uri(table), schema, parts, window=window,
@@ -61,15 +60,13 @@ class Lake(ConfigurableResource):
                         parts: Mapping[str, Callable[[], Iterable[pa.RecordBatch]]],
                         schema: pa.Schema, window: Mapping[str, date | datetime] | None = None
                         ) -> int:
-        """`replace`, each record's rows read batch by batch from `parts[record]()` (again
-        if the commit is tried again), never held at once; one commit, the version."""
+        """`replace`, each record's rows read batch by batch from `parts[record]()`."""
         return delta.replace_batches(self.table_uri(table), schema, parts, window=window,
                                      stats=stats_columns(table))
 
     def replace_stream(self, table: str, record_ids: Sequence[str],
                        rows: Callable[[], Iterable[pa.RecordBatch]], schema: pa.Schema) -> int:
-        """Replace every row of `record_ids` with `rows()` (batches carrying their
-        `record_id`, sorted by it), in one commit, never held at once; the version."""
+        """Replace every row of `record_ids` with `rows()` in one commit; the version."""
         return delta.replace_stream(self.table_uri(table), schema, record_ids, rows,
                                     stats=stats_columns(table))
 
@@ -124,25 +121,11 @@ class Lake(ConfigurableResource):
 
     def erase(self, table: str, record_ids: Sequence[str],
               before_cut: Callable[[int], None] | None = None) -> dict:
-        """Delete the records' rows and purge every file of any version that held them
-        (`delta.erase`): rows deleted, files purged, the version after. `before_cut`: called
-        with the version the table's history will start at, before the log is cut."""
+        """Delete the records' rows and purge every file that held them (`delta.erase`)."""
         return delta.erase(self.table_uri(table), record_ids, before_cut)
 
-    def delete_rows(self, table: str, record_ids: Sequence[str]) -> int:
-        """`erase`'s first half: the records' rows deleted in one commit, the older versions
-        left whole (`delta.delete_rows`). Returns the rows deleted."""
-        return delta.delete_rows(self.table_uri(table), record_ids)
-
-    def purge(self, table: str, record_ids: Sequence[str],
-              before_cut: Callable[[int], None] | None = None, deleted: int = 0) -> dict:
-        """`erase`'s second half, after `delete_rows`: every file that held a row of the
-        records purged and the history cut (`delta.purge`), as `erase` returns them."""
-        return delta.purge(self.table_uri(table), record_ids, before_cut, deleted)
-
     def changed_records(self, table: str, since: int) -> tuple[int, set[str]] | None:
-        """(latest version, records whose rows changed after version `since`), or None when
-        the log cannot say (`delta.changed_records`)."""
+        """(latest version, records changed after `since`); None if the log cannot say."""
         return delta.changed_records(self.table_uri(table), since)
 
     def cut_after(self, table: str, version: int) -> bool:
@@ -177,14 +160,8 @@ class Lake(ConfigurableResource):
         """The table's latest version, None if it does not exist yet."""
         return delta.version(self.table_uri(table))
 
-    def column_names(self, table: str, version: int | datetime | None = None) -> list[str]:
-        """The table's columns in its Delta schema (none if it does not exist)."""
-        return delta.column_names(self.table_uri(table), version)
-
     def row_count(self, table: str, version: int | None = None) -> int | None:
-        """The table's rows at `version` (latest by default; 0 if it does not exist), from
-        its log's file statistics; None if unknown (a file without a count, or the version's
-        history cut by an erasure since)."""
+        """The table's rows at `version` from its log's statistics (`delta.row_count`)."""
         return delta.row_count(self.table_uri(table), version)
 
     def files(self, table: str, version: int | datetime | None = None) -> list[str]:
