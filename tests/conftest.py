@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from pipeline.local import Server
+from resources.inbox.store import _retried
 from tests.postgres import PostgresServer, require_bin
 
 # the engine's retries wait seconds, not the production default of minutes (assets/publish.py
@@ -226,6 +227,15 @@ def numbers(inbox, records: list[str]) -> list[int]:
     with inbox.open() as db:
         got = db.numbers(records, create=True)
     return [got[r] for r in records if r in got]
+
+
+@_retried
+def dead_letters(inbox) -> list[tuple[str, bytes]]:
+    """The inbox's dead letters, (reason, body) oldest first, read as the inbox's own reads
+    are (once more on a lost connection)."""
+    with inbox._lock:
+        return [(r[0], bytes(r[1])) for r in inbox._db.execute(
+            "select reason, body from dead_letters order by id")]
 
 
 def land(assets: list, records: list[str], resources: dict, **kw):

@@ -201,16 +201,13 @@ class Inbox:
         self.close()
 
     # -- writes ---------------------------------------------------------------------------
-    def _begin_write(self):
-        """Begin a write: writers, in any process, take turns (the dialect's write lock)."""
-        return self._db.begin_write()
-
     @contextlib.contextmanager
     def _writing(self, begin=None):
-        """A transaction (the caller holds the lock) begun by `begin` (by default a write's),
-        committed when the block ends, rolled back when it raises; yields what `begin` gave."""
+        """A transaction (the caller holds the lock) begun by `begin` (by default a write's:
+        writers, in any process, take turns by the dialect's write lock), committed when the
+        block ends, rolled back when it raises; yields what `begin` gave."""
         try:
-            yield (begin or self._begin_write)()
+            yield (begin or self._db.begin_write)()
             self._db.execute("commit")
         except BaseException:
             self._db.rollback()
@@ -449,11 +446,6 @@ class Inbox:
         with self._lock:
             return self._db.execute("select count(*) from events").fetchone()[0]
 
-    def dead_letters(self) -> list[tuple[str, bytes]]:
-        with self._lock:
-            return [(r[0], bytes(r[1])) for r in self._db.execute(
-                "select reason, body from dead_letters order by id")]
-
     def records(self, ids: Iterable[str] | None = None,
                 status: str | None = None) -> dict[str, RecordState]:
         """The status of records (all, or those named: any number of them, bound as one
@@ -636,8 +628,8 @@ class Inbox:
 
 # The calls tried once more when the connection was lost (a Postgres server dropped it): every
 # one through the inbox's connection but add (whose add_described is) and probe_write
-for _call in ("add_described", "after", "check", "count", "dead_letter", "dead_letters",
-              "failing", "forget", "forgotten", "ids_of", "landing_ages", "landings",
-              "mark_replayed", "note_landings", "numbered", "numbers", "of_customer",
-              "payloads", "records", "stale", "status", "vitals"):
+for _call in ("add_described", "after", "check", "count", "dead_letter", "failing", "forget",
+              "forgotten", "ids_of", "landing_ages", "landings", "mark_replayed", "note_landings",
+              "numbered", "numbers", "of_customer", "payloads", "records", "stale", "status",
+              "vitals"):
     setattr(Inbox, _call, _retried(getattr(Inbox, _call)))

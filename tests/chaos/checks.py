@@ -547,10 +547,11 @@ def inbox_read(dep) -> tuple[int, int, list[str]]:
     """Events stored, dead letters, and problems: an event the sensor never read, a dead
     letter kept without its reason."""
     from resources.inbox import open_inbox
+    from tests.conftest import dead_letters
 
     with open_inbox(dep.inbox) as inbox:
         events = inbox.after(0, 10_000_000)
-        letters = inbox.dead_letters()
+        letters = dead_letters(inbox)
     with dep.instance() as instance:
         cursor = int(sensor_cursor(instance))
     out = [f"inbox event {e.id} ({e.method}) was never read by the sensor"

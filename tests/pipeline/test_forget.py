@@ -34,7 +34,7 @@ from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import CLASSES, PUBLIC, Keys, protect, protect_narrations
 from sandbox import datagen
-from tests.conftest import callback, disconnect, reauth
+from tests.conftest import callback, dead_letters, disconnect, reauth
 from tests.ground_truth import holding
 from tests.resources.test_privacy import found
 
@@ -318,7 +318,7 @@ def test_forget_empties_the_inbox_of_the_records_and_keeps_the_others(home, requ
             (None, (R3,))]
         assert list(inbox.records()) == [R3] and inbox.of_customer(A) == []
         assert [x.record for x in inbox.landings()] == [R3]
-        assert inbox.dead_letters() == [("bad", f'{{"recordId": "{R3}"}}'.encode())]
+        assert dead_letters(inbox) == [("bad", f'{{"recordId": "{R3}"}}'.encode())]
     inboxes = {(r["record_id"], r["rows_deleted"]) for r in erasures_of(home["lake"], A)
                if r["lake_table"] == "inbox"}
     assert inboxes == {(R1, 18), (R2, 0)}  # the counts on the first record's row

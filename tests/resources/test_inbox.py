@@ -22,6 +22,7 @@ from resources.inbox import (
     scrubbed,
 )
 from resources.inbox.store import _identity
+from tests.conftest import dead_letters
 from tests.resources.inbox_batches import random_batches
 
 
@@ -353,7 +354,7 @@ def one_by_one(inbox: Inbox, batch: list, now: float) -> list[tuple[int, bool]]:
     """Store each event of `batch` alone, its own statements in its own transaction."""
     out = []
     for info, raw in batch:
-        inbox._begin_write()
+        inbox._db.begin_write()
         identity = _identity(info)
         row = inbox._db.execute("select id from events where identity = ?",
                                 (identity,)).fetchone()
@@ -539,7 +540,7 @@ def test_a_write_waits_for_another_writer_longer_than_sqlites_default_wait(tmp_p
         finally:
             release.join()
             other.close()
-        assert ib.count() == 1 and len(ib.dead_letters()) == 1
+        assert ib.count() == 1 and len(dead_letters(ib)) == 1
 
 
 def test_a_reader_opens_the_inbox_without_waiting_for_a_writer(tmp_path, make):
@@ -555,7 +556,7 @@ def test_a_reader_opens_the_inbox_without_waiting_for_a_writer(tmp_path, make):
     try:  # waiting would be for the inbox's 30 s, then "database is locked"
         for create in (False, True):
             with Inbox(path, create=create) as reader:
-                assert (reader.count(), reader.dead_letters()) == (1, [])
+                assert (reader.count(), dead_letters(reader)) == (1, [])
     finally:
         other.execute("commit")
         other.close()
@@ -814,8 +815,8 @@ def test_forget_deletes_every_row_of_the_records_and_keeps_the_others(inbox, mak
     assert list(inbox.records()) == ["rec-y3"]
     assert inbox.of_customer("cust-a") == [] and inbox.of_customer("cust-b") == ["rec-y3"]
     assert [s.record for s in inbox.landings()] == ["rec-y3"]
-    assert inbox.dead_letters() == [("bad", b'{"recordId": "rec-y3"}'),
-                                    ("bad", b'{"customerId": "cust-b"}')]
+    assert dead_letters(inbox) == [("bad", b'{"recordId": "rec-y3"}'),
+                                   ("bad", b'{"customerId": "cust-b"}')]
     assert inbox.forget([]) == 0 and inbox.forget(["rec-x1", "rec-never"]) == 0
     assert inbox.count() == 4
     if not isinstance(where, str):  # SQLite: deleted content overwritten, the log emptied
@@ -853,7 +854,7 @@ def test_forgetting_a_customer_reaches_their_events_that_name_no_record(inbox, m
     # with its record (its event, product, status and number), nothing names cust-a any more
     assert inbox.forget(["rec-a1"], customers=["cust-a"]) == 4
     assert left() == [("USER_REAUTH", None, "cust-b")]
-    assert inbox.dead_letters() == [] and inbox.of_customer("cust-a") == []
+    assert dead_letters(inbox) == [] and inbox.of_customer("cust-a") == []
     assert inbox.forget([], customers=["cust-a"]) == 0
     if not isinstance(where, str):  # SQLite: deleted content overwritten, the log emptied
         assert b"cust-a" not in where.read_bytes()

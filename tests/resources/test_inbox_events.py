@@ -14,6 +14,7 @@ import pytest
 
 from resources.inbox import Inbox, InboxMissing, InvalidEvent, describe, kept_body
 from resources.inbox.resource import InboxResource
+from tests.conftest import dead_letters
 
 NAME = "is missing or not of the form ^[A-Za-z0-9_.-]{1,64}$"
 ID = "is not of the form ^[A-Za-z0-9_-]{1,64}$"
@@ -330,8 +331,8 @@ def test_records_by_id_and_status_together(inbox):
 def test_dead_letters_and_replay_marks(inbox, make, monkeypatch):
     inbox.dead_letter("body is not JSON", b"{")
     inbox.dead_letter("record is not of the form", b'{"record": "../x"}')
-    assert inbox.dead_letters() == [("body is not JSON", b"{"),
-                                    ("record is not of the form", b'{"record": "../x"}')]
+    assert dead_letters(inbox) == [("body is not JSON", b"{"),
+                                   ("record is not of the form", b'{"record": "../x"}')]
     assert inbox.count() == 0  # a dead letter is no event
     for rec in ("rec-a", "rec-b", "rec-c"):
         login(inbox, rec)

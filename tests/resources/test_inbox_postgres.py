@@ -138,7 +138,7 @@ def test_writers_take_turns_so_a_cursor_never_steps_over_an_id(postgres_url, mak
     the first commits."""
     with open_inbox(postgres_url, create=True) as first, \
             open_inbox(postgres_url, create=True) as second, open_inbox(postgres_url) as sensor:
-        first._begin_write()  # as add_described does, kept open
+        first._db.begin_write()  # as add_described does, kept open
         first_id = first._insert(describe(make.callback("rec-first")),
                                  b'{"record": "rec-first"}', 0.0, "an identity")
         done: list = []
