@@ -44,12 +44,12 @@ from deltalake import (
 )
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from .inbox.callbacks import RECORD_ID  # the inbox's rule: ids are quoted into predicates
 from .locks import machine_lock
 from .object_store import filesystem as _filesystem
 from .object_store import shown as _shown
 from .object_store import where as _where
 
-RECORD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the rule of resources.lake.check_record_id
 ATTEMPTS = 8          # commits lost to concurrent writers before giving up
 BACKOFF_S = 0.05      # first wait; doubles, jittered, capped at MAX_BACKOFF_S
 MAX_BACKOFF_S = 2.0

@@ -17,7 +17,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pyarrow.fs as pafs
 
-QUERY_KEYS = frozenset({"endpoint_override", "scheme", "region"})  # = config.S3_OPTIONS
+from .config import S3_OPTIONS  # the query keys an s3:// root may hold
+
 _ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
 CHECK_TIMEOUT_S = 5.0  # the access check's connect and request timeouts: an answer, or a cause
 
@@ -60,7 +61,7 @@ def where(uri: str) -> tuple[str, dict | None]:
     if parts.scheme != "s3":
         raise ValueError(f"unsupported lake location {shown(uri)}: a path or s3:// only")
     query = dict(parse_qsl(parts.query))
-    if unknown := sorted(set(query) - QUERY_KEYS):
+    if unknown := sorted(set(query) - S3_OPTIONS):
         raise ValueError(f"unknown options in the s3 URI: {unknown} (credentials come from "
                          "the AWS environment variables)")
     options = {k: os.environ[k] for k in _ENV if os.environ.get(k)}

@@ -24,6 +24,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from resources.inbox.callbacks import RECORD_ID as ID  # every id the API takes has its form
 from resources.wire import (
     TRANSACTION_SCHEMA,
     read_transaction_pages,
@@ -36,7 +37,6 @@ from .errors import DamagedAnswer, MalformedResponse, ServiceError, TransportErr
 log = logging.getLogger("ledgerlake.client")
 
 BASE_PATHS = {"production": "/v2/", "sandbox": "/sandbox/v2/"}
-ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 KEY = re.compile(r"^[!-~]{1,512}$")  # visible ASCII: anything else could break the header
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 TRIGGER_BATCH = 100  # the spec's limit of records per /callback/trigger
