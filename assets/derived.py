@@ -36,7 +36,7 @@ from resources.lake import Lake
 from resources.tables import schema
 
 from .schemas import model, validate
-from .views import SQL_DIR, View, check_timezone, load_views, quote, render
+from .views import SQL_DIR, View, check_timezone, listed, load_views, quote, render
 
 DERIVED_DIR = SQL_DIR / "derived"
 # the source columns the derivations read (the rest of a source is never fetched)
@@ -330,7 +330,7 @@ def _all_rows(lake: Lake, d: Derived, now: dict[str, int | None], zone: str,
                 con.register("chunk_ids", pa.table({"record_id": chunk}))
                 tables = {t: con.sql(
                     f"select {', '.join([*READS[t], 'record_id'])} from read_parquet("
-                    f"{_listed(f)}, union_by_name = true) where record_id between "
+                    f"{listed(f)}, union_by_name = true) where record_id between "
                     f"{quote(chunk[0])} and {quote(chunk[-1])} and record_id in "
                     f"(select record_id from chunk_ids)").to_arrow_table()
                     for t, f in files.items()}
@@ -382,14 +382,10 @@ def _scanned(lake: Lake, table: str, records: Sequence[str], version: int) -> pa
 def _ids(con: duckdb.DuckDBPyConnection, files: dict[str, list[str]]) -> list[str]:
     """Every record with rows in the sources' files."""
     ids: set[str] = set()
-    for listed in files.values():
+    for paths in files.values():
         ids |= {r for (r,) in con.execute(
-            f"select distinct record_id from read_parquet({_listed(listed)})").fetchall()}
+            f"select distinct record_id from read_parquet({listed(paths)})").fetchall()}
     return sorted(ids)
-
-
-def _listed(files: Sequence[str]) -> str:
-    return "[" + ", ".join(quote(f.removeprefix("file://")) for f in files) + "]"
 
 
 # -- the state, beside the lake's tables ---------------------------------------------------

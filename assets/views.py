@@ -10,6 +10,7 @@ reads; a view is created after them. `{timezone}` is the customers' zone.
 import graphlib
 import itertools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,11 @@ def load_views(sql_dir: Path | None = None) -> list[View]:
 
 def quote(path: Path | str) -> str:
     return "'" + str(path).replace("'", "''") + "'"
+
+
+def listed(files: Iterable[str]) -> str:
+    """The files as a DuckDB list of paths (a local lake's `file://` dropped)."""
+    return "[" + ", ".join(quote(f.removeprefix("file://")) for f in files) + "]"
 
 
 def duckdb_type(t: pa.DataType) -> str:

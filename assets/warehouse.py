@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -55,6 +55,7 @@ from .views import (
     SQL_DIR,
     View,
     check_timezone,
+    listed,
     load_views,
     quote,
     render,
@@ -72,7 +73,6 @@ LAKE_TABLES: dict[str, pa.Schema] = {t: schema(t) for t in TABLES}
 # Views need no newer storage: written as DuckDB 1.0 reads it, any DuckDB from 1.0 on (the
 # `duckdb` CLI, other drivers) opens the file, not only the version that built it.
 FILE_CONFIG = {"storage_compatibility_version": "v1.0.0"}
-
 
 
 class Warehouse(ConfigurableResource):
@@ -140,8 +140,7 @@ def erasures_since(lake: Lake, table: str, pinned: datetime | int) -> str:
 def lake_source(files: list[str]) -> str:
     """The read_parquet call a view reads a lake table's snapshot through: its file list,
     so a view costs what its rows cost, whatever the number of records."""
-    listed = ", ".join(quote(f.removeprefix("file://")) for f in files)
-    return f"read_parquet([{listed}], union_by_name = true)"
+    return f"read_parquet({listed(files)}, union_by_name = true)"
 
 
 def lake_sources(lake: Lake, tables: Iterable[str] = LAKE_TABLES,
@@ -269,7 +268,11 @@ def publish(lake_root: Path | str, target: Path | str, timezone: str = DEFAULT_T
     views = [v for v in VIEWS if only is None or v.name in only]
     once = functools.partial(_publish_once, lake, target, timezone, only,
                              refresh or bool(derived_of(views)), progress)
-    with one_publisher(lake.root):
+    # one publisher of a lake at a time on this machine: the daemon's warehouse runs take
+    # turns by their pool, but `ledgerlake forget` publishes from its own process, and two
+    # refreshes at once let one overwrite the derived tables with rows older than the sources
+    # the other's views pin (a reader saw lines with no daily balance)
+    with machine_lock("publish", lake.root):
         for _ in range(PUBLISH_ATTEMPTS - 1):
             try:
                 return once()
@@ -294,17 +297,6 @@ def _publish_once(lake: Lake, target: Path | str, timezone: str,
     # neither the derived tables nor the views until the next build
     pins = {t: ABSENT if v is None else v for t, v in (done.versions if done else {}).items()}
     return build(lake.root, target, timezone, only=only, pins=pins or None), done
-
-
-@contextlib.contextmanager
-def one_publisher(lake_root: str) -> Iterator[None]:
-    """Hold this machine's lock of the lake's publishers for the block. The daemon's warehouse
-    runs take turns by their pool, but `ledgerlake forget` publishes from its own process: two
-    refreshes at once let one overwrite the derived tables with rows older than the sources
-    the other's views pin (a reader saw lines with no daily balance). A lock file per lake in
-    the temporary folder: the warehouse's own folder stays as the build leaves it."""
-    with machine_lock("publish", lake_root):
-        yield
 
 
 def describe_view(con: duckdb.DuckDBPyConnection, view: View,
@@ -337,14 +329,14 @@ def warehouse_columns(target: Path | str) -> dict[str, list[tuple[str, str, str 
     return out
 
 
-def _remove_stale(target: Path, quiet_s: float = 2.0, older_than_s: float = 3600.0) -> None:
+def _remove_stale(target: Path) -> None:
     """Temporary files of builds that died (killed mid-build) before they could clean up.
 
     A build's DuckDB holds a lock on its file for as long as it is open, so a file that no
-    process locks and that nobody wrote for `quiet_s` (the instants between DuckDB creating
-    it and locking it, or closing it and renaming it) is a dead build's, whichever process
-    made it; a locked one is never touched. Where the lock cannot be asked about, files older
-    than `older_than_s` go.
+    process locks and that nobody wrote for 2 s (the instants between DuckDB creating it and
+    locking it, or closing it and renaming it) is a dead build's, whichever process made it;
+    a locked one is never touched. Where the lock cannot be asked about, files older than an
+    hour go.
     """
     now = time.time()
     for path in target.parent.glob(f".{glob.escape(target.name)}.*.tmp*"):
@@ -352,7 +344,7 @@ def _remove_stale(target: Path, quiet_s: float = 2.0, older_than_s: float = 3600
         with contextlib.suppress(FileNotFoundError):  # gone meanwhile
             age = now - path.stat().st_mtime
             held = _locked(database) if database.exists() else False
-            if age > (older_than_s if held is None else quiet_s) and not held:
+            if age > (3600.0 if held is None else 2.0) and not held:
                 path.unlink()
 
 
