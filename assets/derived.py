@@ -33,7 +33,7 @@ import pyarrow.fs as pafs
 
 from resources import object_store
 from resources.lake import Lake
-from resources.tables import schema
+from resources.tables import TABLES, schema
 
 from .schemas import model, validate
 from .views import SQL_DIR, View, check_timezone, listed, load_views, quote, render
@@ -127,7 +127,7 @@ def _refresh(lake: Lake, zone: str, gone: set[str], pinned: dict[str, int | None
     started = time.monotonic()
     with duckdb.connect() as con:
         check_timezone(con, zone)  # before anything is written
-    state, pending = _read_state(lake), _read_pending(lake)
+    state, pending = _get(lake, STATE), _read_pending(lake)
     now = {t: lake.version(t) for t in SOURCES}
     pinned.update(now)
     gone = gone | forgotten(lake)
@@ -155,7 +155,7 @@ def _refresh(lake: Lake, zone: str, gone: set[str], pinned: dict[str, int | None
             done.versions_written[d.name] = lake.replace_stream(d.name, changed, rows.batches,
                                                                 schema(d.name))
             done.rows[d.name] = rows.count
-    _write_state(lake, now, zone, known)
+    _put(lake, STATE, {"zone": zone, "versions": now, "records": known})
     _drop(lake, pending)
     done.seconds = time.monotonic() - started
     return done
@@ -174,7 +174,7 @@ def carry(lake: Lake, table: str, erased: Collection[str]) -> Callable[[int], No
     erased = set(erased)
 
     def before_cut(cut: int) -> None:
-        state = _read_state(lake)
+        state = _get(lake, STATE)
         since = (state or {}).get("versions", {}).get(table)
         if since is None:  # nothing derived from this table yet: the next refresh takes all
             return
@@ -212,10 +212,8 @@ def audit(lake: Lake, done: Refresh, zone: str) -> tuple[int, list[dict]]:
     pinned = {"daily_balances": done.versions_written.get("daily_balances"),
               "transactions": done.versions["transactions"]}
     try:
-        daily = pa.Table.from_batches(
-            list(lake.scan("daily_balances", done.sample, _with_id(schema("daily_balances")),
-                           version=pinned["daily_balances"])),
-            _with_id(schema("daily_balances")))
+        daily = _scanned(lake, "daily_balances", done.sample, pinned["daily_balances"],
+                         schema("daily_balances").names)
         lines = _scanned(lake, "transactions", done.sample, pinned["transactions"])
     except Exception:
         if _cut_under(lake, pinned):
@@ -244,10 +242,6 @@ def audit(lake: Lake, done: Refresh, zone: str) -> tuple[int, list[dict]]:
             order by 2, 3""").fetchall()
     keys = ("kind", "account_id", "date", "balance", "last_line")
     return len(done.sample), [dict(zip(keys, row, strict=True)) for row in wrong]
-
-
-def _with_id(s: pa.Schema) -> pa.Schema:
-    return s.append(pa.field("record_id", pa.string()))
 
 
 # -- which records -------------------------------------------------------------------------
@@ -361,22 +355,17 @@ def _run(con: duckdb.DuckDBPyConnection, d: Derived,
     con.execute(render(d.view, sources, zone))
     out = schema(d.name).append(pa.field("record_id", pa.string()))
     return con.sql(f"select {', '.join(out.names)} from {d.name} order by "
-                   f"{', '.join(['record_id', *_key(d.name)])}").to_arrow_table().cast(out)
+                   f"{', '.join(['record_id', *TABLES[d.name].key])}").to_arrow_table().cast(out)
 
 
-def _key(table: str) -> list[str]:
-    from resources.tables import TABLES
-
-    return list(TABLES[table].key)
-
-
-def _scanned(lake: Lake, table: str, records: Sequence[str], version: int) -> pa.Table:
-    """The records' rows of a source at `version`, in the columns derivations read."""
+def _scanned(lake: Lake, table: str, records: Sequence[str], version: int | None,
+             names: Sequence[str] | None = None) -> pa.Table:
+    """The records' rows of a lake table at `version`, with their ids, in the columns `names`
+    (default: those derivations read of a source)."""
     want = schema(table)
-    cols = pa.schema([want.field(c) for c in READS[table]])
-    batches = list(lake.scan(table, records, cols.append(pa.field("record_id", pa.string())),
-                             version=version))
-    return pa.Table.from_batches(batches, cols.append(pa.field("record_id", pa.string())))
+    cols = pa.schema([*(want.field(c) for c in names or READS[table]),
+                      pa.field("record_id", pa.string())])
+    return pa.Table.from_batches(list(lake.scan(table, records, cols, version=version)), cols)
 
 
 def _ids(con: duckdb.DuckDBPyConnection, files: dict[str, list[str]]) -> list[str]:
@@ -390,12 +379,8 @@ def _ids(con: duckdb.DuckDBPyConnection, files: dict[str, list[str]]) -> list[st
 
 # -- the state, beside the lake's tables ---------------------------------------------------
 
-def _store(lake: Lake) -> tuple[pafs.FileSystem, str]:
-    return object_store.filesystem(lake.root)
-
-
 def _get(lake: Lake, name: str) -> dict | None:
-    store, base = _store(lake)
+    store, base = object_store.filesystem(lake.root)
     try:
         with store.open_input_stream(f"{base}/{name}") as f:
             return orjson.loads(f.read())
@@ -405,7 +390,7 @@ def _get(lake: Lake, name: str) -> dict | None:
 
 def _put(lake: Lake, name: str, value: dict) -> None:
     """Written whole or not at all: a local file aside and renamed, an object in one put."""
-    store, base = _store(lake)
+    store, base = object_store.filesystem(lake.root)
     path = f"{base}/{name}"
     store.create_dir(path.rsplit("/", 1)[0], recursive=True)
     local = isinstance(store, pafs.LocalFileSystem)
@@ -416,16 +401,8 @@ def _put(lake: Lake, name: str, value: dict) -> None:
         store.move(tmp, path)
 
 
-def _read_state(lake: Lake) -> dict | None:
-    return _get(lake, STATE)
-
-
-def _write_state(lake: Lake, now: dict[str, int | None], zone: str, records: int) -> None:
-    _put(lake, STATE, {"zone": zone, "versions": now, "records": records})
-
-
 def _read_pending(lake: Lake) -> list[dict]:
-    store, base = _store(lake)
+    store, base = object_store.filesystem(lake.root)
     found = store.get_file_info(pafs.FileSelector(f"{base}/{PENDING}", allow_not_found=True))
     out = []
     for info in found:
@@ -437,7 +414,7 @@ def _read_pending(lake: Lake) -> list[dict]:
 
 def _drop(lake: Lake, pending: list[dict]) -> None:
     """The carried-over changes a refresh has derived."""
-    store, _ = _store(lake)
+    store, _ = object_store.filesystem(lake.root)
     for p in pending:
         try:
             store.delete_file(p["path"])

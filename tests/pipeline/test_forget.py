@@ -624,7 +624,7 @@ def test_a_disconnect_forgets_by_itself_only_when_told_and_only_the_disconnected
     # the rebuild derived the derived tables up to the sources it published: the views of
     # transactions and of daily_balances agree (chaos's readers found a forget's build did not)
     from assets import derived
-    assert derived._read_state(lake)["versions"] == {
+    assert derived._get(lake, derived.STATE)["versions"] == {
         t: lake.version(t) for t in derived.SOURCES}
     (erased,) = {(r["subject"], r["reason"]) for r in erasures_of(lake, R1)}
     assert erased == ("record", "disconnect")
