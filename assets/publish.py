@@ -264,7 +264,7 @@ def commit(lake: Lake, landings: Iterable[Landing], tables: Mapping[str, pa.Sche
             out = _commit_table(lake, table, columns, out, table in appended)
     finally:  # written or not, staged rows are deleted
         for part in (p for x in given for p in x.rows.values() if isinstance(p, Streamed)):
-            part.discard()
+            part.staged.discard()
     return [replace(x, rows={}) for x in out]  # written: the run need not hold them
 
 
@@ -294,7 +294,7 @@ def _write(lake: Lake, table: str, parts: Mapping[str, pa.Table | Streamed],
     if appended:
         raise ValueError(f"{table} is appended to: its rows are held, not streamed")
     return lake.replace_batches(
-        table, {r: p.batches if isinstance(p, Streamed) else p.to_batches
+        table, {r: p.staged.batches if isinstance(p, Streamed) else p.to_batches
                 for r, p in parts.items()}, columns,
         window={r: p.since for r, p in parts.items()
                 if isinstance(p, Streamed) and p.since is not None})
@@ -307,16 +307,6 @@ class Streamed:
     record's rows dated from then on are replaced (a window); None: all of them."""
     staged: Staged
     since: dt.datetime | None = None
-
-    @property
-    def num_rows(self) -> int:
-        return self.staged.rows
-
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        return self.staged.batches()
-
-    def discard(self) -> None:
-        self.staged.discard()
 
 
 @dataclass(frozen=True)

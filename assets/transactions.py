@@ -441,28 +441,28 @@ def fetch_ahead(client: Client, record_id: str, start: dt.date | None, lone: boo
 _END = object()
 
 
-def prefetched(client: Client, record_id: str, start: dt.date | None, first_page: int = 1,
-               ranges: int = SPLIT_RANGES, depth: int = PREFETCH) -> Iterator[pa.RecordBatch]:
+def prefetched(client: Client, record_id: str, start: dt.date | None, first_page: int = 1
+               ) -> Iterator[pa.RecordBatch]:
     """The record's lines from page `first_page` on, in the service's order, read ahead by
-    `ranges` threads: each takes every `ranges`-th group of PARSE_PAGES pages, at most `depth`
-    groups ahead of the pieces (the last group runs to the end, however many pages it has by
-    then). A line that moved across a group's edge while they read is caught by `pieces`, a
-    line lost by the running balance. Stopping early stops them."""
+    SPLIT_RANGES threads: each takes every SPLIT_RANGES-th group of PARSE_PAGES pages, at most
+    PREFETCH groups ahead of the pieces (the last group runs to the end, however many pages it
+    has by then). A line that moved across a group's edge while they read is caught by
+    `pieces`, a line lost by the running balance. Stopping early stops them."""
     total = client.transaction_total(record_id, from_date=start)
     pages = -(-total // client.page_size)
     firsts = list(range(first_page, pages + 1, PARSE_PAGES)) or [first_page]
     groups = [(f, None if i == len(firsts) - 1 else f + PARSE_PAGES - 1)
               for i, f in enumerate(firsts)]
-    queues: list[queue.Queue] = [queue.Queue(depth) for _ in range(ranges)]
+    queues: list[queue.Queue] = [queue.Queue(PREFETCH) for _ in range(SPLIT_RANGES)]
     stop = threading.Event()
     readers = [threading.Thread(target=_read_groups, daemon=True, name=f"transactions-range-{w}",
-                                args=(client, record_id, start, groups[w::ranges], queues[w],
-                                      stop)) for w in range(ranges)]
+                                args=(client, record_id, start, groups[w::SPLIT_RANGES],
+                                      queues[w], stop)) for w in range(SPLIT_RANGES)]
     for reader in readers:
         reader.start()
     try:
         for i in range(len(groups)):
-            yield from _taken(queues[i % ranges])
+            yield from _taken(queues[i % SPLIT_RANGES])
     finally:
         stop.set()
         for reader in readers:
@@ -657,8 +657,8 @@ def land_window(client: Client, lake: Lake, record_id: str, start: dt.date, fres
     tid = pc.field("transaction_id").cast(pa.string())  # as the lake's own reads filter ids
     # what the pull takes out: the rows from the window on, and the old copies of lines it
     # re-sends from before it
-    out = gathered(lake.scan("transactions", record_id, NARROW, (trans >= since) | tid.isin(
-        fresh["transaction_id"].combine_chunks())), NARROW)
+    out = pa.Table.from_batches(list(lake.scan("transactions", record_id, NARROW, (
+        trans >= since) | tid.isin(fresh["transaction_id"].combine_chunks()))), schema=NARROW)
     moved = out.filter(pc.less(out["trans_date"], since))
     rewrite_from = pc.min(moved["trans_date"]) if moved.num_rows else since  # all before it
     changed = pc.min(pa.chunked_array([  # the first posting the pull takes out or brings
@@ -698,11 +698,6 @@ def land_window(client: Client, lake: Lake, record_id: str, start: dt.date, fres
                    rows={"transactions": Streamed(staged, rewrite_from.as_py())})
 
 
-def gathered(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
-    """Batches as one table (a few: what a scan around a window finds)."""
-    return pa.Table.from_batches(list(batches), schema=schema)
-
-
 def last_posted(batches: Iterable[pa.RecordBatch],
                 last: dict[str | None, tuple[int, str, int]] | None = None
                 ) -> dict[str | None, tuple[int, str, int]]:
@@ -727,14 +722,6 @@ def pull_from_lake(lake: Lake, record_id: str) -> dt.date | None:
         if seen is not None and (last is None or seen > last):
             last = seen
     return (last - OVERLAP).date() if last else None
-
-
-def land_records(client: Client, lake: Lake, ids: list[str],
-                 full: Collection[str] = frozenset(), log: Callable[..., None] | None = None,
-                 split: bool = False, stream_rows: int = STREAM_ROWS) -> list[Landing]:
-    """Every record's landing, in order, committed (`land_chunks`, all at once)."""
-    return [x for chunk in land_chunks(client, lake, ids, full, log, split, stream_rows)
-            for x in chunk]
 
 
 # Records are spread over processes by the engine, not here: a backfill's runs (RECORDS_PER_RUN

@@ -1,8 +1,8 @@
 """How the transactions asset lands records, called directly against a real sandbox (no
-Dagster run): `land_records` and `land_chunks` (each record fetched ahead, windowed,
-validated, audited and published, in order, chunk by chunk, a failing one reported with its
-error), `land_one` (a window that does not reconcile is pulled whole; what still does not is
-held back), and a big record fetched as page ranges at once (`fetch_split`).
+Dagster run): `land_chunks` (each record fetched ahead, windowed, validated, audited and
+published, in order, chunk by chunk, a failing one reported with its error; `land_records`
+here, all at once), `land_one` (a window that does not reconcile is pulled whole; what still
+does not is held back), and a big record fetched as page ranges at once (`fetch_split`).
 
 Ground truth is the sandbox's own (`sandbox/records/ledger`), never the pipeline's.
 """
@@ -55,6 +55,13 @@ def client(box, **settings) -> Client:
                   **settings)
 
 
+def land_records(client: Client, lake: Lake, ids: list[str], full=frozenset(), log=None,
+                 split: bool = False, stream_rows: int = tx.STREAM_ROWS) -> list[tx.Landing]:
+    """Every record's landing, in order, committed (`tx.land_chunks`, all at once)."""
+    return [x for chunk in tx.land_chunks(client, lake, ids, full, log, split, stream_rows)
+            for x in chunk]
+
+
 def truth(box, record: str) -> dict:
     return control(box, "records/ledger", record=record)
 
@@ -85,13 +92,13 @@ def test_a_run_lands_each_record_in_order_with_its_own_pull_and_figures(box, tmp
     ids = [create(box, accounts=2, months=1, volume=3, seed=40 + i) for i in range(5)]
     lake = Lake(root=str(tmp_path))
     with client(box) as c:
-        before = tx.land_records(c, lake, [ids[1], ids[3]])
+        before = land_records(c, lake, [ids[1], ids[3]])
         assert [(x.record_id, x.published) for x in before] == [(ids[1], True), (ids[3], True)]
         start = tx.pull_from(lake.read("transactions", ids[1]))
         in_window = c.transaction_total(ids[1], from_date=start)
         said: list[tuple] = []
-        landings = tx.land_records(c, lake, ids, full={ids[3]},
-                                   log=lambda *line: said.append(line))
+        landings = land_records(c, lake, ids, full={ids[3]},
+                                log=lambda *line: said.append(line))
     assert [x.record_id for x in landings] == ids
     logged = []
     for rid, x in zip(ids, landings, strict=True):
@@ -122,7 +129,7 @@ def test_a_failing_record_is_reported_with_its_error_and_the_others_land(box, tm
             error_code="RECORD_LOGIN_REQUIRED")
     lake = Lake(root=str(tmp_path))
     with client(box, max_attempts=1) as c:
-        landings = tx.land_records(c, lake, ids)
+        landings = land_records(c, lake, ids)
     assert [(x.record_id, x.published) for x in landings] == [
         (ids[0], True), (ids[1], False), (ids[2], False), (ids[3], True)]
     fetch, audit = landings[1], landings[2]
@@ -144,7 +151,7 @@ def test_a_lone_record_whose_fetch_fails_is_reported_not_raised(box, tmp_path):
     rid = create(box, accounts=1, months=1, volume=2, seed=58)
     control(box, "records/fail", record=rid, product="transactions", times=100)
     with client(box, max_attempts=1) as c:
-        [landing] = tx.land_records(c, Lake(root=str(tmp_path)), [rid], split=True)
+        [landing] = land_records(c, Lake(root=str(tmp_path)), [rid], split=True)
     assert landing.published is False and landing.retryable is True
     assert landing.error.startswith("ApiError: INTERNAL_SERVER_ERROR: ")
 
@@ -235,7 +242,7 @@ def test_records_failing_validation_are_named_written_nowhere_and_not_retried(tm
     lake = Lake(root=str(tmp_path))
     try:
         with Client(base_url=bad.url, secret_key="sk_test_x") as c:
-            landings = tx.land_records(c, lake, ["rec1", "rec2"])
+            landings = land_records(c, lake, ["rec1", "rec2"])
     finally:
         bad.close()
     assert [(x.record_id, x.published, x.retryable) for x in landings] == [
@@ -271,7 +278,7 @@ def test_many_records_land_chunk_by_chunk(box, tmp_path, monkeypatch):
     ids = [create(box, accounts=1, months=1, volume=2, seed=80 + i) for i in range(5)]
     lake = Lake(root=str(tmp_path))
     with client(box) as c:
-        tx.land_records(c, lake, [ids[1], ids[3]])
+        land_records(c, lake, [ids[1], ids[3]])
         start = tx.pull_from(lake.read("transactions", ids[1]))
         chunks, in_lake = [], []
         for chunk in tx.land_chunks(c, lake, ids, full={ids[3]}):

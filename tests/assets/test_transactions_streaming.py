@@ -27,6 +27,7 @@ from resources.lake import Lake
 from resources.privacy import Keys
 from resources.tables import lake_schema
 from resources.wire import MONEY
+from tests.assets.test_transactions_landing import land_records
 from tests.conftest import Sandbox, start_sandbox
 
 CHECK = tx.RUNNING_BALANCE.name
@@ -103,9 +104,9 @@ def test_a_record_landed_piece_by_piece_is_the_record_landed_whole(box, tmp_path
     other = create(box, accounts=1, months=1, volume=1, seed=302)  # small: held, as always
     lakes = {name: Lake(root=str(tmp_path / name)) for name in ("whole", "run", "lone")}
     with client(box) as c:
-        [whole] = tx.land_records(c, lakes["whole"], [rid])
-        run = tx.land_records(c, lakes["run"], [other, rid], stream_rows=PIECE)
-        [lone] = tx.land_records(c, lakes["lone"], [rid], split=True, stream_rows=PIECE)
+        [whole] = land_records(c, lakes["whole"], [rid])
+        run = land_records(c, lakes["run"], [other, rid], stream_rows=PIECE)
+        [lone] = land_records(c, lakes["lone"], [rid], split=True, stream_rows=PIECE)
     assert whole.published and whole.problems == {CHECK: []}
     assert whole.row_count > 6 * PIECE  # many pieces
     for x in (run[1], lone):
@@ -132,12 +133,12 @@ def test_a_break_in_a_later_piece_holds_back_the_whole_record(box, tmp_path, sta
     rid = create(box, accounts=1, months=2, volume=10, seed=311, settlement=False)
     lake, whole_lake = Lake(root=str(tmp_path / "pieces")), Lake(root=str(tmp_path / "whole"))
     with client(box) as c:
-        [first] = tx.land_records(c, lake, [rid], stream_rows=PIECE)
+        [first] = land_records(c, lake, [rid], stream_rows=PIECE)
         before, version = lake_rows(lake, rid), lake.version("transactions")
         lines = first.row_count
         bad = control(box, "records/corrupt", record=rid, line=lines - 20)
-        [held] = tx.land_records(c, lake, [rid], full={rid}, stream_rows=PIECE)
-        [whole] = tx.land_records(c, whole_lake, [rid])
+        [held] = land_records(c, lake, [rid], full={rid}, stream_rows=PIECE)
+        [whole] = land_records(c, whole_lake, [rid])
     assert first.published and lines > 5 * PIECE
     assert whole.published is False and whole.problems[CHECK]
     assert whole.problems[CHECK][0]["transaction_id"] == bad["transaction"]
@@ -160,8 +161,8 @@ def test_a_rerun_replaces_exactly_the_records_window(box, tmp_path, staging):
     lakes = {name: Lake(root=str(tmp_path / name)) for name in ("pieces", "whole")}
     with client(box) as c:
         for name, lake in lakes.items():
-            tx.land_records(c, lake, [big, small], stream_rows=PIECE if name == "pieces"
-                            else tx.STREAM_ROWS)
+            land_records(c, lake, [big, small], stream_rows=PIECE if name == "pieces"
+                         else tx.STREAM_ROWS)
         start = tx.pull_from(lakes["whole"].read("transactions", big))
         # the lake's copy of a line in the window dated back before it, as if the source
         # had re-dated it since the last pull
@@ -177,8 +178,8 @@ def test_a_rerun_replaces_exactly_the_records_window(box, tmp_path, staging):
             lake.write("transactions", big, table, tx.SCHEMA)
         kept = {r["transaction_id"]: r for r in lake_rows(lakes["pieces"], big)
                 if r["trans_date"] < moved_to.as_py()}
-        landed = {name: tx.land_records(c, lake, [big, small], stream_rows=PIECE
-                                        if name == "pieces" else tx.STREAM_ROWS)
+        landed = {name: land_records(c, lake, [big, small], stream_rows=PIECE
+                                     if name == "pieces" else tx.STREAM_ROWS)
                   for name, lake in lakes.items()}
     mine, theirs = landed["pieces"], landed["whole"]
     assert mine[0].pull == theirs[0].pull == f"window from {start}"
@@ -208,9 +209,9 @@ def test_a_refresh_after_days_lands_as_the_whole_landing_does(box, tmp_path, sta
     rows = {"pieces": 4 * PIECE, "whole": tx.STREAM_ROWS}
     with client(box) as c:
         for name, lake in lakes.items():
-            tx.land_records(c, lake, [rid], stream_rows=rows[name])
+            land_records(c, lake, [rid], stream_rows=rows[name])
         control(box, "clock/advance", seconds=21 * 86400)
-        [mine], [theirs] = (tx.land_records(c, lakes[name], [rid], stream_rows=rows[name])
+        [mine], [theirs] = (land_records(c, lakes[name], [rid], stream_rows=rows[name])
                             for name in ("pieces", "whole"))
     assert mine.published and theirs.published and mine.row_count > 2 * rows["pieces"]
     assert mine.pull.startswith(("window from", f"{tx.FULL} (the window pull from")), mine.pull
