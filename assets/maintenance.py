@@ -51,31 +51,6 @@ TOTALS = ["files_before", "files_after", "bytes_before", "bytes_after", "files_c
           "files_removed", "bytes_removed"]
 
 
-def retention_hours() -> int:
-    """LEDGERLAKE_LAKE_RETENTION_HOURS: how long superseded files stay (default a week).
-
-    Never less than the longest run, nor than the time from a compaction to the warehouse's
-    next build: a write's files are on storage before its commit names them, and the
-    warehouse's views name the files of the snapshot they were built on, so vacuum must not
-    take a file younger than either (full vacuum deletes uncommitted files by their age)."""
-    return Tuning.from_env().retention_hours
-
-
-def target_bytes() -> int:
-    """LEDGERLAKE_LAKE_TARGET_MB, in bytes: the size compaction writes files up to."""
-    return Tuning.from_env().target_mb * MB
-
-
-def cluster_max_bytes() -> int:
-    """LEDGERLAKE_LAKE_CLUSTER_MAX_MB, in bytes: the largest table compaction re-sorts whole."""
-    return Tuning.from_env().cluster_max_mb * MB
-
-
-def timezone() -> str:
-    """LEDGERLAKE_TIMEZONE (an IANA name, default Africa/Lagos): the nightly pass's clock."""
-    return Tuning.from_env().timezone
-
-
 def _maintain(lake: Lake, table: str, hours: int, target: int, cluster_max: int) -> dict:
     """Compact, then vacuum, one table; the row the UI shows for it."""
     uri = lake.table_uri(table)
@@ -102,7 +77,14 @@ def _blank(table: str, status: str) -> dict:
 @asset(group_name="maintenance", pool="lake_maintenance", kinds={"delta"}, owners=OWNERS)
 def lake_maintenance(context: AssetExecutionContext, lake: Lake) -> MaterializeResult:
     """Compact each lake table's small files and vacuum files past the retention."""
-    hours, target, cluster_max = retention_hours(), target_bytes(), cluster_max_bytes()
+    tuning = Tuning.from_env()
+    # the retention (default a week) is never less than the longest run, nor than the time
+    # from a compaction to the warehouse's next build: a write's files are on storage before
+    # its commit names them, and the warehouse's views name the files of the snapshot they
+    # were built on, so vacuum must not take a file younger than either (full vacuum deletes
+    # uncommitted files by their age)
+    hours, target = tuning.retention_hours, tuning.target_mb * MB
+    cluster_max = tuning.cluster_max_mb * MB
     rows = []
     for table in LAKE_TABLES:
         try:
@@ -148,5 +130,5 @@ lake_maintenance_job = define_asset_job(
 # 02:00 UTC); overlapping them is safe, only slower (a commit that loses a race runs again).
 nightly_lake_maintenance = ScheduleDefinition(
     name="nightly_lake_maintenance", job=lake_maintenance_job, cron_schedule="30 2 * * *",
-    execution_timezone=timezone(), default_status=DefaultScheduleStatus.RUNNING,
+    execution_timezone=Tuning.from_env().timezone, default_status=DefaultScheduleStatus.RUNNING,
     description="Compact and vacuum every lake table, nightly")

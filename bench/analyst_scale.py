@@ -15,8 +15,8 @@ Two layouts of the same lake are measured:
   generation stopped part-way goes on, with `--resume`, from the commits each table holds), then
   the nightly maintenance's compaction as it calls it (`delta.compact`: clustered by
   `record_id` while a table is within LEDGERLAKE_LAKE_CLUSTER_MAX_MB, else its small files
-  packed; the target of `assets.maintenance.target_bytes`), then a vacuum of the superseded
-  files;
+  packed; files up to LEDGERLAKE_LAKE_TARGET_MB, as the maintenance reads it), then a vacuum
+  of the superseded files;
 - **hourly**: then a day of hourly runs, 24 more commits over it, each run's batch of 50
   random records (a transactions chunk) written back the way the pipeline writes them:
   `Lake.replace` of their rows (transactions: a window of the last 3 days, as the daily
@@ -545,16 +545,17 @@ def compact(lake, say) -> dict:
     (`delta.compact`: re-sorted by record where the table is kept by record and within
     LEDGERLAKE_LAKE_CLUSTER_MAX_MB, else its small files packed; the maintenance's target
     size; the sort held to `delta.SORT_MEMORY`), then the superseded files vacuumed."""
-    from assets.maintenance import cluster_max_bytes, target_bytes
+    from assets.maintenance import MB
     from assets.warehouse import UNPARTITIONED
     from resources import delta
+    from resources.config import Tuning
 
-    out = {}
+    out, tuning = {}, Tuning.from_env()
     for table in TABLE_NAMES:
         t0 = time.perf_counter()
         uri, order = lake.table_uri(table), None if table in UNPARTITIONED else "record_id"
-        done = delta.compact(uri, target_size=target_bytes(), order_by=order,
-                             cluster_max_bytes=cluster_max_bytes())
+        done = delta.compact(uri, target_size=tuning.target_mb * MB, order_by=order,
+                             cluster_max_bytes=tuning.cluster_max_mb * MB)
         before, after = done["files_before"], delta.vacuum(uri, 0)["files_after"]
         out[table] = {"seconds": round(time.perf_counter() - t0, 1), "files_before": before,
                       "files_after": after, "clustered": done["clustered"],

@@ -20,15 +20,9 @@ import pyarrow.compute as pc
 import pytest
 from dagster import DagsterInstance, DefaultScheduleStatus, Definitions, materialize
 
-from assets.maintenance import (
-    lake_maintenance,
-    lake_maintenance_job,
-    nightly_lake_maintenance,
-    retention_hours,
-    target_bytes,
-    timezone,
-)
+from assets.maintenance import MB, lake_maintenance, lake_maintenance_job, nightly_lake_maintenance
 from assets.warehouse import LAKE_TABLES
+from resources.config import Tuning
 from resources.lake import Lake
 
 MONEY = pa.decimal128(18, 2)
@@ -261,19 +255,21 @@ def test_a_table_that_fails_fails_the_run_after_the_others_are_done(lake):
 def test_bad_settings_are_refused_by_name(monkeypatch, name, bad):
     monkeypatch.setenv(name, bad)
     with pytest.raises(ValueError, match=f"^{name} must be a whole number from 1 to "):
-        retention_hours() if "RETENTION" in name else target_bytes()
+        Tuning.from_env()
 
 
 def test_settings_and_their_bounds(monkeypatch):
     for name in ENV:
         monkeypatch.delenv(name, raising=False)
-    assert (retention_hours(), target_bytes()) == (168, 128 * 1024 * 1024)
+    tuning = Tuning.from_env()
+    assert (tuning.retention_hours, tuning.target_mb * MB) == (168, 128 * 1024 * 1024)
     monkeypatch.setenv("LEDGERLAKE_LAKE_RETENTION_HOURS", "87600")
     monkeypatch.setenv("LEDGERLAKE_LAKE_TARGET_MB", "1")
-    assert (retention_hours(), target_bytes()) == (87600, 1024 * 1024)
+    tuning = Tuning.from_env()
+    assert (tuning.retention_hours, tuning.target_mb * MB) == (87600, 1024 * 1024)
     monkeypatch.setenv("LEDGERLAKE_TIMEZONE", "Mars/Olympus_Mons")
     with pytest.raises(ValueError, match="LEDGERLAKE_TIMEZONE='Mars/Olympus_Mons' is not"):
-        timezone()
+        Tuning.from_env()
 
 
 def test_a_bad_setting_fails_the_run_before_any_table_is_touched(lake, monkeypatch):
