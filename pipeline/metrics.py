@@ -28,6 +28,7 @@ from resources.config import Settings
 from resources.inbox import FAILED, HELD, open_inbox
 
 from . import watch
+from .jobs import warehouse_job
 from .status import PRODUCTS
 
 log = logging.getLogger("ledgerlake.metrics")
@@ -67,10 +68,10 @@ class PipelineCollector(Collector):
                 db.close()
         yield _gauge("daily_refresh_last_success_timestamp_seconds",
                      "End of the latest successful run of the daily refresh (0: none yet)",
-                     watch.last_refresh(instance) or 0)
+                     watch.last_success(instance, tag=watch.REFRESH_TAG) or 0)
         yield _gauge("warehouse_last_build_timestamp_seconds",
                      "End of the latest successful warehouse build (0: none yet)",
-                     watch.last_warehouse_build(instance) or 0)
+                     watch.last_success(instance, job=warehouse_job.name) or 0)
         if self.settings.alerting.receiver_url:
             why = watch.receiver_answers(self.settings.alerting.receiver_url)
             yield _gauge("receiver_healthy", "1 when LEDGERLAKE_RECEIVER_URL's /health "

@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 import httpx
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from .jobs import warehouse_job
 from .local import CURSOR_KEY
 
 INBOX_SENSOR = "inbox_sensor"
@@ -46,16 +45,6 @@ def last_success(instance: DagsterInstance, *, job: str | None = None,
         return None
     ended = records[0].end_time
     return ended if ended is not None else records[0].update_timestamp.timestamp()
-
-
-def last_refresh(instance: DagsterInstance) -> float | None:
-    """The end of the latest successful run of the daily refresh."""
-    return last_success(instance, tag=REFRESH_TAG)
-
-
-def last_warehouse_build(instance: DagsterInstance) -> float | None:
-    """The end of the latest successful build of the warehouse."""
-    return last_success(instance, job=warehouse_job.name)
 
 
 def running(instance: DagsterInstance) -> list[str]:
