@@ -1,35 +1,13 @@
 """Alerts: what fails unattended reaches an operator as a message, before an analyst notices.
 
-One sensor, `alerts` (every 30 s, on open-source Dagster's daemon), judges each incident
-below from the inbox and the Dagster instance, and posts a message to LEDGERLAKE_ALERT_URL
-when an incident opens and one when it clears: Slack's incoming-webhook JSON (`{"text":
-...}`), which Slack, Mattermost, Rocket.Chat, Teams' workflows and most chat tools take, or
-with LEDGERLAKE_ALERT_FORMAT=json the same text with the incident's fields. Incidents:
-
-- `failed:<product>`: records whose product failed after every retry of its step, in runs
-  that ended (a run still going may try again);
-- `held:<product>`: records whose product a blocking check held (the previous rows stay in
-  view);
-- `run:<job>`: a run that failed and left no failed or held record to say it (a warehouse
-  build, a replay, a run that died), until a run of that job succeeds; a run that Dagster's
-  run retries will start again does not count;
-- `stale:<product>`: the freshness check's question (pipeline/freshness.py), asked of the
-  inbox: connected records not landed within 26 hours;
-- `quiet`: no callback stored for LEDGERLAKE_ALERT_QUIET_MINUTES while records are connected
-  (a webhook URL changed at the service, a token rotated);
-- `behind`: the oldest callback the inbox sensor has not read is older than
-  LEDGERLAKE_ALERT_BACKLOG_MINUTES (the sensor stopped, or the daemon);
-- `dead_letters`: dead letters grew since the last look; clears after an hour without one;
-- `receiver`: LEDGERLAKE_RECEIVER_URL's /health fails, as seen from the daemon;
-- `inbox`: the inbox does not answer (the incidents read from it keep their state meanwhile).
-
-One message per incident when it opens and one "resolved" when it clears; at most
-LEDGERLAKE_ALERT_MAX_PER_HOUR messages an hour, the rest wait their turn, and an incident
-that opens and clears before its message went drops both. The sensor's cursor holds the open
-incidents and the messages not yet delivered: a delivery that fails is logged (without the
-URL, which holds a secret) and tried again next tick, for up to a day. The sensor starts no
-run, so nothing here can fail one. Messages name records by their number (`#12`), never an
-id, and carry counts and links to the Dagster UI, nothing a callback or a record holds.
+One sensor, `alerts` (every 30 s), judges each incident (failed:<product>, held:<product>,
+run:<job>, stale:<product>, quiet, behind, dead_letters, receiver, inbox) from the inbox and
+the Dagster instance, and posts to LEDGERLAKE_ALERT_URL when one opens and when it clears
+(Slack's `{"text": ...}`, or LEDGERLAKE_ALERT_FORMAT=json), at most
+LEDGERLAKE_ALERT_MAX_PER_HOUR an hour. Its cursor holds the open incidents and the messages
+not yet delivered. It starts no run, so nothing here can fail one. Messages name records by
+their number (`#12`), never an id. docs/operations.md, "Alerts", says when each incident
+opens and clears, what it means and what a message carries.
 """
 
 from __future__ import annotations

@@ -4,23 +4,10 @@ It answers 200 only once the event is committed, so an acknowledged callback is 
 anything it cannot store it refuses, and the service will deliver it again. The event loop
 checks the token and the size; a writer thread reads the bodies and commits them in groups:
 the callbacks that arrive while it commits one group share the next commit (one disk sync).
-
-Answers: 200 stored (or already stored), 400 not an event (kept as a dead letter), 401 wrong
-or missing token, 413 body too large, 503 when the inbox cannot write or too many callbacks
-are in flight. Whatever a body holds, it gets one of these: a fault in reading or storing one
-group of callbacks refuses that group and the writer goes on. Should the writer thread die
-anyway, the process exits at once (EXIT_WRITER_DIED), so that its supervisor restarts it.
-
-`GET /health` (and HEAD), for load balancers, needs no token: 200 while the writer thread
-runs, the inbox takes a write (the last one, or a probe when none succeeded lately: a full
-disk or a database refusing writes fails it) and answers a read; 503 otherwise.
-
-`GET /metrics` (no token either: counts, no ids) answers Prometheus's text format: callbacks
-by method and answer, dead letters, commit latency and group size, inbox errors
-(docs/operations.md, "Alerts and metrics"). Keep it, like /health, off the public address.
-
-Slow and idle clients are the server's to close (pipeline/serve.py); this app bounds the
-callbacks in flight, not the connections.
+Should the writer thread die, the process exits (EXIT_WRITER_DIED) for its supervisor to
+restart it. `GET /health` and `GET /metrics` need no token. Slow and idle clients are the
+server's to close (pipeline/serve.py). Each answer, and what /health checks: docs/operations.md,
+"The pieces" (the receiver), "What one party cannot do" (Bodies, Sockets, Writes), "Metrics".
 """
 
 from __future__ import annotations
