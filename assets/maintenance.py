@@ -126,9 +126,12 @@ lake_maintenance_job = define_asset_job(
     "lake_maintenance_job", selection=AssetSelection.assets(lake_maintenance),
     description="Compact the lake's small files and vacuum files past the retention")
 
-# At night on the customers' clock (01:30 UTC in Lagos, before the daily refresh's commits at
-# 02:00 UTC); overlapping them is safe, only slower (a commit that loses a race runs again).
-nightly_lake_maintenance = ScheduleDefinition(
-    name="nightly_lake_maintenance", job=lake_maintenance_job, cron_schedule="30 2 * * *",
-    execution_timezone=Tuning.from_env().timezone, default_status=DefaultScheduleStatus.RUNNING,
-    description="Compact and vacuum every lake table, nightly")
+
+def nightly_lake_maintenance(timezone: str) -> ScheduleDefinition:
+    """The nightly pass, at 02:30 on the customers' clock (`timezone`: LEDGERLAKE_TIMEZONE, read
+    once by pipeline/definitions.py): 01:30 UTC in Lagos, before the daily refresh's commits at
+    02:00 UTC; overlapping them is safe, only slower (a commit that loses a race runs again)."""
+    return ScheduleDefinition(
+        name="nightly_lake_maintenance", job=lake_maintenance_job, cron_schedule="30 2 * * *",
+        execution_timezone=timezone, default_status=DefaultScheduleStatus.RUNNING,
+        description="Compact and vacuum every lake table, nightly")

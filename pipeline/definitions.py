@@ -67,7 +67,8 @@ defs = dg.Definitions(
     jobs=[ingest_job, refresh_job, replay_job, warehouse_job, lake_maintenance_job,
           freshness_job, forget_job],
     sensors=[inbox_sensor, lost_fetches, warehouse_follows_lake, alerts],
-    schedules=[daily_refresh, hourly_replay, nightly_lake_maintenance, hourly_freshness],
+    schedules=[daily_refresh, hourly_replay, nightly_lake_maintenance(settings.tuning.timezone),
+               hourly_freshness],
     # steps fetch a record's product (I/O, a few MB): a process per step would cost seconds of
     # imports each; runs execute in parallel instead (dagster.yaml, max_concurrent_runs)
     executor=dg.in_process_executor,

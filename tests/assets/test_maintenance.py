@@ -285,16 +285,18 @@ def test_a_bad_setting_fails_the_run_before_any_table_is_touched(lake, monkeypat
 
 
 def test_the_nightly_schedule_runs_the_job_of_the_asset(tmp_path):
-    assert nightly_lake_maintenance.name == "nightly_lake_maintenance"
-    assert nightly_lake_maintenance.job_name == lake_maintenance_job.name == \
-        "lake_maintenance_job"
-    assert nightly_lake_maintenance.cron_schedule == "30 2 * * *"
-    assert nightly_lake_maintenance.execution_timezone == os.environ.get(
-        "LEDGERLAKE_TIMEZONE", "Africa/Lagos")
-    assert nightly_lake_maintenance.default_status == DefaultScheduleStatus.RUNNING
+    """Its clock is LEDGERLAKE_TIMEZONE, as the definitions read it."""
+    from pipeline.definitions import defs as loaded
+
+    nightly = loaded.resolve_schedule_def("nightly_lake_maintenance")
+    assert nightly.name == "nightly_lake_maintenance"
+    assert nightly.job_name == lake_maintenance_job.name == "lake_maintenance_job"
+    assert nightly.cron_schedule == "30 2 * * *"
+    assert nightly.execution_timezone == os.environ.get("LEDGERLAKE_TIMEZONE", "Africa/Lagos")
+    assert nightly_lake_maintenance("UTC").execution_timezone == "UTC"
+    assert nightly.default_status == DefaultScheduleStatus.RUNNING
     defs = Definitions(assets=[lake_maintenance], jobs=[lake_maintenance_job],
-                       schedules=[nightly_lake_maintenance],
-                       resources={"lake": Lake(root=str(tmp_path))})
+                       schedules=[nightly], resources={"lake": Lake(root=str(tmp_path))})
     job = defs.resolve_job_def("lake_maintenance_job")
     assert job.asset_layer.selected_asset_keys == {lake_maintenance.key}
     assert lake_maintenance.group_names_by_key[lake_maintenance.key] == "maintenance"
