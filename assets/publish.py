@@ -50,12 +50,21 @@ STATE_PROBLEMS = 3  # and in the record's state in the inbox
 LANDINGS, CHECKS = schema("landings"), schema("checks")
 
 
-# The engine's retries (docs/operations.md, "Retries"): the client already retried each request
-# (429, 5xx, timeouts) within seconds; this waits out what lasts longer (a bank down for
-# minutes) with exponential backoff and jitter: 30 s, 60 s, 120 s by default. Dagster takes
-# the policy when the asset is defined: a bad LEDGERLAKE_RETRY_DELAY_S stops the code location.
-FETCH_RETRY = dg.RetryPolicy(max_retries=3, delay=Tuning.from_env().retry_delay_s,
-                             backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
+class FetchRetry(dg.RetryPolicy):
+    """The engine's retries (docs/operations.md, "Retries"): the client already retried each
+    request (429, 5xx, timeouts) within seconds; this waits out what lasts longer (a bank down
+    for minutes) with exponential backoff and jitter: 30 s, 60 s, 120 s by default. Dagster
+    takes the policy when the asset is defined, at import; so that no module reads the
+    environment then, its first wait (LEDGERLAKE_RETRY_DELAY_S) is read when a step fails
+    (pipeline/definitions.py checked it at load: a bad one stops the code location)."""
+
+    def calculate_delay(self, attempt_num: int) -> float:
+        return dg.RetryPolicy(self.max_retries, Tuning.from_env().retry_delay_s, self.backoff,
+                              self.jitter).calculate_delay(attempt_num)
+
+
+FETCH_RETRY = FetchRetry(max_retries=3, delay=Tuning.retry_delay_s,
+                         backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
 
 # Every step that calls the service holds a slot of this pool while it runs, whatever run it is
 # in: the instance's limit for it (`dagster instance concurrency set connection_service N`,
