@@ -38,13 +38,13 @@ _TYPES = {"transactions": TRANSACTIONS, "balance_periodic": PERIODIC}
 
 
 def daily_balances(tables: Mapping[str, Mapping[str, pa.Table | Iterable[pa.RecordBatch]]],
-                   zone: str | None = None) -> dict[str, pa.Table]:
+                   zone: str) -> dict[str, pa.Table]:
     """Per record, its `daily_balances` rows (account_id, date, balance, ...) sorted by
-    account and day, from `tables`: lake table -> record -> that record's rows (a table, or
-    its batches: streamed into DuckDB's aggregate, never held at once)."""
+    account and day in `zone`, from `tables`: lake table -> record -> that record's rows (a
+    table, or its batches: streamed into DuckDB's aggregate, never held at once)."""
     sources = {table: _streamed(parts, columns, _TYPES[table])
                for table, columns in _READS.items() if (parts := tables.get(table))}
-    daily = derive(sources, zone or Tuning.from_env().timezone, "daily_balances")
+    daily = derive(sources, zone, "daily_balances")
     out = {}
     for record in sorted(set(daily["record_id"].to_pylist())):
         out[record] = daily.filter(pc.equal(daily["record_id"], record))
@@ -172,11 +172,11 @@ def series_of(daily: pa.Table, labels: Mapping[str, str] | None = None
     return [((labels or {}).get(a, a), d, v) for a, (d, v) in by_account.items()]
 
 
-def record_charts(lake, record_ids: Sequence[str], titles: Mapping[str, str]
+def record_charts(lake, record_ids: Sequence[str], titles: Mapping[str, str], zone: str
                   ) -> dict[str, str]:
-    """Per record with any balance history, its daily balance chart as Markdown, titled by
-    `titles` (by number, in Dagster); none for more than LEDGERLAKE_CHART_RECORDS records."""
-    if not record_ids or len(record_ids) > Tuning.from_env().chart_records:
+    """Per record with any balance history, its daily balance chart as Markdown, its days
+    in `zone`, titled by `titles` (by number, in Dagster)."""
+    if not record_ids:
         return {}
     # only the columns the chart reads: a record's topics or narrations are not worth a read
     schemas = {t: pa.schema([_TYPES[t].field(c) for c in cols]) for t, cols in _READS.items()}
@@ -188,7 +188,7 @@ def record_charts(lake, record_ids: Sequence[str], titles: Mapping[str, str]
     accounts = lake.read_many("accounts", record_ids, pa.schema(
         [ACCOUNTS.field(c) for c in ("account_id", "nuban", "type", "name")]))
     out = {}
-    for record, daily in daily_balances(tables).items():
+    for record, daily in daily_balances(tables, zone).items():
         labels = {a["account_id"]: account_label(a)
                   for a in (accounts[record].to_pylist() if record in accounts else [])}
         title = titles[record]
@@ -206,7 +206,8 @@ def chart_metadata(context, lake, landings: Sequence[Landing]) -> dict:
     published = [x for x in landings if x.published]
     if not published:
         return {}
-    if len(landings) > (most := Tuning.from_env().chart_records):
+    tuning = Tuning.from_env()
+    if len(landings) > (most := tuning.chart_records):
         number = next((f"'#{x.number}'" for x in published if x.number is not None), "RECORD")
         return {"daily_balance": MetadataValue.md(
             f"{len(published)} records landed, more than LEDGERLAKE_CHART_RECORDS "
@@ -214,7 +215,7 @@ def chart_metadata(context, lake, landings: Sequence[Landing]) -> dict:
             "by its number (`ledgerlake status` lists them).")}
     try:
         charts = record_charts(lake, [x.record_id for x in published],
-                               {x.record_id: x.label for x in published})
+                               {x.record_id: x.label for x in published}, tuning.timezone)
     except Exception as exc:  # a chart is a view of landed rows, not part of landing them
         context.log.warning("no balance chart this run: %s: %s", type(exc).__name__, exc)
         return {"daily_balance": MetadataValue.md(

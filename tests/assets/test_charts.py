@@ -46,7 +46,7 @@ def test_the_days_are_the_views(lake, tmp_path):
     ids = ["r1", "r2"]
     tables = {"transactions": lake.read_many("transactions", ids, lines("x", 1, 0).schema),
               "balance_periodic": lake.read_many("balance_periodic", ids, PERIODIC)}
-    drawn = charts.daily_balances(tables)
+    drawn = charts.daily_balances(tables, Tuning.from_env().timezone)
     mine = sorted((r, row["account_id"], row["date"], row["balance"], row["source"],
                    row["carried_forward"]) for r, t in drawn.items() for row in t.to_pylist())
     assert mine == view and len(view) > 30
