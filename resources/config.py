@@ -284,7 +284,8 @@ def _whole(env, var: str, default: int, lo: int, hi: int) -> int:
 @dataclass(frozen=True)
 class Tuning:
     """How the pipeline paces itself (docs/operations.md, "Settings"), read where it is used
-    (`Tuning.from_env()`), so a test or an operator's change applies to the next run."""
+    (`Tuning.from_env()`), so a test or an operator's change applies to the next run; what
+    Dagster takes at load (the nightly schedule's clock) pipeline/definitions.py hands in."""
     retry_delay_s: float = 30.0  # the engine's first wait before a failed step tries again
     reconcile_days: int = 7  # each record pulled whole once every so many days (0: never)
     chart_records: int = 5  # a run draws charts when it lands at most this many (0: never)
