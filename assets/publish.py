@@ -53,10 +53,10 @@ LANDINGS, CHECKS = schema("landings"), schema("checks")
 class FetchRetry(dg.RetryPolicy):
     """The engine's retries (docs/operations.md, "Retries"): the client already retried each
     request (429, 5xx, timeouts) within seconds; this waits out what lasts longer (a bank down
-    for minutes) with exponential backoff and jitter: 30 s, 60 s, 120 s by default. Dagster
-    takes the policy when the asset is defined, at import; so that no module reads the
-    environment then, its first wait (LEDGERLAKE_RETRY_DELAY_S) is read when a step fails
-    (pipeline/definitions.py checked it at load: a bad one stops the code location)."""
+    for minutes) with exponential backoff and jitter: 30 s, 90 s, 210 s (each ± 30 s) by
+    default. Dagster takes the policy when the asset is defined, at import; so that no module
+    reads the environment then, its first wait (LEDGERLAKE_RETRY_DELAY_S) is read when a step
+    fails (pipeline/definitions.py checked it at load: a bad one stops the code location)."""
 
     def calculate_delay(self, attempt_num: int) -> float:
         return dg.RetryPolicy(self.max_retries, Tuning.from_env().retry_delay_s, self.backoff,
