@@ -132,6 +132,30 @@ def advisory(url: str, lock: int, *, granted: bool) -> int:
         con.close()
 
 
+def advisory_pids(url: str, lock: int) -> set[int]:
+    """The backends holding the advisory `lock`."""
+    with contextlib.closing(psycopg2.connect(url)) as con:
+        cur = con.cursor()
+        cur.execute("select pid from pg_locks where locktype = 'advisory' and granted"
+                    " and objid = %s", (lock & 0xFFFFFFFF,))
+        return {row[0] for row in cur.fetchall()}
+
+
+def gone(url: str, pids: set[int], limit_s: float = 60.0) -> None:
+    """Wait until the backends `pids` have ended (the server ends one when it reads its
+    client's goodbye, which can be after the client's close has returned)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        with contextlib.closing(psycopg2.connect(url)) as con:
+            cur = con.cursor()
+            cur.execute("select count(*) from pg_stat_activity where pid = any(%s)",
+                        (list(pids),))
+            if not cur.fetchone()[0]:
+                return
+        assert time.monotonic() < deadline, f"backends {sorted(pids)} still up"
+        time.sleep(0.05)
+
+
 def test_writers_take_turns_so_a_cursor_never_steps_over_an_id(postgres_url, make):
     """A writer holding the write lock has drawn an id and not committed; a second writer must
     wait for it, or its larger id could be read (and the cursor moved past the first) before
@@ -195,8 +219,10 @@ def test_a_wait_for_the_erasure_lock_the_server_drops_is_inbox_unavailable(postg
         (exc,) = raised
         assert isinstance(exc, InboxUnavailable), repr(exc)
         assert redact(postgres_url) in str(exc) and password(postgres_url) not in str(exc)
+        holders = advisory_pids(postgres_url, ERASURE_LOCK)
         held.close()  # the forget ends, or the landing's lock goes with its inbox
         holder.close()
+        gone(postgres_url, holders)  # a closed connection's backend ends after close returns
         assert advisory(postgres_url, ERASURE_LOCK, granted=True) == 0
         if waiter == "landing":  # its next try takes the lock: the failed wait left none held
             other.hold_landing()
