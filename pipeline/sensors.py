@@ -85,11 +85,13 @@ PERIODIC = {"PERIODIC_BALANCE", "PERIODIC_TRANSACTIONS"}  # sent for every recor
 
 class Ask(NamedTuple):
     """What one inbox event asks for: a fetch of `assets`, a periodic refresh of them, a
-    failure to report on `assets[0]`, a connection change, or nothing; `why`: a line to log."""
+    failure to report on `assets[0]`, a connection change, or nothing; `why`: that, in a line
+    (the sensor logs those of connection changes and of events that ask for nothing: runs and
+    observations speak for the others)."""
     kind: Literal["fetch", "periodic", "failure", "connection", "nothing"]
     event: Event
-    assets: tuple[str, ...] = ()
-    why: str = ""
+    assets: tuple[str, ...]
+    why: str
 
 
 def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
@@ -122,7 +124,7 @@ def plan(events: Iterable[Event], existing: set[str], status: dict[str, str],
         failures.setdefault(ask.assets[0], []).append(ask.event)
     observations = [_observe(asset, evs, status, numbers) for asset, evs in failures.items()
                     if asset in existing]
-    lines = [a.why for a in asks if a.why] + [
+    lines = [a.why for a in asks if a.kind in ("connection", "nothing")] + [
         f"{len(evs)} failure callbacks reported on {asset}" for asset, evs in failures.items()]
     moved = [a.event for a in asks if a.kind == "connection"]
     return runs + _connection_runs(moved, existing, numbers, forget), observations, lines
@@ -132,26 +134,29 @@ def route(ev: Event, existing: set[str], fetchable: set[str], status: dict[str, 
           numbers: Mapping[str, int]) -> Ask:
     """What one event asks for (the arguments as `plan`'s)."""
     if ev.kind == "connection":
-        return Ask("connection", ev,
-                   why=f"event {ev.id}: {ev.method} for {_record_names(ev.records, numbers)}")
+        return Ask("connection", ev, (),
+                   f"event {ev.id}: {ev.method} for {_record_names(ev.records, numbers)}")
     said = f"event {ev.id}: {ev.method} {ev.code}"
     if ev.record is None:
-        return Ask("nothing", ev, why=f"{said} names no record; ignored")
+        return Ask("nothing", ev, (), f"{said} names no record; ignored")
     if ev.record not in numbers:
-        return Ask("nothing", ev)  # forgotten since the receiver stored it
+        return Ask("nothing", ev, (), f"{said}: its record was forgotten since; ignored")
     if ev.status == "is_failed" or ev.code in FAILED_CODES:
         asset = FAILED_ON.get(ev.method)
-        return Ask("failure", ev, (asset if asset in existing else STATUS_ASSET,))
+        on = asset if asset in existing else STATUS_ASSET
+        return Ask("failure", ev, (on,), f"{said} failed; reported on {on}")
     assets = READY.get((ev.method, ev.code))
     if assets is None:
-        return Ask("nothing", ev, why=f"{said} is not a product we fetch")
+        return Ask("nothing", ev, (), f"{said} is not a product we fetch")
     present = tuple(a for a in assets if a in fetchable)
     if not present:
-        return Ask("nothing", ev)  # none of its assets is in this deployment's ingest_job
+        return Ask("nothing", ev, (), f"{said}: {', '.join(assets)} not in this deployment's "
+                                      f"{ingest_job.name}; ignored")
     if (state := status.get(ev.record, CONNECTED)) != CONNECTED:
-        return Ask("nothing", ev, why=f"event {ev.id}: {_record_names([ev.record], numbers)} "
+        return Ask("nothing", ev, (), f"event {ev.id}: {_record_names([ev.record], numbers)} "
                                       f"is {state}; {ev.method} not fetched")
-    return Ask("periodic" if ev.method in PERIODIC else "fetch", ev, present)
+    kind = "periodic" if ev.method in PERIODIC else "fetch"
+    return Ask(kind, ev, present, f"{said} asks for a {kind} of {', '.join(present)}")
 
 
 def _record_names(records: Iterable[str], numbers: Mapping[str, int]) -> str:

@@ -11,7 +11,7 @@ from assets.accounts import accounts
 from assets.batch import RECORDS_PER_RUN, batch_config
 from pipeline.freshness import freshness_checks
 from pipeline.jobs import ingest_job
-from pipeline.sensors import BATCH, NEW_PER_RUN, PARALLEL, READY, inbox_sensor, plan
+from pipeline.sensors import BATCH, NEW_PER_RUN, PARALLEL, READY, inbox_sensor, plan, route
 from resources.inbox import Inbox, describe, kept_body
 from resources.inbox.resource import InboxResource
 
@@ -197,6 +197,34 @@ def test_disconnected_and_reauth_records_are_not_fetched(inbox, defs, instance, 
     assert any(f"record #{n4} is reauth_required; ACCOUNTS not fetched" in n for n in notes)
     # the record's history stays in the inbox
     assert set(inbox.records(["r3"])["r3"].products) == {"AUTH", "ACCOUNTS"}
+
+
+def test_every_ask_says_why(inbox, defs, make):
+    """Whatever an event asks for, even nothing, `route` says why in a line."""
+    unnamed = {k: v for k, v in make.callback("x", "BALANCE", "BALANCE_SUCCESS").items()
+               if k not in ("record", "recordId")}
+    bodies = [make.callback("r1", "AUTH", "AUTH_SUCCESS", customer="c1"),
+              make.callback("r1", "ACCOUNTS", "ACCOUNTS_SUCCESS", customer="c1"),
+              make.callback("r1", "PERIODIC_BALANCE", "BALANCE_SUCCESS", account="a1"),
+              make.callback("r1", "INCOME", "INCOME_FAILED", status="is_failed"),
+              make.callback("r1", "TRANSACTIONS", "PRODUCT_IS_READY", status="is_failed"),
+              make.callback("r1", "ACCOUNTS", "NOT_A_CODE"), unnamed,
+              make.callback("r2", "AUTH", "AUTH_SUCCESS", customer="c2"),
+              make.reauth("c2", "2026-01-02T00:00:00.000Z"),
+              make.callback("r2", "ACCOUNTS", "ACCOUNTS_SUCCESS", customer="c2"),
+              make.disconnect("c2", "2026-01-03T00:00:00.000Z")]
+    for body in bodies:
+        inbox.add(body)
+    events = inbox.after(0)
+    status = {r: s.status for r, s in inbox.records(["r1", "r2"]).items()}
+    numbers = inbox.numbers(["r1", "r2"])
+    present = names(defs)
+    asks = [route(ev, present, fetchable, status, known)
+            for fetchable in (present, {"balances"})  # a deployment that fetches less
+            for known in (numbers, {})  # the records forgotten since
+            for ev in events]
+    assert {a.kind for a in asks} == {"fetch", "periodic", "failure", "connection", "nothing"}
+    assert all(a.why.strip() for a in asks), [a for a in asks if not a.why.strip()]
 
 
 def add_all(inbox: Inbox, bodies: list[dict]) -> None:
