@@ -92,7 +92,7 @@ class Landing:
 
     @property
     def label(self) -> str:
-        return named(self.number)
+        return record_label(self.number)
 
     @property
     def dagster_error(self) -> str | None:  # the error, the record named by its number
@@ -216,7 +216,7 @@ def keys(local_lake: bool = True) -> Keys:
         raise dg.Failure(str(exc), allow_retries=False) from None
 
 
-def named(number: int | None) -> str:  # a record as Dagster may name it: by its number
+def record_label(number: int | None) -> str:  # a record as Dagster may name it: by its number
     return f"record #{number}" if number is not None else "a record"
 
 

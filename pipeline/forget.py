@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from dagster import Backoff, Config, OpExecutionContext, RetryPolicy, op
 
 from assets.derived import DERIVED, carry
-from assets.publish import named
+from assets.publish import record_label
 from assets.warehouse import LAKE_TABLES, Warehouse, publish
 from resources import delta
 from resources.inbox import DISCONNECTED, Inbox
@@ -224,7 +224,7 @@ def forget_disconnected(context: OpExecutionContext, config: ForgetConfig, lake:
         gone = {n: r for n, r in ids.items() if db.status(r) == DISCONNECTED}
         if kept := sorted(set(ids) - set(gone)):
             context.log.info("connected again since the disconnect, kept: "
-                             + ", ".join(named(n) for n in kept))
+                             + ", ".join(record_label(n) for n in kept))
         records = set(gone.values()) | (left := unfinished_disconnects(lake))
         if left:
             context.log.info(f"finishing {len(left)} record(s) of disconnect passes that "
@@ -236,6 +236,7 @@ def forget_disconnected(context: OpExecutionContext, config: ForgetConfig, lake:
                       rebuild=lambda: publish(lake.root, warehouse_db.path,
                                               warehouse_db.timezone),
                       progress=context.log.info, inbox=db)
-        context.log.info(f"forgot {len(records)} record(s) ({', '.join(map(named, sorted(gone)))}"
+        context.log.info(f"forgot {len(records)} record(s) "
+                         f"({', '.join(map(record_label, sorted(gone)))}"
                          f"{' and those of unfinished passes' if left else ''}): {done.rows} "
                          f"rows deleted, {done.files} files purged (erasure {done.erasure_id})")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from dagster import Config, OpExecutionContext, ResourceParam, op
 
-from assets.publish import named
+from assets.publish import record_label
 from resources.client import Client
 from resources.inbox import CONNECTED, Inbox
 from resources.inbox.resource import InboxResource
@@ -67,16 +67,16 @@ def overdue(inbox: Inbox, *, after_s: float, expect: Sequence[str] = EXPECTED,
 def replay(inbox: Inbox, client: Client | None, *, after_s: float,
            expect: Sequence[str] = EXPECTED, dry_run: bool = False, now: float | None = None,
            say: Callable[[str], None] = log.info,
-           shown: Callable[[str], str] = "record {}".format) -> Replay:
+           label: Callable[[str], str] = "record {}".format) -> Replay:
     """Find overdue records and, unless `dry_run`, trigger their callbacks 100 at a time;
-    `say` tells of each, named by `shown`.
+    `say` tells of each, named by `label`.
 
     Each call's records are marked replayed only once the call succeeded, so a failure part
     way leaves the rest for the next replay.
     """
     result = Replay(overdue(inbox, after_s=after_s, expect=expect, now=now))
     for o in result.overdue:
-        say(f"{shown(o.record)}: no {', '.join(o.missing)} after {o.waiting_s / 60:.0f} min")
+        say(f"{label(o.record)}: no {', '.join(o.missing)} after {o.waiting_s / 60:.0f} min")
     if dry_run or not result.overdue:
         return result
     return _trigger_all(inbox, client, result, now=now, say=say)
@@ -129,12 +129,12 @@ class ReplayConfig(Config):
 def replay_missing_callbacks(context: OpExecutionContext, config: ReplayConfig,
                              client: ResourceParam[Client], inbox: InboxResource) -> int:
     with inbox.open() as db:  # Dagster hears of records by number (assets/batch.py)
-        def shown(record: str) -> str:
-            return named(db.numbers([record]).get(record))
+        def label(record: str) -> str:
+            return record_label(db.numbers([record]).get(record))
 
         result = replay(db, client, after_s=config.after_minutes * 60, expect=config.expect,
-                        dry_run=config.dry_run, say=context.log.info, shown=shown)
-        listed = ", ".join(shown(o.record) for o in result.overdue[:50])
+                        dry_run=config.dry_run, say=context.log.info, label=label)
+        listed = ", ".join(label(o.record) for o in result.overdue[:50])
     context.add_output_metadata({
         "overdue": len(result.overdue), "triggered": len(result.triggered),
         "calls": result.calls, "dry_run": config.dry_run, "records": listed})

@@ -39,7 +39,7 @@ from dagster import (
 )
 
 from assets.batch import RECORDS_PER_RUN, batch_config, record_tags
-from assets.publish import named
+from assets.publish import record_label
 from assets.warehouse import LAKE_TABLES, VIEWS, built_together, derived_of, view_key, view_reads
 from resources.config import Settings
 from resources.inbox import CONNECTED, Event
@@ -160,7 +160,7 @@ def route(ev: Event, existing: set[str], fetchable: set[str], status: dict[str, 
 
 
 def _record_names(records: Iterable[str], numbers: Mapping[str, int]) -> str:
-    return ", ".join(named(numbers.get(r)) for r in records) or "no record"
+    return ", ".join(record_label(numbers.get(r)) for r in records) or "no record"
 
 
 def _connection_runs(moved: list[Event], existing: set[str], numbers: Mapping[str, int],
