@@ -369,7 +369,7 @@ def record_outcomes(context: dg.AssetExecutionContext, lake: Lake, inbox: Inbox,
             "problems": pa.array([orjson.dumps(v.problems[:PROBLEMS_KEPT]).decode()
                                   if v.problems else None for v in judged], pa.string()),
             "record_id": [v.record_id for v in judged]}), CHECKS)
-    inbox.note_landings([*(LandingState(
+    inbox.save_landings([*(LandingState(
         x.record_id, asset, x.outcome, run_id, now.timestamp(), row_count=x.row_count,
         detail=_detail(x, checks)) for x in landings), *_rejudged(inbox, extra)])
 

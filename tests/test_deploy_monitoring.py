@@ -46,7 +46,7 @@ def exported(tmp_path_factory) -> set[str]:
         from resources.inbox import LANDED_OK, LandingState, open_inbox
 
         with open_inbox(home / "inbox.sqlite3") as db:  # a landing, so ages are exported
-            db.note_landings([LandingState("rec1", "balances", LANDED_OK, "run-1", 1.0)])
+            db.save_landings([LandingState("rec1", "balances", LANDED_OK, "run-1", 1.0)])
         for reg in (receiver.registry, registry(lambda: instance, settings)):
             for family in reg.collect():
                 names |= {s.name for s in family.samples}

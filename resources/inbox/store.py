@@ -356,7 +356,8 @@ class Inbox:
     def _forget(self, ids: list[str], customers: list[str]) -> int:
         of_ids, ids_param = self._db.among("record", ids)
         of_customers, customers_param = self._db.among("customer", customers)
-        named = [r[0] for r in self._db.execute(
+        # a dead letter naming any of them goes too: the records, and their customers
+        forgotten_ids = [r[0] for r in self._db.execute(
             f"select customer from records where {of_ids} and customer is not null",
             ids_param)] + ids + customers
         deleted, gone, theirs = 0, set(ids), set(customers)
@@ -380,7 +381,7 @@ class Inbox:
             deleted += self._db.execute(f"delete from {table} where {of_ids}",
                                         ids_param).rowcount
         letters = [(i,) for i, body in self._db.execute("select id, body from dead_letters")
-                   if any(n.encode() in bytes(body) for n in named)]
+                   if any(n.encode() in bytes(body) for n in forgotten_ids)]
         self._db.executemany("delete from dead_letters where id = ?", letters)
         return deleted + len(letters)
 
@@ -521,7 +522,7 @@ class Inbox:
                 f"select number, record from record_numbers where {where}", params).fetchall())
 
     # -- what the pipeline made of each record ---------------------------------------------
-    def note_landings(self, states: Sequence[LandingState]) -> None:
+    def save_landings(self, states: Sequence[LandingState]) -> None:
         """Keep each record's product as these landings left it, in one transaction (not
         the write lock's: no id is given)."""
         if not states:
@@ -629,7 +630,7 @@ class Inbox:
 # The calls tried once more when the connection was lost (a Postgres server dropped it): every
 # one through the inbox's connection but add (whose add_described is) and probe_write
 for _call in ("add_described", "after", "check", "count", "dead_letter", "failing", "forget",
-              "forgotten", "ids_of", "landing_ages", "landings", "mark_replayed", "note_landings",
+              "forgotten", "ids_of", "landing_ages", "landings", "mark_replayed", "save_landings",
               "numbered", "numbers", "of_customer", "payloads", "records", "stale", "status",
               "vitals"):
     setattr(Inbox, _call, _retried(getattr(Inbox, _call)))

@@ -114,7 +114,7 @@ class Scene:
     def land(self, product: str, outcome: str, at: float | None = None, run_id="run-1",
              record: int = 0) -> None:
         with open_inbox(self.path) as db:
-            db.note_landings([LandingState(self.records[record], product, outcome, run_id,
+            db.save_landings([LandingState(self.records[record], product, outcome, run_id,
                                            time.time() if at is None else at)])
 
     def settings(self):

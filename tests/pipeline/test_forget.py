@@ -300,7 +300,7 @@ def test_forget_empties_the_inbox_of_the_records_and_keeps_the_others(home, requ
             inbox.add(callback(record, "AUTH", "AUTH_SUCCESS", customer=OWNER[record]))
             inbox.add(callback(record, "BALANCE", "BALANCE_SUCCESS", customer=OWNER[record],
                                account=f"acct_{record}"))
-            inbox.note_landings([LandingState(record, "balances", "landed", "run-1", 1.0)])
+            inbox.save_landings([LandingState(record, "balances", "landed", "run-1", 1.0)])
             inbox.dead_letter("bad", f'{{"recordId": "{record}"}}'.encode())
         inbox.add(disconnect(A, "2026-01-02T00:00:00.000Z", [f"acct_{R1}", f"acct_{R2}"]))
         inbox.add(disconnect(B, "2026-01-02T00:00:00.000Z", [f"acct_{R3}"]))

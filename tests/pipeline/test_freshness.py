@@ -32,11 +32,11 @@ def inbox(tmp_path, monkeypatch, make):
         def landed(record: str, product: str, at: float, outcome: str = LANDED_OK):
             return LandingState(record, product, outcome, "run-1", at)
 
-        db.note_landings([landed(r, "balances", NOW - 2 * HOUR)
+        db.save_landings([landed(r, "balances", NOW - 2 * HOUR)
                           for r in ("old", "gone", "reauth", "held")])
-        db.note_landings([landed("new", "balances", NOW - HOUR),
+        db.save_landings([landed("new", "balances", NOW - HOUR),
                           landed("held", "balances", NOW, HELD)])
-        db.note_landings([landed(r, "transactions", NOW) for r in ("old", "new", "held")])
+        db.save_landings([landed(r, "transactions", NOW) for r in ("old", "new", "held")])
     return path
 
 

@@ -34,7 +34,7 @@ def names(defs) -> tuple[set[str], set[str]]:
 
 
 def landed(inbox: Inbox, record: str, product: str, at: float, outcome: str = "landed"):
-    inbox.note_landings([LandingState(record, product, outcome, "run-1", at, landed_at=at)])
+    inbox.save_landings([LandingState(record, product, outcome, "run-1", at, landed_at=at)])
 
 
 def test_only_products_never_landed_since_their_callback_are_asked_for(inbox, defs, make):

@@ -48,7 +48,7 @@ def test_the_pipelines_state_in_prometheus_text(home, receiver):
         db.add(disconnect("cust1", "2026-02-01T00:00:00.000Z"))  # event 5, all of cust1
         db.add(callback("rec_metrics_004", "AUTH", "AUTH_SUCCESS", customer="cust2"))
         db.dead_letter("body is not JSON", b"{")
-        db.note_landings([
+        db.save_landings([
             LandingState("rec_metrics_004", "balances", LANDED_OK, "run-1", now - 3600),
             LandingState(records[0], "transactions", FAILED, "run-2", now),
             LandingState(records[1], "income", HELD, "run-2", now)])

@@ -53,12 +53,12 @@ def home(tmp_path_factory):
     # held by its check (its previous rows in view), balances landed two days ago
     now = dt.datetime.now(dt.UTC).timestamp()
     with open_inbox(connected(home / "inbox.sqlite3", ["rec1"])) as inbox:
-        inbox.note_landings([
+        inbox.save_landings([
             LandingState("rec1", "balances", LANDED_OK, "run-1", now - 2 * 86400),
             LandingState("rec1", "transactions", LANDED_OK, "run-2", now, row_count=60,
                          detail={"checks": {"running_balance_reconciles": 0}}),
             LandingState("rec1", "income", LANDED_OK, "run-1", now - 86400)])
-        inbox.note_landings([LandingState(
+        inbox.save_landings([LandingState(
             "rec1", "income", HELD, "run-2", now, detail={
                 "checks": {"income_matches_transactions": 2},
                 "problems": [{"problem": "stream s1 has no matching credit"},

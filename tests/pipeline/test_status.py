@@ -112,7 +112,7 @@ def test_one_record_told_in_full_names_its_number_and_its_checks(home, tmp_path)
 
     now = time.time()
     with open_inbox(connected(tmp_path / "inbox.sqlite3", ["rec1"])) as inbox:
-        inbox.note_landings([
+        inbox.save_landings([
             LandingState("rec1", "transactions", LANDED_OK, "run-2", now, row_count=60,
                          detail={"checks": {"running_balance_reconciles": 0}}),
             LandingState("rec1", "income", HELD, "run-2", now,

@@ -661,7 +661,7 @@ def test_a_records_landing_state_is_its_latest_and_keeps_when_it_last_landed(inb
     failed leaves the time the product was last published as it was."""
     for r in ("rec-a", "rec-b"):
         inbox.add(make.callback(r, "AUTH", "AUTH_SUCCESS"))
-    inbox.note_landings([
+    inbox.save_landings([
         landing("rec-a", "transactions", "landed", "run1", 100.0, row_count=5,
                 detail={"pull": "full history", "lake_version": 3}),
         landing("rec-b", "transactions", "failed", "run1", 100.0,
@@ -674,13 +674,13 @@ def test_a_records_landing_state_is_its_latest_and_keeps_when_it_last_landed(inb
     assert got[1].detail == {"pull": "full history", "lake_version": 3} and got[1].row_count == 5
     assert got[2].detail == {"error": "ApiError: down"}
 
-    inbox.note_landings([landing("rec-a", "transactions", "held", "run2", 200.0, row_count=6,
+    inbox.save_landings([landing("rec-a", "transactions", "held", "run2", 200.0, row_count=6,
                                  detail={"checks": {"running_balance_reconciles": 2}})])
     (held,) = inbox.landings(["rec-a"], product="transactions")
     assert (held.outcome, held.run_id, held.at, held.landed_at, held.row_count) == (
         "held", "run2", 200.0, 100.0, 6)
     assert held.detail == {"checks": {"running_balance_reconciles": 2}}  # not merged
-    inbox.note_landings([landing("rec-a", "transactions", "landed", "run3", 300.0)])
+    inbox.save_landings([landing("rec-a", "transactions", "landed", "run3", 300.0)])
     (again,) = inbox.landings(["rec-a"], product="transactions")
     assert (again.outcome, again.landed_at, again.detail) == ("landed", 300.0, {})
 
@@ -688,7 +688,7 @@ def test_a_records_landing_state_is_its_latest_and_keeps_when_it_last_landed(inb
 def test_landing_states_are_read_by_record_product_outcome_and_run(inbox, make):
     """The reads the pipeline makes: a retry's (its run's landed and held records), `status
     --failed`'s (every record wanting action), a batch's records (any number of ids)."""
-    inbox.note_landings([
+    inbox.save_landings([
         landing("rec-a", "accounts", "landed", "run1", 1.0),
         landing("rec-b", "accounts", "held", "run1", 1.0),
         landing("rec-c", "accounts", "failed", "run1", 1.0),
@@ -710,7 +710,7 @@ def test_landing_states_are_read_by_record_product_outcome_and_run(inbox, make):
     assert inbox.landings([]) == [] and inbox.landings(product="income") == []
     many = [f"rec-{i:06d}" for i in range(100_000)]  # more than a statement binds one by one
     assert keys(inbox.landings([*many, "rec-d"])) == [("rec-d", "accounts")]
-    inbox.note_landings([])  # nothing to keep: nothing changes
+    inbox.save_landings([])  # nothing to keep: nothing changes
     assert len(inbox.landings()) == 5
 
 
@@ -718,11 +718,11 @@ def test_landings_that_fail_part_way_leave_nothing_and_the_next_are_kept(inbox):
     """A batch of states is kept whole or not at all: the fault is the caller's to see, and
     the inbox takes the next batch."""
     with pytest.raises((OverflowError, psycopg2.DataError)):  # a count no database holds
-        inbox.note_landings([landing("rec-a", "accounts", "landed", "run1", 1.0, row_count=3),
+        inbox.save_landings([landing("rec-a", "accounts", "landed", "run1", 1.0, row_count=3),
                              landing("rec-b", "accounts", "landed", "run1", 1.0,
                                      row_count=2**63)])
     assert inbox.landings() == []
-    inbox.note_landings([landing("rec-a", "accounts", "held", "run2", 2.0)])
+    inbox.save_landings([landing("rec-a", "accounts", "held", "run2", 2.0)])
     assert [(s.record, s.outcome, s.run_id) for s in inbox.landings()] == [
         ("rec-a", "held", "run2")]
 
@@ -733,7 +733,7 @@ def test_stale_counts_the_connected_records_not_published_since_a_cutoff(inbox, 
     for r in ("rec-a", "rec-b", "rec-c", "rec-d", "rec-e"):
         inbox.add(make.callback(r, "AUTH", "AUTH_SUCCESS", customer=f"cust-{r[-1]}"))
     inbox.add({**make.disconnect("cust-d", "2099-11-03T00:00:00.000Z"), "record": "rec-d"})
-    inbox.note_landings([
+    inbox.save_landings([
         landing("rec-a", "balances", "landed", "run1", 100.0),
         landing("rec-b", "balances", "landed", "run1", 300.0),
         landing("rec-c", "balances", "failed", "run1", 300.0),  # never published: not counted
@@ -744,7 +744,7 @@ def test_stale_counts_the_connected_records_not_published_since_a_cutoff(inbox, 
     assert inbox.stale("balances", 200.0, limit=1) == (3, 2, ["rec-a"])
     assert inbox.stale("transactions", 200.0) == (1, 0, [])
     # a later landing that fails leaves rec-b as fresh as its last publication
-    inbox.note_landings([landing("rec-b", "balances", "failed", "run2", 400.0)])
+    inbox.save_landings([landing("rec-b", "balances", "failed", "run2", 400.0)])
     assert inbox.stale("balances", 250.0) == (3, 2, ["rec-a", "rec-e"])
     assert inbox.stale("balances", 350.0) == (3, 3, ["rec-a", "rec-b", "rec-e"])
     assert inbox.stale("income", 350.0) == (0, 0, [])
@@ -754,7 +754,7 @@ def test_stale_names_the_first_20_unless_asked_otherwise(inbox, make):
     ids = [f"rec-{i:02d}" for i in range(21)]
     inbox.add_described([(describe(b), kept_body(b))
                          for b in (make.callback(r, "AUTH", "AUTH_SUCCESS") for r in ids)])
-    inbox.note_landings([landing(r, "balances", "landed", "run1", 100.0) for r in ids])
+    inbox.save_landings([landing(r, "balances", "landed", "run1", 100.0) for r in ids])
     assert inbox.stale("balances", 200.0) == (21, 21, ids[:20])
 
 
@@ -765,7 +765,7 @@ def test_vitals_landing_ages_and_failing_records_are_counts(inbox, make):
         inbox.add(make.callback(r, "AUTH", "AUTH_SUCCESS", customer=f"cust-{r[-1]}"))
     inbox.add({**make.disconnect("cust-d", "2099-11-03T00:00:00.000Z"), "record": "rec-d"})
     inbox.dead_letter("body is not JSON", b"{")
-    inbox.note_landings([
+    inbox.save_landings([
         landing("rec-a", "balances", "landed", "run1", 100.0),
         landing("rec-b", "balances", "landed", "run1", 300.0),
         landing("rec-c", "balances", "landed", "run1", 200.0),
@@ -796,7 +796,7 @@ def test_forget_deletes_every_row_of_the_records_and_keeps_the_others(inbox, mak
         inbox.add(make.callback(record, "AUTH", "AUTH_SUCCESS", customer=customer))
         inbox.add(make.callback(record, "BALANCE", "BALANCE_SUCCESS", customer=customer,
                                 account=f"acct-{record[-1]}"))
-        inbox.note_landings([landing(record, "balances", "landed", "run1", 1.0)])
+        inbox.save_landings([landing(record, "balances", "landed", "run1", 1.0)])
         inbox.dead_letter("bad", f'{{"recordId": "{record}"}}'.encode())
     inbox.dead_letter("bad", b'{"customerId": "cust-a"}')
     inbox.dead_letter("bad", b'{"customerId": "cust-b"}')
