@@ -122,9 +122,9 @@ class RunningBalance:
         for account in pc.unique(accounts).to_pylist():
             if account not in self.last:
                 continue
-            mine = (pc.is_null(accounts) if account is None
+            of_account = (pc.is_null(accounts) if account is None
                     else pc.fill_null(pc.equal(accounts, account), False))
-            mask = mine.to_numpy(zero_copy_only=False)
+            mask = of_account.to_numpy(zero_copy_only=False)
             at, tid, _ = self.last[account]
             same = np.flatnonzero(mask & (cleared == at))
             ids = posted["transaction_id"].take(same).to_pylist() if len(same) else []

@@ -305,7 +305,7 @@ class Client:
                     and len(group) < PARSE_PAGES):
                 page += 1  # pages run 1..totalPages: ask before parsing, checked below
                 continue
-            rows, pages = _read_pages(group, path, lambda n, damaged: self._page_again(
+            rows, pages = _read_pages(group, path, lambda n, damaged: self._refetch_damaged_page(
                 path, {**body, "page": n, "limit": self.page_size}, damaged))
             kept = 0
             for number, pagination, count in pages:
@@ -320,7 +320,7 @@ class Client:
             total = pagination.get("totalPages")
             pages_in_all = total if type(total) is int else None
 
-    def _page_again(self, path: str, body: dict, damaged: DamagedAnswer) -> dict:
+    def _refetch_damaged_page(self, path: str, body: dict, damaged: DamagedAnswer) -> dict:
         """A page whose answer came cut short, asked for again (that answer spent a try)."""
         if self.max_attempts <= 1:
             raise damaged
@@ -525,10 +525,10 @@ def _id(name: str, value: object) -> str:
 
 def _one_of(**given: str | None) -> dict[str, str]:
     """The body naming exactly one of the alternatives (record, customer, account...)."""
-    named = {k: _id(k, v) for k, v in given.items() if v is not None}
-    if len(named) != 1:
+    body = {k: _id(k, v) for k, v in given.items() if v is not None}
+    if len(body) != 1:
         raise ValueError(f"give exactly one of {', '.join(given)}")
-    return named
+    return body
 
 
 def _date(name: str, value: dt.date | str) -> str:
