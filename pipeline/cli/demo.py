@@ -42,7 +42,7 @@ order by record_id
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _say(msg: str) -> None:
+def _print_demo(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
 
 
@@ -130,17 +130,17 @@ def wait_for_events(inbox_path: Path, expected: int, timeout_s: float = 60.0,
 def run_demo(customers: int = 3, home: Path | None = None) -> int:
     home = home.resolve() if home else home_from_env()
     prepare_home(home)
-    _say(f"data folder {home}")
+    _print_demo(f"data folder {home}")
     sandbox, receiver, api, env = start_upstream(home)
     try:
-        _say(f"sandbox at {sandbox.url}, receiver at {receiver.url}")
+        _print_demo(f"sandbox at {sandbox.url}, receiver at {receiver.url}")
         os.environ.update(env)
         new_key(exist_ok=True)  # the personal-data key, made only by demo, dev, `keys new`
         os.environ["DAGSTER_HOME"] = str(dagster_home(home))
         records = create_customers(api, customers)
-        _say(f"created {len(records)} customers; waiting for their callbacks")
+        _print_demo(f"created {len(records)} customers; waiting for their callbacks")
         got = wait_for_events(home / "inbox.sqlite3", len(records), settle_s=2.0)
-        _say(f"inbox holds {got} callbacks")
+        _print_demo(f"inbox holds {got} callbacks")
 
         from pipeline.definitions import defs
         from pipeline.local import QUIET, drain
@@ -149,34 +149,35 @@ def run_demo(customers: int = 3, home: Path | None = None) -> int:
             run_ids = drain(defs, instance)
             failed = [r for r in run_ids
                       if not instance.get_run_by_id(r).is_success]
-            _say(f"sensor requested {len(run_ids)} runs; {len(failed)} failed")
+            _print_demo(f"sensor requested {len(run_ids)} runs; {len(failed)} failed")
             out = defs.resolve_job_def("warehouse_job").execute_in_process(
                 instance=instance, run_config=QUIET, raise_on_error=False)
             # the freshness checks as the daemon runs them hourly: the UI shows them evaluated
             fresh = defs.resolve_job_def("freshness_job").execute_in_process(
                 instance=instance, run_config=QUIET, raise_on_error=False)
             if failed or not out.success or not fresh.success:
-                _say("a run failed: see the Dagster UI (`ledgerlake dev`) for its logs")
+                _print_demo("a run failed: see the Dagster UI (`ledgerlake dev`) for its logs")
                 return 1
     finally:
         api.close()
         receiver.stop()
         sandbox.stop()
 
-    _say("the warehouse answers, per record:")
+    _print_demo("the warehouse answers, per record:")
     subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", SUMMARY,
                     "--warehouse", str(home / "warehouse.duckdb")], check=True)
-    _say("identity as analysts see it: BVN, phones and emails masked, the raw values sealed:")
+    _print_demo("identity as analysts see it: BVN, phones and emails masked, the raw values "
+                "sealed:")
     subprocess.run([sys.executable, "-m", "pipeline.cli", "sql", IDENTITY,
                     "--warehouse", str(home / "warehouse.duckdb")], check=True)
     # the demo's records stay connected (its sandbox is gone): forgetting one says so
-    _say(f"forget a customer (erasure on request; docs/privacy.md): .venv/bin/ledgerlake "
+    _print_demo(f"forget a customer (erasure on request; docs/privacy.md): .venv/bin/ledgerlake "
          f"forget --customer {_a_customer(home / 'warehouse.duckdb')} --even-connected")
-    _say(f"lake      {home / 'lake'}")
-    _say(f"warehouse {home / 'warehouse.duckdb'}")
-    _say('try: .venv/bin/ledgerlake sql "select * from monthly_cashflow order by month"')
-    _say("     .venv/bin/ledgerlake status       (each record's products, from the inbox)")
-    _say("link a bank by hand in the browser: `make dev` prints the connect page's URL, and "
+    _print_demo(f"lake      {home / 'lake'}")
+    _print_demo(f"warehouse {home / 'warehouse.duckdb'}")
+    _print_demo('try: .venv/bin/ledgerlake sql "select * from monthly_cashflow order by month"')
+    _print_demo("     .venv/bin/ledgerlake status       (each record's products, from the inbox)")
+    _print_demo("link a bank by hand in the browser: `make dev` prints the connect page's URL, and "
          "the Dagster UI shows the run that lands it")
     return 0
 
@@ -220,7 +221,7 @@ def run_dev(port: int = 3000, customers: int = 3, sandbox_port: int = 0,
                  "PYTHONWARNINGS": "ignore:Function `dev_command` is superseded"}
     new_key(child_env, exist_ok=True)
     # tells `ledgerlake sql` beside it that the views are on their way
-    note = devstack.announce(home, f"http://127.0.0.1:{port}")
+    stack_file = devstack.announce(home, f"http://127.0.0.1:{port}")
     # its own process group: a signal to us reaches dagster dev (and the webserver, daemon and
     # code servers it starts) as a SIGINT, its own way to stop them all; a shell's background
     # job ignores SIGINT, so both signals are taken here, whatever was inherited
@@ -244,7 +245,7 @@ def run_dev(port: int = 3000, customers: int = 3, sandbox_port: int = 0,
         with contextlib.suppress(ProcessLookupError):  # whatever is left of it: gone
             os.killpg(dev.pid, signal.SIGKILL)
         dev.wait()
-        note.unlink(missing_ok=True)
+        stack_file.unlink(missing_ok=True)
         receiver.stop()
         sandbox.stop()
     return 0 if asked or code == 0 else code

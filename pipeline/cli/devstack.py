@@ -1,6 +1,7 @@
-"""Which `ledgerlake dev` is running over a data folder: it leaves a note there while it runs
-(its pid and UI), so the commands an analyst types beside it (`ledgerlake sql`, `report`) can
-say "the views are being built, wait" instead of advice meant for a folder nobody fills."""
+"""Which `ledgerlake dev` is running over a data folder: it leaves a file there while it runs
+(STACK_FILE: its pid and UI), so the commands an analyst types beside it (`ledgerlake sql`,
+`report`) can say "the views are being built, wait" instead of advice meant for a folder
+nobody fills."""
 
 from __future__ import annotations
 
@@ -8,23 +9,23 @@ import json
 import os
 from pathlib import Path
 
-NOTE = ".ledgerlake-dev"
+STACK_FILE = ".ledgerlake-dev"
 
 
 def announce(home: Path, ui: str) -> Path:
-    """Leave the note of this process's dev stack in `home`; the stack removes it as it
+    """Leave the file of this process's dev stack in `home`; the stack removes it as it
     stops (a killed one's is taken for stale: its pid is gone)."""
-    note = home / NOTE
-    note.write_text(json.dumps({"pid": os.getpid(), "ui": ui}))
-    return note
+    path = home / STACK_FILE
+    path.write_text(json.dumps({"pid": os.getpid(), "ui": ui}))
+    return path
 
 
 def running(home: Path) -> dict | None:
-    """The note of the dev stack running over `home` (`pid`, `ui`), or None: no note, or the
+    """The dev stack running over `home` (`pid`, `ui`), or None: no STACK_FILE, or the
     one a stack killed before it could remove it."""
     try:
-        note = json.loads((home / NOTE).read_text())
-        pid, ui = int(note["pid"]), str(note["ui"])
+        stack = json.loads((home / STACK_FILE).read_text())
+        pid, ui = int(stack["pid"]), str(stack["ui"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     try:

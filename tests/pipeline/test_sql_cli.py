@@ -267,8 +267,8 @@ def test_clear_errors(warehouse, tmp_path, args, code, message):
 
 def test_beside_a_running_dev_stack_a_missing_warehouse_means_wait(tmp_path):
     """In the first minute of `ledgerlake dev` its folder has no warehouse yet: `sql` says the
-    views are being built (the stack's note names a live process: this one), not `make demo`;
-    a note left by a stack that is gone is stale, and the usual advice returns."""
+    views are being built (the stack's file names a live process: this one), not `make demo`;
+    a file left by a stack that is gone is stale, and the usual advice returns."""
     from pipeline.cli import devstack
 
     devstack.announce(tmp_path, "http://127.0.0.1:3999")
@@ -278,7 +278,7 @@ def test_beside_a_running_dev_stack_a_missing_warehouse_means_wait(tmp_path):
     assert "http://127.0.0.1:3999/runs" in out.stderr and "make demo" not in out.stderr
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    (tmp_path / devstack.NOTE).write_text(json.dumps({"pid": int(gone), "ui": "x"}))
+    (tmp_path / devstack.STACK_FILE).write_text(json.dumps({"pid": int(gone), "ui": "x"}))
     out = sql("select 1", "--warehouse", str(tmp_path / "warehouse.duckdb"), cwd=tmp_path)
     assert "make demo" in out.stderr and "ledgerlake dev` (pid" not in out.stderr
 
