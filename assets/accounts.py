@@ -44,7 +44,7 @@ def to_table(accounts: list[dict]) -> pa.Table:
     }, schema=SCHEMA)
 
 
-@product("accounts", tables={"accounts": SCHEMA}, checks=[ACCOUNT_HAS_RECORD],
+@product(checks=[ACCOUNT_HAS_RECORD],
          description="Every account of the record: NUBAN, name, type, currency, bank, owner")
 def accounts(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client],
              lake: Lake, inbox: InboxResource):

@@ -58,7 +58,7 @@ def periodic(items: list[dict]) -> pa.Table:
     }, schema=PERIODIC)
 
 
-@product("balances", table="balance_history",
+@product(table="balance_history",
          tables={"balance_history": HISTORY, "balance_periodic": PERIODIC},
          appended={"balance_history"},
          description="Available and ledger balance of every account, as a "

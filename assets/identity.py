@@ -45,7 +45,7 @@ def to_table(items: list[dict]) -> pa.Table:
     return pa.table(cols).select(RAW.names).cast(RAW)
 
 
-@product("identity", tables={"identity": SCHEMA}, tags=PII,
+@product(tags=PII,
          description="Who the record's customer is, as their bank knows them")
 def identity(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client],
              lake: Lake, inbox: InboxResource):

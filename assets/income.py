@@ -121,8 +121,7 @@ def recheck_income(lake: Lake, record_ids: list[str]) -> list[Verdict]:
         for record_id, summary in summaries.items()]
 
 
-@product("income", tables={"income": SUMMARY, "income_streams": STREAMS},
-         checks=[INCOME_MATCHES],
+@product(tables={"income": SUMMARY, "income_streams": STREAMS}, checks=[INCOME_MATCHES],
          description="Income summary and streams (salary and recurrent credits) of the record")
 def income(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client],
            lake: Lake, inbox: InboxResource) -> Lands:

@@ -100,9 +100,8 @@ def to_table(callbacks: list[dict]) -> pa.Table:
     return pa.table(cols, schema=SCHEMA)
 
 
-@product("payments", tables={"payments": SCHEMA},
-         description="Payments (one-off and recurring) made from the record's "
-                     "accounts, from the PAYMENT callbacks")
+@product(description="Payments (one-off and recurring) made from the record's accounts, "
+                     "from the PAYMENT callbacks")
 def payments(context: AssetExecutionContext, batch: Batch, lake: Lake, inbox: InboxResource):
     def land(record_id: str, run: Run) -> Landing:
         table = to_table(run.inbox.payloads(record_id, PAYMENT_METHODS))

@@ -162,25 +162,22 @@ class Lands:
     metadata: Callable[[list[Landing]], Mapping[str, object] | None] = lambda landings: None
 
 
-def product(name: str, *, description: str, tables: Mapping[str, pa.Schema],
+def product(*, description: str, tables: Mapping[str, pa.Schema] | None = None,
             checks: Sequence[Check] = (), appended: Collection[str] = (),
             table: str | None = None, tags: Mapping[str, str] | None = None,
             first: bool = False) -> Callable:
-    """A product asset: the decorated function gives how its run lands (`Lands`, or the
-    function landing one record), and this runs write, audit, publish around it (see the
-    module's docstring). It writes `tables` (name -> columns; those `appended` to are
-    added to, the others replace each record's rows); its columns are its lake table's
-    (`table`, by default its name). `first`: a run lands it before the others (a priority,
-    not a dependency: a product that failed for one record of the batch must not skip the
-    others' products)."""
-    TABLES[name] = table or name
-    spec = dg.AssetSpec(name, skippable=True, group_name="products", kinds={"delta"},
-                        description=description + FIND_A_RECORD, owners=OWNERS,
-                        tags={**PRODUCT_TAGS, **(tags or {})},
-                        metadata={"dagster/column_schema": column_schema(
-                            schema(table or name), table or name, record_id=True)})
-
+    """A product asset, named as the decorated function (as `dg.asset` names one): that
+    function gives how its run lands (`Lands`, or the function landing one record), and this
+    runs write, audit, publish around it (see the module's docstring). Its columns are its
+    lake table's (`table`, by default its name). It writes `tables` (name -> columns; by
+    default that table alone); those `appended` to are added to, the others replace each
+    record's rows. `first`: a run lands it before the others (a priority, not a dependency:
+    a product that failed for one record of the batch must not skip the others' products)."""
     def decorate(fn: Callable[..., Lands | Callable[[str, Run], Landing]]) -> dg.AssetsDefinition:
+        name = fn.__name__
+        TABLES[name] = own = table or name
+        writes = {own: schema(own)} if tables is None else tables
+
         @functools.wraps(fn)  # Dagster reads the resources it asks for from fn's signature
         def body(context: dg.AssetExecutionContext, **resources):
             lands = fn(context, **resources)
@@ -188,7 +185,7 @@ def product(name: str, *, description: str, tables: Mapping[str, pa.Schema],
             with resources["inbox"].open() as db:
                 run = Run(to_land(context, resources["batch"], db, name), db, resources["lake"])
                 chunks = lands.chunks(run) if lands.chunks else [
-                    (land_each(run, lands.land, tables, appended), [])]
+                    (land_each(run, lands.land, writes, appended), [])]
                 landings, rechecked = [], []
                 for chunk, verdicts in chunks:  # noted while the next chunk lands
                     record_outcomes(context, run.lake, db, name, chunk, checks, extra=verdicts)
@@ -201,11 +198,22 @@ def product(name: str, *, description: str, tables: Mapping[str, pa.Schema],
         # blocking per record, not per batch: a record that fails is held back by the asset
         # itself, and the others of its batch land
         return dg.multi_asset(
-            name=name, specs=[spec], can_subset=True, retry_policy=FETCH_RETRY,
-            pool=SERVICE_POOL, op_tags={"dagster/priority": "1"} if first else None,
+            name=name, specs=[_spec(name, own, description, tags)], can_subset=True,
+            retry_policy=FETCH_RETRY, pool=SERVICE_POOL,
+            op_tags={"dagster/priority": "1"} if first else None,
             check_specs=[dg.AssetCheckSpec(c.name, asset=name, description=c.description,
                                            blocking=False) for c in checks])(body)
     return decorate
+
+
+def _spec(name: str, table: str, description: str, tags: Mapping[str, str] | None
+          ) -> dg.AssetSpec:
+    """A product asset's spec: its lake table's columns, how to find a record's runs."""
+    return dg.AssetSpec(name, skippable=True, group_name="products", kinds={"delta"},
+                        description=description + FIND_A_RECORD, owners=OWNERS,
+                        tags={**PRODUCT_TAGS, **(tags or {})},
+                        metadata={"dagster/column_schema": column_schema(
+                            schema(table), table, record_id=True)})
 
 
 def keys(local_lake: bool = True) -> Keys:

@@ -781,7 +781,7 @@ def full_pulls(context: AssetExecutionContext, config: PullConfig, ids: list[str
 
 
 # first: income's check, in the same run, then finds them in the lake (assets/income.py)
-@product("transactions", tables={"transactions": SCHEMA}, checks=[RUNNING_BALANCE], first=True,
+@product(checks=[RUNNING_BALANCE], first=True,
          description="Every transaction of the record: signed amount, running balance, "
                      "narration; the source wins inside each pull's window")
 def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batch,
