@@ -110,7 +110,7 @@ def agent() -> int:
     from assets.warehouse import VIEWS
     from pipeline.cli import sql
     from pipeline.local import one_box_pools
-    from pipeline.sensors import inbox_sensor, warehouse_follows_lake
+    from pipeline.sensors import MIN_INTERVAL_S, warehouse_follows_lake
     from resources.config import Settings, local_path
 
     settings = Settings.from_env()
@@ -124,7 +124,9 @@ def agent() -> int:
     derived = (tree / "assets" / "derived.py").is_file()  # the change: lake tables derived
     say(ready=True, tree=str(tree), views=[v.name for v in VIEWS],
         daily_balances="a lake table the build derives" if derived else "a view over the lake",
-        inbox_sensor_interval_s=inbox_sensor.minimum_interval_seconds,
+        # the interval the sensor is declared with: the `before` tree has a sensor, ours a
+        # factory of it (pipeline/sensors.py), both this constant
+        inbox_sensor_interval_s=MIN_INTERVAL_S,
         warehouse_sensor_interval_s=warehouse_follows_lake.minimum_interval_seconds,
         run_coordinator=type(coordinator).__name__,
         dequeue_interval_s=getattr(coordinator, "dequeue_interval_seconds", None),

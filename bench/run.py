@@ -331,7 +331,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
             env={"LEDGERLAKE_RECEIVER_TOKEN": token}, log_path=home / "receiver.log") as receiver:
         lake = Lake(root=str(home / "lake"))
         defs = dg.Definitions(
-            assets=[transactions], jobs=[ingest_job], sensors=[inbox_sensor],
+            assets=[transactions], jobs=[ingest_job], sensors=[inbox_sensor()],
             asset_checks=freshness_checks,  # ingest_job leaves them out by name
             resources={"client": ConnectionClient(base_url=box.url, secret_key=box.key),
                        "lake": lake, "inbox": InboxResource(), "batch": Batch.configure_at_launch(),

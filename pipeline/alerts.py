@@ -24,12 +24,13 @@ from dagster import (
     DagsterInstance,
     DagsterRunStatus,
     DefaultSensorStatus,
+    SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
     sensor,
 )
 
-from resources.config import Alerting, Settings
+from resources.config import Alerting
 from resources.inbox import CONNECTED, FAILED, HELD, Inbox, InboxMissing, InboxUnavailable, Vitals
 from resources.inbox.resource import InboxResource
 
@@ -324,14 +325,17 @@ def evaluate(instance: DagsterInstance, inbox: InboxResource, settings: Alerting
     return orjson.dumps(state).decode(), [*lines, f"open incidents: {open_now}"]
 
 
-@sensor(minimum_interval_seconds=INTERVAL_S, default_status=DefaultSensorStatus.RUNNING,
-        description="Post a message to LEDGERLAKE_ALERT_URL when an incident opens and when "
-                    "it clears (pipeline/alerts.py; docs/operations.md, \"Alerts and "
-                    "metrics\")")
-def alerts(context: SensorEvaluationContext, inbox: InboxResource):
-    """Judge the incidents, tell of those that opened or cleared; starts no run."""
-    settings = Settings.from_env().alerting
-    cursor, lines = evaluate(context.instance, inbox, settings, context.cursor)
-    for line in lines:
-        context.log.info(line)
-    return SensorResult(skip_reason=lines[-1], cursor=cursor)
+def alerts(settings: Alerting) -> SensorDefinition:
+    """The `alerts` sensor, posting as `settings` say (read once by pipeline/definitions.py)."""
+    @sensor(name="alerts", minimum_interval_seconds=INTERVAL_S,
+            default_status=DefaultSensorStatus.RUNNING,
+            description="Post a message to LEDGERLAKE_ALERT_URL when an incident opens and "
+                        "when it clears (pipeline/alerts.py; docs/operations.md, \"Alerts and "
+                        "metrics\")")
+    def tick(context: SensorEvaluationContext, inbox: InboxResource):
+        """Judge the incidents, tell of those that opened or cleared; starts no run."""
+        cursor, lines = evaluate(context.instance, inbox, settings, context.cursor)
+        for line in lines:
+            context.log.info(line)
+        return SensorResult(skip_reason=lines[-1], cursor=cursor)
+    return tick

@@ -66,7 +66,8 @@ defs = dg.Definitions(
     asset_checks=freshness_checks,
     jobs=[ingest_job, refresh_job, replay_job, warehouse_job, lake_maintenance_job,
           freshness_job, forget_job],
-    sensors=[inbox_sensor, lost_fetches, warehouse_follows_lake, alerts],
+    sensors=[inbox_sensor(settings.forget_on_disconnect), lost_fetches, warehouse_follows_lake,
+             alerts(settings.alerting)],
     schedules=[daily_refresh, hourly_replay, nightly_lake_maintenance(settings.tuning.timezone),
                hourly_freshness],
     # steps fetch a record's product (I/O, a few MB): a process per step would cost seconds of

@@ -32,6 +32,7 @@ from dagster import (
     MetadataValue,
     RunRequest,
     RunsFilter,
+    SensorDefinition,
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
@@ -41,7 +42,6 @@ from dagster import (
 from assets.batch import RECORDS_PER_RUN, batch_config, record_tags
 from assets.publish import record_label
 from assets.warehouse import LAKE_TABLES, VIEWS, built_together, derived_of, view_key, view_reads
-from resources.config import Settings
 from resources.inbox import CONNECTED, Event
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
@@ -244,29 +244,34 @@ def asset_names(context: SensorEvaluationContext) -> tuple[set[str], set[str]]:
             {key.to_user_string() for key in job.asset_layer.executable_asset_keys})
 
 
-@sensor(jobs=[ingest_job, warehouse_job, forget_job], minimum_interval_seconds=MIN_INTERVAL_S,
-        default_status=DefaultSensorStatus.RUNNING)
-def inbox_sensor(context: SensorEvaluationContext, inbox: InboxResource):
-    """Turn ready-product callbacks from the inbox into runs of the matching assets."""
-    cursor = int(context.cursor or 0)
-    with inbox.open() as db:
-        events = db.after(cursor, BATCH)
-        mentioned = {r for ev in events for r in ev.records}
-        status = {r: s.status for r, s in db.records(mentioned).items()}
-        numbers = db.numbers(mentioned)
-    if not events:
-        return SkipReason(f"no inbox events after {cursor}")
-    known, fetchable = asset_names(context)
-    # no run queue (an ephemeral instance, the default run coordinator): no limit to read
-    queue = context.instance.get_concurrency_config().run_queue_config
-    runs = queue.max_concurrent_runs if queue is not None else 0
-    requests, observations, lines = plan(events, known, status, numbers, fetchable,
-                                         forget=Settings.from_env().forget_on_disconnect,
-                                         parallel=runs if runs > 0 else PARALLEL)
-    for line in lines:
-        context.log.info(line)
-    return SensorResult(run_requests=requests, asset_events=observations,
-                        cursor=str(events[-1].id))
+def inbox_sensor(forget_on_disconnect: bool = False) -> SensorDefinition:
+    """The sensor turning ready-product callbacks into runs. `forget_on_disconnect`
+    (LEDGERLAKE_FORGET_ON_DISCONNECT, read once by pipeline/definitions.py): a tick's
+    USER_DISCONNECTs also start a run of `forget_job` (`plan`'s `forget`)."""
+    @sensor(name="inbox_sensor", jobs=[ingest_job, warehouse_job, forget_job],
+            minimum_interval_seconds=MIN_INTERVAL_S, default_status=DefaultSensorStatus.RUNNING)
+    def tick(context: SensorEvaluationContext, inbox: InboxResource):
+        """Turn ready-product callbacks from the inbox into runs of the matching assets."""
+        cursor = int(context.cursor or 0)
+        with inbox.open() as db:
+            events = db.after(cursor, BATCH)
+            mentioned = {r for ev in events for r in ev.records}
+            status = {r: s.status for r, s in db.records(mentioned).items()}
+            numbers = db.numbers(mentioned)
+        if not events:
+            return SkipReason(f"no inbox events after {cursor}")
+        known, fetchable = asset_names(context)
+        # no run queue (an ephemeral instance, the default run coordinator): no limit to read
+        queue = context.instance.get_concurrency_config().run_queue_config
+        runs = queue.max_concurrent_runs if queue is not None else 0
+        requests, observations, lines = plan(events, known, status, numbers, fetchable,
+                                             forget=forget_on_disconnect,
+                                             parallel=runs if runs > 0 else PARALLEL)
+        for line in lines:
+            context.log.info(line)
+        return SensorResult(run_requests=requests, asset_events=observations,
+                            cursor=str(events[-1].id))
+    return tick
 
 
 def lake_versions(lake: Lake) -> dict[str, int]:

@@ -11,6 +11,7 @@ import socket
 import sqlite3
 import threading
 import time
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import dagster as dg
@@ -19,7 +20,7 @@ import pytest
 from pipeline import alerts as alerting
 from pipeline.alerts import alerts
 from pipeline.local import CURSOR_KEY
-from resources.config import Settings
+from resources.config import Alerting
 from resources.inbox import FAILED, HELD, LANDED_OK, LandingState, open_inbox
 from resources.inbox.resource import InboxResource
 from tests.conftest import callback, connected
@@ -69,33 +70,32 @@ def sink():
 
 
 @pytest.fixture
-def scene(tmp_path, sink, monkeypatch):
+def scene(tmp_path, sink):
     """An inbox with two connected records, a Dagster instance, and the alerts' settings."""
     records = ["rec_alpha_0001", "rec_bravo_0002"]
     path = connected(tmp_path / "inbox.sqlite3", records)
     with open_inbox(path) as db:
         db.numbers(records, create=True)
-    monkeypatch.setenv("LEDGERLAKE_ALERT_URL", sink.url)
-    monkeypatch.setenv("LEDGERLAKE_DAGSTER_URL", "http://dagster.example:3000")
-    for var in ("LEDGERLAKE_RECEIVER_URL", "LEDGERLAKE_ALERT_FORMAT",
-                "LEDGERLAKE_ALERT_MAX_PER_HOUR"):
-        monkeypatch.delenv(var, raising=False)
+    # as pipeline/definitions.py reads them from the environment, and hands them to the sensor
+    settings = Alerting.from_env({"LEDGERLAKE_ALERT_URL": sink.url,
+                                  "LEDGERLAKE_DAGSTER_URL": "http://dagster.example:3000"})
     # in memory: what the sensor reads (runs, cursors) is the same as on disk, and it takes
     # a tenth of the time to make
     with dg.DagsterInstance.ephemeral() as instance:
-        yield Scene(path, records, instance, sink)
+        yield Scene(path, records, instance, sink, settings)
 
 
 class Scene:
-    def __init__(self, path, records, instance, sink) -> None:
+    def __init__(self, path, records, instance, sink, settings: Alerting) -> None:
         self.path, self.records, self.instance, self.sink = path, records, instance, sink
+        self.settings = settings  # each tick's sensor is built with these
         self.cursor: str | None = None
         self.read_all()
 
     def tick(self) -> dg.SensorResult:
         with dg.build_sensor_context(instance=self.instance, cursor=self.cursor,
                                      resources={"inbox": InboxResource(path=self.path)}) as ctx:
-            result = alerts(ctx)
+            result = alerts(self.settings)(ctx)
         self.cursor = result.cursor
         return result
 
@@ -116,9 +116,6 @@ class Scene:
         with open_inbox(self.path) as db:
             db.save_landings([LandingState(self.records[record], product, outcome, run_id,
                                            time.time() if at is None else at)])
-
-    def settings(self):
-        return Settings.from_env().alerting
 
 
 def no_secrets(scene: Scene) -> None:
@@ -229,19 +226,19 @@ def test_the_sensor_behind_and_dead_letters_growing(scene):
     # an hour without a new dead letter clears that one
     now = time.time() + 3700
     scene.cursor, _ = alerting.evaluate(scene.instance, InboxResource(path=scene.path),
-                                        scene.settings(), scene.cursor, now=now)
+                                        scene.settings, scene.cursor, now=now)
     assert scene.sink.texts()[3] == "ledgerlake resolved: dead letters growing (open 62 minutes)"
 
 
-def test_a_receiver_whose_health_fails(scene, receiver, monkeypatch):
+def test_a_receiver_whose_health_fails(scene, receiver):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
-    monkeypatch.setenv("LEDGERLAKE_RECEIVER_URL", closed)
+    scene.settings = replace(scene.settings, receiver_url=closed)
     scene.tick()
     (text,) = scene.sink.texts()
     assert text.startswith("ledgerlake alert: The receiver's /health fails: it does not answer")
-    monkeypatch.setenv("LEDGERLAKE_RECEIVER_URL", receiver.url)  # one that answers 200
+    scene.settings = replace(scene.settings, receiver_url=receiver.url)  # one answering 200
     scene.tick()
     assert scene.sink.texts()[1] == "ledgerlake resolved: receiver unhealthy (open under a minute)"
 
@@ -259,9 +256,8 @@ def test_a_failed_delivery_is_logged_and_tried_again(scene, caplog):
     assert len(scene.sink.texts()) == 1  # delivered once, on the next tick
 
 
-def test_messages_past_the_hours_allowance_wait_their_turn(scene, monkeypatch):
-    monkeypatch.setenv("LEDGERLAKE_ALERT_MAX_PER_HOUR", "1")
-    monkeypatch.setenv("LEDGERLAKE_ALERT_FORMAT", "json")
+def test_messages_past_the_hours_allowance_wait_their_turn(scene):
+    scene.settings = replace(scene.settings, max_per_hour=1, format="json")
     scene.land("transactions", FAILED, run_id="run-7", record=1)
     scene.age_callbacks(2 * 86400)
     scene.tick()
@@ -270,7 +266,7 @@ def test_messages_past_the_hours_allowance_wait_their_turn(scene, monkeypatch):
     assert first["state"] == "firing" and first["incident"] in ("quiet", "failed:transactions")
     assert first["text"].startswith("ledgerlake alert: ")
     scene.cursor, _ = alerting.evaluate(scene.instance, InboxResource(path=scene.path),
-                                        scene.settings(), scene.cursor, now=time.time() + 3601)
+                                        scene.settings, scene.cursor, now=time.time() + 3601)
     assert len(scene.sink.bodies) == 2
     assert {b["incident"] for b in scene.sink.bodies} == {"quiet", "failed:transactions"}
     no_secrets(scene)
@@ -320,10 +316,12 @@ def test_a_product_failing_past_its_retries_alerts_once_and_resolves_once(
                                "--products", "transactions"], cwd=repo, capture_output=True,
                               text=True, timeout=300).returncode
 
+    sensor = alerts(Alerting.from_env(env))  # the settings the definitions would read
+
     def tick(instance, cursor):
         with dg.build_sensor_context(instance=instance, cursor=cursor,
                                      resources={"inbox": InboxResource()}) as ctx:
-            return alerts(ctx).cursor
+            return sensor(ctx).cursor
 
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         cursor = tick(instance, None)

@@ -15,6 +15,8 @@ from pipeline.sensors import BATCH, NEW_PER_RUN, PARALLEL, READY, inbox_sensor, 
 from resources.inbox import Inbox, describe, kept_body
 from resources.inbox.resource import InboxResource
 
+SENSOR = inbox_sensor()  # as the Definitions build it, LEDGERLAKE_FORGET_ON_DISCONNECT unset
+
 
 @pytest.fixture
 def instance():
@@ -25,7 +27,7 @@ def instance():
 def evaluate(defs, instance, cursor=None):
     with build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
                               resources={"inbox": InboxResource()}) as ctx:
-        return inbox_sensor(ctx)
+        return SENSOR(ctx)
 
 
 def names(defs) -> set[str]:
@@ -121,7 +123,7 @@ def test_runs_are_only_requested_for_assets_in_the_definitions(inbox, instance, 
         return None
 
     only_accounts = dg.Definitions(assets=[accounts, stray], jobs=[ingest_job],
-                                   sensors=[inbox_sensor],
+                                   sensors=[SENSOR],
                                    # ingest_job leaves them out by name: they must exist
                                    asset_checks=freshness_checks,
                                    # forget_job (a target of the sensor) reads the inbox and
