@@ -137,10 +137,11 @@ def erasures_since(lake: Lake, table: str, pinned: datetime | int) -> str:
                      f"{r['finished_at']:%Y-%m-%d %H:%M:%S} UTC, {r['reason']})" for r in rows)
 
 
-def lake_source(files: list[str]) -> str:
+def lake_source(files: list[str], alike: bool = False) -> str:
     """The read_parquet call a view reads a lake table's snapshot through: its file list,
-    so a view costs what its rows cost, whatever the number of records."""
-    return f"read_parquet({listed(files)}, union_by_name = true)"
+    so a view costs what its rows cost, whatever the number of records. Files `alike` (one
+    schema) are read by position: by name, DuckDB reads every footer before each query."""
+    return f"read_parquet({listed(files)}{'' if alike else ', union_by_name = true'})"
 
 
 def lake_sources(lake: Lake, tables: Iterable[str] = LAKE_TABLES,
@@ -159,8 +160,9 @@ def _relation(lake: Lake, table: str, files: list[str], as_of: AsOf) -> str:
     every view still binds, the column null; otherwise the files alone, so that DuckDB
     answers a `count(*)` from their footers (a union reads every row)."""
     pinned = as_of.get(table) if isinstance(as_of, Mapping) else as_of
-    if set(columns(table)) <= set(delta.column_names(lake.table_uri(table), pinned)):
-        return f"(select * from {lake_source(files)})"
+    uri = lake.table_uri(table)
+    if set(columns(table)) <= set(delta.column_names(uri, pinned)):
+        return f"(select * from {lake_source(files, delta.files_alike(uri, files))})"
     return f"(select * from {lake_source(files)} union all by name {stand_in(table)})"
 
 

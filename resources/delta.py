@@ -514,6 +514,28 @@ def column_names(uri: str, version: int | datetime | None = None) -> list[str]:
     return [] if table is None else stored(table).names
 
 
+def files_alike(uri: str, files: Sequence[str]) -> bool:
+    """Whether every one of a table's data files (as `files` names them) has the same Parquet
+    schema: the columns, their order and types. Then a reader may take them by position, as
+    DuckDB's plain read_parquet does; by name (union_by_name) it reads every footer before
+    each query, ~0.15 s at a million records. One unreadable counts as unlike."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store, _ = _filesystem(uri)
+
+    def schema_of(path: str) -> pa.Schema | None:
+        try:
+            return pq.read_schema(path.removeprefix("file://").removeprefix("s3://"),
+                                  filesystem=store).remove_metadata()
+        except (pa.ArrowInvalid, OSError):
+            return None
+
+    with ThreadPoolExecutor(8) as pool:  # a footer each: on S3, a round trip each
+        schemas = list(pool.map(schema_of, files))
+    return bool(schemas) and schemas[0] is not None and all(
+        s is not None and s.equals(schemas[0]) for s in schemas[1:])
+
+
 def version(uri: str) -> int | None:
     """The latest committed version, None if the table does not exist."""
     table = _open(uri, None)

@@ -1054,3 +1054,41 @@ def test_a_lake_from_before_a_column_still_builds_every_view(tmp_path):
                                         "from identity")
     assert rows.to_dict("records") == [{"customer_id": "c1", "fullname": "Ada Obi",
                                         "bvn_hash": None, "birth_year": None}]
+
+
+def test_files_of_one_schema_are_read_by_position_others_by_name(tmp_path):
+    """A table whose files share one schema is read without union_by_name (by name, DuckDB
+    reads every footer before each query); one whose schema grew keeps it, its older files
+    read with the new column null (the test above)."""
+    from deltalake import write_deltalake
+
+    from assets.warehouse import lake_sources
+    from resources.tables import schema
+
+    def declared(ids: list[str]) -> pa.Table:  # every declared column, those not given null
+        given = accounts_table(ids)
+        return pa.table({f.name: given[f.name] if f.name in given.column_names else
+                         pa.nulls(len(ids), f.type) for f in schema("accounts")
+                         if f.name != "record_id"})
+
+    lake = Lake(root=str(tmp_path / "lake"))
+    lake.write("accounts", "r1", declared(["a"]), schema("accounts"))
+    lake.write("accounts", "r2", declared(["b", "c"]), schema("accounts"))
+    grown = Lake(root=str(tmp_path / "grown"))
+    uri = grown.table_uri("accounts")
+    old = declared(["a"]).drop_columns(["nuban"])  # every declared column but one
+    write_deltalake(uri, old.append_column("record_id", pa.array(["r1"])))
+    new = declared(["b"])
+    write_deltalake(uri, new.append_column("record_id", pa.array(["r2"])),
+                    mode="append", schema_mode="merge")
+
+    alike = lake_sources(lake, ["accounts"])["accounts"]
+    grew = lake_sources(grown, ["accounts"])["accounts"]
+    assert "union_by_name" not in alike and alike.count(".parquet'") == 2
+    assert "union_by_name = true" in grew and "union all by name" not in grew  # the files'
+    for root in (lake.root, grown.root):
+        published(root, tmp_path / "w.duckdb")
+        got = query(tmp_path / "w.duckdb", "select count(*) as n, count(nuban) as nubans "
+                                           "from accounts")
+        assert got["n"].tolist() == [3 if root == lake.root else 2]
+        assert got["nubans"].tolist() == [3 if root == lake.root else 1]
