@@ -54,12 +54,22 @@ class FetchRetry(dg.RetryPolicy):
     """The engine's retries (docs/operations.md, "Retries"): the client already retried each
     request (429, 5xx, timeouts) within seconds; this waits out what lasts longer (a bank down
     for minutes) with exponential backoff and jitter: 30 s, 90 s, 210 s (each ± 30 s) by
-    default. Dagster takes the policy when the asset is defined, at import; so that no module
-    reads the environment then, its first wait (LEDGERLAKE_RETRY_DELAY_S) is read when a step
-    fails (pipeline/definitions.py checked it at load: a bad one stops the code location)."""
+    default.
+
+    Its first wait (LEDGERLAKE_RETRY_DELAY_S) is handed in after the policy is made: Dagster
+    takes an asset's policy when the asset is defined, at import of its module, before
+    pipeline/definitions.py reads the settings, and no public API gives a defined asset
+    another one (`with_attributes` and `map_asset_specs` reach its specs, not its op). So the
+    definitions give this policy the wait they read (`set_first_wait`) before any step runs;
+    until then it is the default."""
+
+    first_wait_s: float = Tuning.retry_delay_s
+
+    def set_first_wait(self, seconds: float) -> None:
+        self.first_wait_s = seconds
 
     def calculate_delay(self, attempt_num: int) -> float:
-        return dg.RetryPolicy(self.max_retries, Tuning.from_env().retry_delay_s, self.backoff,
+        return dg.RetryPolicy(self.max_retries, self.first_wait_s, self.backoff,
                               self.jitter).calculate_delay(attempt_num)
 
 

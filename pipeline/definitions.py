@@ -14,6 +14,7 @@ from assets.identity import identity
 from assets.income import income
 from assets.maintenance import lake_maintenance, lake_maintenance_job, nightly_lake_maintenance
 from assets.payments import payments
+from assets.publish import FETCH_RETRY
 from assets.record_status import record_status
 from assets.transactions import transactions
 from assets.warehouse import Warehouse, warehouse
@@ -40,6 +41,9 @@ try:
     check_key(local_lake=local_path(settings.lake) is not None)
 except KeyUnusable as exc:
     raise ConfigError(str(exc)) from None
+# the products' retry policy was made when their modules were imported, before these settings
+# were read: it takes its first wait now, before any step runs (assets/publish.py, FetchRetry)
+FETCH_RETRY.set_first_wait(settings.tuning.retry_delay_s)
 
 # code references are beta in Dagster 1.13; used on purpose: said here once, not per asset
 warnings.filterwarnings("ignore", category=dg.BetaWarning,

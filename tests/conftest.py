@@ -14,13 +14,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+from assets.publish import FETCH_RETRY
 from pipeline.local import Server
+from resources.config import Tuning
 from resources.inbox.store import _retried
 from tests.postgres import PostgresServer, require_bin
 
-# the engine's retries wait seconds, not the production default of minutes (assets/publish.py
-# reads this at import, and child processes inherit it)
+# the engine's retries wait seconds, not the production default of minutes: the processes the
+# tests start inherit the setting (their definitions hand it to the retry policy), and this
+# one's policy is handed it here, as the definitions would
 os.environ.setdefault("LEDGERLAKE_RETRY_DELAY_S", "0.5")
+FETCH_RETRY.set_first_wait(Tuning.from_env().retry_delay_s)
 # the personal-data key of this test session (resources/privacy.py): every process the tests
 # start seals with it, and the secret scans look for it
 os.environ.setdefault("LEDGERLAKE_PII_KEY", secrets.token_hex(32))
