@@ -13,6 +13,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, ResourceParam
 
 from resources.client import Client
+from resources.config import Tuning
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.tables import UTC_MS, schema
@@ -64,7 +65,7 @@ def periodic(items: list[dict]) -> pa.Table:
          description="Available and ledger balance of every account, as a "
                      "history of snapshots beside the service's daily series")
 def balances(context: AssetExecutionContext, batch: Batch, client: ResourceParam[Client],
-             lake: Lake, inbox: InboxResource) -> Lands:
+             lake: Lake, inbox: InboxResource, tuning: ResourceParam[Tuning]) -> Lands:
     source = source_of(context)
 
     def land(record_id: str, run: Run) -> Landing:
@@ -79,4 +80,4 @@ def balances(context: AssetExecutionContext, batch: Batch, client: ResourceParam
                        rows={"balance_history": fresh, "balance_periodic": series})
 
     return Lands(land, metadata=lambda landings: {
-        "source": source, **chart_metadata(context, lake, landings)})
+        "source": source, **chart_metadata(context, lake, landings, tuning)})

@@ -3,8 +3,9 @@
 The days are the `daily_balances` table's, computed by its own SQL (assets/derived.py) in an
 in-memory DuckDB over the record's rows, so the chart and the table never disagree.
 matplotlib draws them, imported on first use; a run draws one per record only when it lands
-at most LEDGERLAKE_CHART_RECORDS (5; 0: never: resources/config.py, Tuning), as a chart
-costs more than a record's landing (docs/operations.md, "Charts and freshness").
+at most LEDGERLAKE_CHART_RECORDS (5; 0: never: resources/config.py, Tuning, which the
+definitions hand to the asset), as a chart costs more than a record's landing
+(docs/operations.md, "Charts and freshness").
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import MetadataValue
 
-from resources.config import Tuning
 from resources.tables import schema
 
 from .derived import derive
 
 if TYPE_CHECKING:
+    from resources.config import Tuning
+
     from .publish import Landing
 
 
@@ -198,15 +200,14 @@ def record_charts(lake, record_ids: Sequence[str], titles: Mapping[str, str], zo
     return out
 
 
-def chart_metadata(context, lake, landings: Sequence[Landing]) -> dict:
+def chart_metadata(context, lake, landings: Sequence[Landing], tuning: Tuning) -> dict:
     """The batch's daily balance charts, one per published record, for its materialization's
-    metadata (`daily_balance`); for a batch of more than LEDGERLAKE_CHART_RECORDS, where to draw them.
-    A chart that fails is said there and logged, never the run's failure: the rows are landed
-    already."""
+    metadata (`daily_balance`); for a batch of more than `tuning.chart_records`
+    (LEDGERLAKE_CHART_RECORDS), where to draw them. A chart that fails is said there and
+    logged, never the run's failure: the rows are landed already."""
     published = [x for x in landings if x.published]
     if not published:
         return {}
-    tuning = Tuning.from_env()
     if len(landings) > (most := tuning.chart_records):
         number = next((f"'#{x.number}'" for x in published if x.number is not None), "RECORD")
         return {"daily_balance": MetadataValue.md(

@@ -3,13 +3,14 @@
 Each night `lake_maintenance` rewrites each table's small files (every write leaves some) into
 large ones, rows unchanged, in one commit, then deletes the files no version younger than the
 retention refers to; its metadata is a row per table and totals the UI plots over time.
-Settings, read when the asset runs: LEDGERLAKE_LAKE_RETENTION_HOURS (how long superseded files
-stay, so `--as-of` reaches that far back), LEDGERLAKE_LAKE_TARGET_MB (the size compaction
-writes files up to) and LEDGERLAKE_LAKE_CLUSTER_MAX_MB (the largest table it re-sorts whole by
-record; a larger one has its small files packed, since a re-sort spills ~8x the table to the
-temporary folder); LEDGERLAKE_TIMEZONE is the schedule's clock (docs/lake.md). No lock
-against writers: a compaction that loses a race to a replace runs again on the new version
-(resources/delta.py), and vacuum takes only files older than the retention.
+Its settings come in the `tuning` resource, which pipeline/definitions.py reads once at load:
+LEDGERLAKE_LAKE_RETENTION_HOURS (how long superseded files stay, so `--as-of` reaches that far
+back), LEDGERLAKE_LAKE_TARGET_MB (the size compaction writes files up to) and
+LEDGERLAKE_LAKE_CLUSTER_MAX_MB (the largest table it re-sorts whole by record; a larger one has
+its small files packed, since a re-sort spills ~8x the table to the temporary folder);
+LEDGERLAKE_TIMEZONE is the schedule's clock (docs/lake.md). No lock against writers: a
+compaction that loses a race to a replace runs again on the new version (resources/delta.py),
+and vacuum takes only files older than the retention.
 """
 
 # no `from __future__ import annotations`: Dagster reads the context's type hint at runtime
@@ -21,6 +22,7 @@ from dagster import (
     Failure,
     MaterializeResult,
     MetadataValue,
+    ResourceParam,
     ScheduleDefinition,
     TableColumn,
     TableRecord,
@@ -75,9 +77,9 @@ def _blank(table: str, status: str) -> dict:
 # In a pool (limited to one by dagster.yaml's default_limit): a manual pass and the nightly
 # one never compact the same tables at once, which would only make one of them redo its work.
 @asset(group_name="maintenance", pool="lake_maintenance", kinds={"delta"}, owners=OWNERS)
-def lake_maintenance(context: AssetExecutionContext, lake: Lake) -> MaterializeResult:
+def lake_maintenance(context: AssetExecutionContext, lake: Lake,
+                     tuning: ResourceParam[Tuning]) -> MaterializeResult:
     """Compact each lake table's small files and vacuum files past the retention."""
-    tuning = Tuning.from_env()
     # the retention (default a week) is never less than the longest run, nor than the time
     # from a compaction to the warehouse's next build: a write's files are on storage before
     # its commit names them, and the warehouse's views name the files of the snapshot they

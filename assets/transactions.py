@@ -768,15 +768,16 @@ def fetch_split(client: Client, record_id: str, start: dt.date | None,
     return protected(dedupe(pa.concat_tables(parts)))
 
 
-def full_pulls(context: AssetExecutionContext, config: PullConfig, ids: list[str]) -> set[str]:
+def full_pulls(context: AssetExecutionContext, config: PullConfig, ids: list[str],
+               every: int) -> set[str]:
     """Records this run pulls whole: all when asked, else those `daily_refresh` reconciles
-    today (its runs carry the day)."""
+    today (its runs carry the day), each once `every` days (LEDGERLAKE_RECONCILE_DAYS)."""
     if config.full_history:
         return set(ids)
     day = context.run.tags.get("ledgerlake/refresh_day")
     if not day:
         return set()
-    every, when = Tuning.from_env().reconcile_days, dt.date.fromisoformat(day)
+    when = dt.date.fromisoformat(day)
     return {r for r in ids if reconciles_on(r, when, every)}
 
 
@@ -785,10 +786,11 @@ def full_pulls(context: AssetExecutionContext, config: PullConfig, ids: list[str
          description="Every transaction of the record: signed amount, running balance, "
                      "narration; the source wins inside each pull's window")
 def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batch,
-                 client: ResourceParam[Client], lake: Lake, inbox: InboxResource) -> Lands:
+                 client: ResourceParam[Client], lake: Lake, inbox: InboxResource,
+                 tuning: ResourceParam[Tuning]) -> Lands:
     def chunks(run: Run) -> Iterator[Chunk]:
         ids = run.ids
-        full = full_pulls(context, config, list(ids))
+        full = full_pulls(context, config, list(ids), tuning.reconcile_days)
         keys(local_lake=lake.is_local)  # none: the step fails now, not record by record
         warm()
         # a Dagster log line is a stored event (~10 ms): said for few records only
@@ -807,6 +809,6 @@ def transactions(context: AssetExecutionContext, config: PullConfig, batch: Batc
                 context.log.warning("%s: %s", x.label, pull)
         return {"fetched_rows": sum(x.fetched_rows or 0 for x in landings),
                 "pulled_whole": sum(p.startswith(FULL) for p in pulls),
-                **chart_metadata(context, lake, landings)}
+                **chart_metadata(context, lake, landings, tuning)}
 
     return Lands(chunks=chunks, metadata=metadata)

@@ -64,10 +64,15 @@ def child(job: dict) -> dict:
                 {"method": "AUTH", "callback_code": "AUTH_SUCCESS", "record": record},)])
         number = db.numbers([record])[record]
     asset = {"landing": transactions, "income": income, "refresh": transactions}[job["run"]]
+    resources = {"client": ConnectionClient(base_url=job["url"], secret_key=job["key"]),
+                 "lake": lake, "inbox": InboxResource(path=str(inbox)), "batch": Batch.configure_at_launch()}
+    if "tuning" in asset.required_resource_keys:  # the settings, as the definitions hand them
+        from resources.config import Tuning  # (--before's code may predate both)
+
+        resources["tuning"] = Tuning.from_env()
     run = dg.Definitions(
         assets=[asset], jobs=[dg.define_asset_job("run", selection=[asset.key])],
-        resources={"client": ConnectionClient(base_url=job["url"], secret_key=job["key"]),
-                   "lake": lake, "inbox": InboxResource(path=str(inbox)), "batch": Batch.configure_at_launch()},
+        resources=resources,
     ).resolve_job_def("run")
 
     @dg.asset

@@ -70,6 +70,7 @@ def child_ledgerlake(job: dict) -> dict:
     from assets.transactions import transactions, warm
     from pipeline.local import QUIET
     from resources.client.resource import ConnectionClient
+    from resources.config import Tuning
     from resources.inbox import describe, kept_body, open_inbox
     from resources.inbox.resource import InboxResource
     from resources.lake import Lake
@@ -85,7 +86,8 @@ def child_ledgerlake(job: dict) -> dict:
     defs = dg.Definitions(
         assets=[transactions], jobs=[dg.define_asset_job("bench", selection=["transactions"])],
         resources={"client": ConnectionClient(base_url=job["url"], secret_key=job["key"]),
-                   "lake": lake, "inbox": InboxResource(path=str(inbox)), "batch": Batch.configure_at_launch()})
+                   "lake": lake, "inbox": InboxResource(path=str(inbox)), "batch": Batch.configure_at_launch(),
+                   "tuning": Tuning.from_env()})  # the settings, as the definitions hand them
     ingest = defs.resolve_job_def("bench")
 
     @dg.asset
@@ -322,6 +324,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
     from pipeline.jobs import ingest_job
     from pipeline.sensors import inbox_sensor
     from resources.client.resource import ConnectionClient
+    from resources.config import Tuning
     from resources.inbox.resource import InboxResource
     from resources.lake import Lake
     from tests.ground_truth import partitions
@@ -335,6 +338,7 @@ def latency(samples: int, interval_s: float, work: Path, seed: int) -> dict:
             asset_checks=freshness_checks,  # ingest_job leaves them out by name
             resources={"client": ConnectionClient(base_url=box.url, secret_key=box.key),
                        "lake": lake, "inbox": InboxResource(), "batch": Batch.configure_at_launch(),
+                       "tuning": Tuning.from_env(),  # as the definitions hand it
                        # forget_job's, a target of the sensor (it never runs here)
                        "warehouse_db": Warehouse(path=str(home / "warehouse.duckdb"))})
         api.post("settings/webhook", json={"url": receiver.url + "/callbacks/",

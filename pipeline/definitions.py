@@ -90,5 +90,12 @@ defs = dg.Definitions(
         "batch": Batch.configure_at_launch(),
         "warehouse_db": Warehouse(path=str(settings.warehouse_path),
                                   timezone=settings.timezone),
+        # how runs pace themselves: charts, reconciling, the lake's upkeep (resources/config.py)
+        "tuning": settings.tuning,
+        # No secret is handed in here: the service's key reaches the client through
+        # dagster.EnvVar (resolved in the run, never shown as config), and the personal-data
+        # key (resources/privacy.py, Keys.from_env) and the AWS credentials
+        # (resources/object_store.py) are read where they are used, so that none is ever in
+        # Dagster's config, metadata or the resources' reprs.
     },
 )

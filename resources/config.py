@@ -283,9 +283,11 @@ def _whole(env, var: str, default: int, lo: int, hi: int) -> int:
 
 @dataclass(frozen=True)
 class Tuning:
-    """How the pipeline paces itself (docs/operations.md, "Settings"), read where it is used
-    (`Tuning.from_env()`), so a test or an operator's change applies to the next run; what
-    Dagster takes at load (the nightly schedule's clock) pipeline/definitions.py hands in."""
+    """How the pipeline paces itself (docs/operations.md, "Settings"). Read once, with the
+    other settings, when pipeline/definitions.py loads (each run's process loads it too), and
+    handed on from there: to the assets as the `tuning` resource, to the nightly schedule as
+    its clock, and to the products' retry policy as its first wait (assets/publish.py,
+    FetchRetry). A test hands in the Tuning it wants."""
     retry_delay_s: float = 30.0  # the engine's first wait before a failed step tries again
     reconcile_days: int = 7  # each record pulled whole once every so many days (0: never)
     chart_records: int = 5  # a run draws charts when it lands at most this many (0: never)

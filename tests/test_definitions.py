@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -83,3 +84,28 @@ def test_a_time_zone_that_is_not_one_is_refused_at_load(zone):
     with pytest.raises(ConfigError, match="LEDGERLAKE_TIMEZONE"):
         Settings.from_env({"LEDGERLAKE_TIMEZONE": zone})
     assert Settings.from_env({}).timezone == "Africa/Lagos"
+
+
+def test_the_settings_read_at_load_reach_the_assets_and_the_retries(tmp_path):
+    """Tuning is read once, when the code location loads, and handed on: to the assets as the
+    `tuning` resource, and to the products' retry policy as its first wait (a fresh process:
+    the definitions read the settings at import)."""
+    code = ("import json; from pipeline.definitions import defs; "
+            "t = defs.resources['tuning']; "
+            "needs = [a for a in ('balances', 'transactions', 'lake_maintenance') "
+            "         if 'tuning' in defs.resolve_assets_def(a).required_resource_keys]; "
+            "p = defs.resolve_assets_def('transactions').op.retry_policy; "
+            "print(json.dumps([t.chart_records, t.reconcile_days, t.retention_hours, needs, "
+            "                  p.max_retries, [p.calculate_delay(2) for _ in range(100)]]))")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DAGSTER_HOME": str(tmp_path),
+           "LEDGERLAKE_HOME": str(tmp_path), "LEDGERLAKE_CHART_RECORDS": "0",
+           "LEDGERLAKE_RECONCILE_DAYS": "3", "LEDGERLAKE_LAKE_RETENTION_HOURS": "24",
+           "LEDGERLAKE_RETRY_DELAY_S": "7"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    charts, every, hours, needs, retries, waits = json.loads(out.stdout.splitlines()[-1])
+    assert (charts, every, hours, retries) == (0, 3, 24, 3)
+    assert needs == ["balances", "transactions", "lake_maintenance"]
+    # the second try waits 3 first waits, ± one: 14 to 28 s from 7 s (the default's 60 to 120)
+    assert all(14 <= w <= 28 for w in waits) and max(waits) - min(waits) > 1

@@ -46,7 +46,7 @@ def test_the_days_are_the_views(lake, tmp_path):
     ids = ["r1", "r2"]
     tables = {"transactions": lake.read_many("transactions", ids, lines("x", 1, 0).schema),
               "balance_periodic": lake.read_many("balance_periodic", ids, PERIODIC)}
-    drawn = charts.daily_balances(tables, Tuning.from_env().timezone)
+    drawn = charts.daily_balances(tables, Tuning().timezone)
     mine = sorted((r, row["account_id"], row["date"], row["balance"], row["source"],
                    row["carried_forward"]) for r, t in drawn.items() for row in t.to_pylist())
     assert mine == view and len(view) > 30
@@ -74,15 +74,19 @@ def test_a_small_run_gets_a_chart_per_record_a_large_one_says_where(lake):
     rows, in one Markdown value of the batch's materialization; a larger one says how to draw
     any of its records, by number."""
     few = [*landed("r1", "r2"), Landing("r3", error="ApiError: down", number=3)]
-    text = charts.chart_metadata(Context(), lake, few)["daily_balance"].value
+    text = charts.chart_metadata(Context(), lake, few, Tuning())["daily_balance"].value
     drawn = re.findall(r"!\[daily balance of record #(\d+)\]\(data:image/png;base64,", text)
     assert drawn == ["1", "2"]  # by their numbers; not the record that failed
     assert text.count("data:image/png;") == 2
     many = landed("r1", "r2", *[f"n{i}" for i in range(Tuning().chart_records)])
-    told = charts.chart_metadata(Context(), lake, many)["daily_balance"].value
+    told = charts.chart_metadata(Context(), lake, many, Tuning())["daily_balance"].value
     assert f"{len(many)} records landed" in told and "`ledgerlake report '#1'`" in told
     assert "r1" not in told and "data:image" not in told
-    assert charts.chart_metadata(Context(), lake, landed("n1")) == {}  # nothing to draw
+    assert charts.chart_metadata(Context(), lake, landed("n1"), Tuning()) == {}  # nothing to draw
+    # the limit is the one handed in (LEDGERLAKE_CHART_RECORDS, as the definitions read it)
+    never = charts.chart_metadata(Context(), lake, landed("r1"), Tuning(chart_records=0))
+    assert "1 records landed, more than LEDGERLAKE_CHART_RECORDS (0)" in \
+        never["daily_balance"].value
 
 
 def test_a_chart_that_fails_is_a_warning_not_a_failed_landing(lake):
@@ -91,7 +95,7 @@ def test_a_chart_that_fails_is_a_warning_not_a_failed_landing(lake):
             raise OSError("the store went away")
 
     ctx, landings = Context(), landed("r1")
-    told = charts.chart_metadata(ctx, Broken(root=lake.root), landings)["daily_balance"]
+    told = charts.chart_metadata(ctx, Broken(root=lake.root), landings, Tuning())["daily_balance"]
     assert told.value == "No chart this run: OSError (the run's log says more)."
     assert landings[0].published and landings[0].error is None
     assert ctx.log.warnings == ["no balance chart this run: OSError: the store went away"]

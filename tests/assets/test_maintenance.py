@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -33,6 +35,7 @@ SNAPSHOTS = pa.schema([("account_id", pa.string()),
                        ("fetched_at", pa.timestamp("us", tz="UTC")), ("ledger_balance", MONEY)])
 TABLES = {"transactions": (["transaction_id"], "amount"),  # table -> (row key, money)
           "balance_history": (["fetched_at", "account_id"], "ledger_balance")}
+REPO = Path(__file__).resolve().parents[2]
 ENV = ("LEDGERLAKE_LAKE_RETENTION_HOURS", "LEDGERLAKE_LAKE_TARGET_MB",
        "LEDGERLAKE_LAKE_CLUSTER_MAX_MB")
 
@@ -52,11 +55,9 @@ def snapshot(day: int) -> pa.Table:
 
 
 @pytest.fixture
-def lake(tmp_path, monkeypatch) -> Lake:
+def lake(tmp_path) -> Lake:
     """Two tables of several small commits each: four records landed one by one and one
     of them landed again (its first files superseded), and four balance snapshots."""
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
     lake = Lake(root=str(tmp_path / "lake"))
     for i in range(4):
         lake.replace("transactions", {f"r{i}": lines(3 + i, gen=1)}, LINES)
@@ -94,9 +95,10 @@ def live(lake: Lake, table: str) -> dict[str, int]:
             for f in lake.files(table)}
 
 
-def run(lake: Lake) -> dict:
-    """Materialize the pass; its metadata, the table's rows keyed by table name."""
-    result = materialize([lake_maintenance], resources={"lake": lake},
+def run(lake: Lake, **tuning) -> dict:
+    """Materialize the pass with the settings `tuning` names (the others their defaults); its
+    metadata, the table's rows keyed by table name."""
+    result = materialize([lake_maintenance], resources={"lake": lake, "tuning": Tuning(**tuning)},
                          instance=DagsterInstance.ephemeral())
     assert result.success
     [event] = result.get_asset_materialization_events()
@@ -168,27 +170,25 @@ def test_a_pass_compacts_small_files_and_changes_no_answer(lake):
     assert all(again["tables"][t]["version_after"] == lake.version(t) for t in TABLES)
 
 
-def test_a_table_past_the_clustering_limit_is_packed_and_the_pass_says_so(lake, monkeypatch):
+def test_a_table_past_the_clustering_limit_is_packed_and_the_pass_says_so(lake):
     """LEDGERLAKE_LAKE_CLUSTER_MAX_MB=0: no table is re-sorted whole (a re-sort spills ~8x a
     table's size), each still has its small files packed, and the UI's row says why."""
-    monkeypatch.setenv("LEDGERLAKE_LAKE_CLUSTER_MAX_MB", "0")
     before = {t: answer(lake, t) for t in TABLES}
-    meta = run(lake)
+    meta = run(lake, cluster_max_mb=0)
     assert meta["cluster_max_mb"] == 0
     for table in TABLES:
         row = meta["tables"][table]
         assert row["clustered"] == "no: 0.0 GB, over the 0 MB limit"
         assert row["files_after"] == 1 < row["files_before"]
         assert answer(lake, table) == before[table]
-    again = run(lake)  # one file each: nothing to pack, nothing to sort
+    again = run(lake, cluster_max_mb=0)  # one file each: nothing to pack, nothing to sort
     assert {again["tables"][t]["clustered"] for t in TABLES} == {"not needed"}
 
 
-def test_vacuum_removes_only_files_older_than_the_retention(lake, monkeypatch):
-    monkeypatch.setenv("LEDGERLAKE_LAKE_RETENTION_HOURS", "1")
+def test_vacuum_removes_only_files_older_than_the_retention(lake):
     first = {t: answer(lake, t) for t in TABLES}
     superseded_at = lake.version("transactions") - 1  # before r0 landed again
-    run(lake)  # compacts; what it superseded is minutes old, so stays
+    run(lake, retention_hours=1)  # compacts; what it superseded is minutes old, so stays
     assert lake.read("transactions", version=superseded_at).num_rows == 3 + 4 + 5 + 6
 
     for table in TABLES:
@@ -204,7 +204,7 @@ def test_vacuum_removes_only_files_older_than_the_retention(lake, monkeypatch):
     stale = {t: {n: s for n, s in on_disk(lake, t).items()
                  if n not in live(lake, t) and n != "part-running.parquet"} for t in TABLES}
 
-    meta = run(lake)
+    meta = run(lake, retention_hours=1)
 
     for table in TABLES:
         row = meta["tables"][table]
@@ -236,7 +236,7 @@ def test_a_table_that_fails_fails_the_run_after_the_others_are_done(lake):
     log.mkdir(parents=True)
     (log / "00000000000000000000.json").write_text("not a commit\n")
 
-    result = materialize([lake_maintenance], resources={"lake": lake},
+    result = materialize([lake_maintenance], resources={"lake": lake, "tuning": Tuning()},
                          instance=DagsterInstance.ephemeral(), raise_on_error=False)
 
     assert not result.success
@@ -272,15 +272,16 @@ def test_settings_and_their_bounds(monkeypatch):
         Tuning.from_env()
 
 
-def test_a_bad_setting_fails_the_run_before_any_table_is_touched(lake, monkeypatch):
-    monkeypatch.setenv("LEDGERLAKE_LAKE_RETENTION_HOURS", "0")
+def test_a_bad_setting_stops_the_definitions_before_any_table_is_touched(lake, tmp_path):
+    """The settings are read once, when the code location loads (each run's process loads it
+    too): a bad one stops it there, naming the variable, and no pass starts."""
     versions = {t: lake.version(t) for t in TABLES}
-    result = materialize([lake_maintenance], resources={"lake": lake},
-                         instance=DagsterInstance.ephemeral(), raise_on_error=False)
-    assert not result.success
-    [failure] = result.get_step_failure_events()
-    assert "LEDGERLAKE_LAKE_RETENTION_HOURS must be a whole number" in str(
-        failure.event_specific_data.error)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "LEDGERLAKE_HOME": str(tmp_path),
+           "LEDGERLAKE_LAKE": lake.root, "LEDGERLAKE_LAKE_RETENTION_HOURS": "0"}
+    out = subprocess.run([sys.executable, "-c", "import pipeline.definitions"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert "LEDGERLAKE_LAKE_RETENTION_HOURS must be a whole number" in out.stderr
     assert {t: lake.version(t) for t in TABLES} == versions
 
 
@@ -296,7 +297,8 @@ def test_the_nightly_schedule_runs_the_job_of_the_asset(tmp_path):
     assert nightly_lake_maintenance("UTC").execution_timezone == "UTC"
     assert nightly.default_status == DefaultScheduleStatus.RUNNING
     defs = Definitions(assets=[lake_maintenance], jobs=[lake_maintenance_job],
-                       schedules=[nightly], resources={"lake": Lake(root=str(tmp_path))})
+                       schedules=[nightly], resources={"lake": Lake(root=str(tmp_path)),
+                                                       "tuning": Tuning()})
     job = defs.resolve_job_def("lake_maintenance_job")
     assert job.asset_layer.selected_asset_keys == {lake_maintenance.key}
     assert lake_maintenance.group_names_by_key[lake_maintenance.key] == "maintenance"

@@ -23,6 +23,7 @@ from assets.income import income
 from assets.transactions import transactions
 from resources.client import Client
 from resources.client.resource import ConnectionClient
+from resources.config import Tuning
 from resources.inbox import open_inbox
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
@@ -61,11 +62,12 @@ def inbox_of(lake_root) -> Path:
 
 
 def resources(box, lake_root, records: list[str]) -> dict:
-    """The client of `box`, the lake, and an inbox that knows `records`."""
+    """The client of `box`, the lake, an inbox that knows `records`, the default settings."""
     return {"client": ConnectionClient(base_url=box.url, secret_key=box.sandbox_key,
                                        environment="sandbox"),
             "lake": Lake(root=str(lake_root)),
-            "inbox": InboxResource(path=connected(inbox_of(lake_root), records))}
+            "inbox": InboxResource(path=connected(inbox_of(lake_root), records)),
+            "tuning": Tuning()}
 
 
 def bad_resources(bad: BadPages, lake_root, records: list[str]) -> dict:
@@ -73,7 +75,8 @@ def bad_resources(bad: BadPages, lake_root, records: list[str]) -> dict:
     return {"client": ConnectionClient(base_url=bad.url, secret_key="sk_test_x",
                                        environment="sandbox"),
             "lake": Lake(root=str(lake_root)),
-            "inbox": InboxResource(path=connected(inbox_of(lake_root), records))}
+            "inbox": InboxResource(path=connected(inbox_of(lake_root), records)),
+            "tuning": Tuning()}
 
 
 def run(assets, records: list[str], res: dict, instance=None, tags=None):

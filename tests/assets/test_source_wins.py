@@ -20,6 +20,7 @@ import pytest
 from assets.income import INCOME_MATCHES, income
 from assets.transactions import FULL, RUNNING_BALANCE, reconciles_on, transactions
 from resources.client.resource import ConnectionClient
+from resources.config import Tuning
 from resources.inbox import open_inbox
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
@@ -51,11 +52,12 @@ def inbox_of(lake_root) -> Path:
 
 
 def resources(box, lake_root, records: list[str], **client) -> dict:
-    """The sandbox's client, the lake, and an inbox that knows `records`."""
+    """The sandbox's client, the lake, an inbox that knows `records`, the default settings."""
     return {"client": ConnectionClient(base_url=box.url, secret_key=box.sandbox_key,
                                        environment="sandbox", **client),
             "lake": Lake(root=str(lake_root)),
-            "inbox": InboxResource(path=connected(inbox_of(lake_root), records))}
+            "inbox": InboxResource(path=connected(inbox_of(lake_root), records)),
+            "tuning": Tuning()}
 
 
 def run(assets, records: list[str], res: dict, **kw):

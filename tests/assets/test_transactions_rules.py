@@ -88,16 +88,15 @@ def test_each_record_is_reconciled_once_in_every_period():
     assert not any(tx.reconciles_on(r, day, 0) for r in ids)  # 0: never
 
 
-def test_which_records_a_run_pulls_whole(monkeypatch):
-    monkeypatch.setenv("LEDGERLAKE_RECONCILE_DAYS", "7")
+def test_which_records_a_run_pulls_whole():
     ids = [f"rec{i:02d}" for i in range(30)]
     day = dt.date(2026, 11, 5)
     seen = {}
 
     @dg.asset
     def probe(context):
-        seen["full"] = tx.full_pulls(context, tx.PullConfig(), ids)
-        seen["forced"] = tx.full_pulls(context, tx.PullConfig(full_history=True), ids)
+        seen["full"] = tx.full_pulls(context, tx.PullConfig(), ids, 7)
+        seen["forced"] = tx.full_pulls(context, tx.PullConfig(full_history=True), ids, 7)
 
     dg.materialize([probe], tags={"ledgerlake/refresh_day": day.isoformat()})
     assert seen["full"] == {r for r in ids if tx.reconciles_on(r, day, 7)}

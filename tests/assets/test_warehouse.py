@@ -71,6 +71,7 @@ def sandbox_lake(shared_sandbox, tmp_path_factory):
     from assets.transactions import transactions
     from assets.warehouse import Warehouse, warehouse
     from resources.client.resource import ConnectionClient
+    from resources.config import Tuning
     from resources.inbox.resource import InboxResource
 
     root = tmp_path_factory.mktemp("lake")
@@ -80,6 +81,7 @@ def sandbox_lake(shared_sandbox, tmp_path_factory):
                                    secret_key=shared_sandbox.sandbox_key),
         "lake": Lake(root=str(root / "lake")),
         "warehouse_db": Warehouse(path=str(target)),
+        "tuning": Tuning(),
     }
     with shared_sandbox.api() as api:
         made = api.post("sandbox/customers/create", json={"customers": [

@@ -28,7 +28,7 @@ from pipeline.forget import BY_CUSTOMER, TABLES, audit, forget, records_of
 from pipeline.jobs import forget_job
 from pipeline.sensors import plan
 from resources import delta
-from resources.config import ConfigError, Settings
+from resources.config import ConfigError, Settings, Tuning
 from resources.inbox import LandingState, open_inbox
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
@@ -844,7 +844,7 @@ def test_after_a_customer_is_forgotten_every_other_record_lands_reveals_and_repo
             inbox.add(callback(c["record"], "AUTH", "AUTH_SUCCESS", customer=c["customer"]))
     res = {"client": ConnectionClient(base_url=sandbox.url, secret_key=sandbox.sandbox_key,
                                       environment="sandbox"),
-           "lake": lake, "inbox": InboxResource(path=str(path))}
+           "lake": lake, "inbox": InboxResource(path=str(path)), "tuning": Tuning()}
     products = [accounts, transactions, balances, identity, income]
     assert land([*products, record_status], [c["record"] for c in made], res).success
     warehouse = tmp_path / "warehouse.duckdb"

@@ -16,6 +16,7 @@ from assets.transactions import transactions
 from pipeline.freshness import freshness_checks
 from pipeline.jobs import refresh_job
 from resources.client.resource import ConnectionClient
+from resources.config import Tuning
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from tests.conftest import connected
@@ -32,7 +33,7 @@ def test_a_refresh_launched_with_no_records_refuses_and_says_how(tmp_path):
                                    environment="sandbox"),
         "lake": Lake(root=str(tmp_path / "lake")),
         "inbox": InboxResource(path=connected(tmp_path / "inbox.sqlite3", ["r1"])),
-        "batch": Batch.configure_at_launch()})
+        "batch": Batch.configure_at_launch(), "tuning": Tuning()})
     job = defs.resolve_job_def("refresh_job")
     with pytest.raises(dg.DagsterInvalidConfigError, match="records"):
         dg.validate_run_config(job, {})
@@ -84,7 +85,7 @@ def test_a_run_copied_from_the_schedules_preview_is_manual(sandbox, tmp_path):
     res = {"client": ConnectionClient(base_url=sandbox.url, secret_key=sandbox.sandbox_key,
                                       environment="sandbox"),
            "lake": Lake(root=str(tmp_path / "lake")), "inbox": InboxResource(path=inbox),
-           "batch": Batch.configure_at_launch()}
+           "batch": Batch.configure_at_launch(), "tuning": Tuning()}
     defs = dg.Definitions(assets=[balances, transactions], asset_checks=freshness_checks,
                           jobs=[refresh_job], schedules=[daily_refresh], resources=res)
     with dg.DagsterInstance.ephemeral() as instance:
