@@ -24,6 +24,7 @@ import time
 import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from urllib.parse import unquote
 
@@ -519,8 +520,6 @@ def files_alike(uri: str, files: Sequence[str]) -> bool:
     schema: the columns, their order and types. Then a reader may take them by position, as
     DuckDB's plain read_parquet does; by name (union_by_name) it reads every footer before
     each query, ~0.15 s at a million records. One unreadable counts as unlike."""
-    from concurrent.futures import ThreadPoolExecutor
-
     store, _ = _filesystem(uri)
 
     def schema_of(path: str) -> pa.Schema | None:
