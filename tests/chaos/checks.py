@@ -291,6 +291,8 @@ def run_all(chaos) -> dict:
             "redelivered": sum(1 for d in deliveries if d[4] > 1),
             "attempts": sum(d[4] for d in deliveries),
             "dropped": sum(1 for d in deliveries if d[3] == "dropped"),
+            # of them, disconnects and reauthentications ledgerlake never heard of
+            "connection_events_unheard": len(chaos.unheard),
             "stored_twice_refused": duplicates_refused(chaos),
             "dead_letters": dead,
         },

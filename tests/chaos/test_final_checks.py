@@ -99,3 +99,37 @@ def test_a_slow_answer_is_a_figure_and_a_hung_question_a_problem():
     problems, figures = readers.check({}, {})
     assert len(problems) == 1 and "no answer in 1800 s" in problems[0]
     assert figures["errors"] == {"hung": 1}
+
+
+def test_a_connection_event_the_service_dropped_is_expected_unheard():
+    """A disconnect whose every try met a receiver down or answering 5xx never reached
+    ledgerlake: the record is expected kept, not erased. One refused with a 4xx, one a replay
+    delivered after all, and a record forgotten by hand are expected as before."""
+    from tests.chaos.run import Chaos, Rec
+
+    down, busy = {"error": "could not connect"}, {"status": 503}
+    drops = [("production", "gone", "USER_DISCONNECT", [down, busy] * 36),
+             ("production", "refused", "USER_DISCONNECT", [down, {"status": 400}]),
+             ("production", "replayed", "USER_DISCONNECT", [down]),
+             ("production", "forgot", "USER_DISCONNECT", [down]),
+             ("sandbox", "moved", "USER_REAUTH", [busy])]
+
+    class Queue:  # the sandbox's webhook queue as World reads it
+        def drops(self):
+            return drops
+
+        def delivery_log(self):
+            return [(e, r, m, "dropped", len(a)) for e, r, m, a in drops] + [
+                ("production", "replayed", "USER_DISCONNECT", "acknowledged", 1)]
+
+    chaos = Chaos(0, ROOT, 0, 0, 0)
+    chaos.say = lambda line: None
+    chaos.world = Queue()
+    for record in ("gone", "refused", "replayed"):
+        chaos.records[record] = Rec("production", "c", state="erased", erased_by="disconnect")
+    chaos.records["forgot"] = Rec("production", "c", state="erased", erased_by="forget")
+    chaos.records["moved"] = Rec("sandbox", "c", state="reauth")
+    chaos.unheard_moves()
+    assert chaos.unheard == {"gone", "moved"}
+    assert set(chaos.erased()) == {"refused", "replayed", "forgot"}
+    assert chaos.records["moved"].state == "unheard"
