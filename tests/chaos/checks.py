@@ -288,8 +288,8 @@ def run_all(chaos) -> dict:
         "events": {
             "received": received,  # stored in the inboxes: each once
             "deliveries": len(deliveries),
-            "redelivered": sum(1 for d in deliveries if d[4] > 1),
-            "attempts": sum(d[4] for d in deliveries),
+            "redelivered": sum(1 for d in deliveries if len(d[4]) > 1),
+            "attempts": sum(len(d[4]) for d in deliveries),
             "dropped": sum(1 for d in deliveries if d[3] == "dropped"),
             # of them, disconnects and reauthentications ledgerlake never heard of
             "connection_events_unheard": len(chaos.unheard),
@@ -523,7 +523,7 @@ def told_stored(chaos, env: str, dep, gone: list[str]) -> list[str]:
 
     with open_inbox(dep.inbox) as inbox:
         stored = {(r, e.method) for e in inbox.after(0, 10_000_000) for r in (e.records or [])}
-    told = {(record, method) for e, record, method, state, _n in chaos.world.delivery_log()
+    told = {(record, method) for e, record, method, state, _tries in chaos.world.delivery_log()
             if e == env and state == "acknowledged" and record and record not in gone}
     return [f"the service was told {method} of {record} was stored, and the inbox lacks it"
             for record, method in sorted(told - stored)]

@@ -822,12 +822,12 @@ class Chaos:
         reached ledgerlake: it still holds the record as connected, and keeps its rows. Such
         records are expected as they were when last heard of, and counted. A try that was
         answered 4xx is ledgerlake refusing the event, which stays a problem."""
-        moves = ("USER_DISCONNECT", "USER_REAUTH")
-        told = {(env, record) for env, record, method, state, _n in self.world.delivery_log()
-                if method in moves and state == "acknowledged"}  # a replay's, say
-        dropped = {(env, record) for env, record, method, attempts in self.world.drops()
-                   if method in moves and (env, record) not in told
-                   and all(a.get("error") or a.get("status", 0) >= 500 for a in attempts)}
+        moves = [d for d in self.world.delivery_log() if d[2] in ("USER_DISCONNECT", "USER_REAUTH")]
+        told = {(env, record) for env, record, _m, state, _tries in moves
+                if state == "acknowledged"}  # a replay's, say
+        dropped = {(env, record) for env, record, _m, state, tries in moves
+                   if state == "dropped" and (env, record) not in told
+                   and all(t.get("error") or t.get("status", 0) >= 500 for t in tries)}
         with self.lock:
             for record, rec in self.records.items():
                 if (rec.env, record) in dropped and rec.erased_by != "forget" \

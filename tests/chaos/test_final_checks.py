@@ -101,35 +101,48 @@ def test_a_slow_answer_is_a_figure_and_a_hung_question_a_problem():
     assert figures["errors"] == {"hung": 1}
 
 
-def test_a_connection_event_the_service_dropped_is_expected_unheard():
+def test_a_connection_event_the_service_dropped_is_expected_unheard(tmp_path):
     """A disconnect whose every try met a receiver down or answering 5xx never reached
     ledgerlake: the record is expected kept, not erased. One refused with a 4xx, one a replay
-    delivered after all, and a record forgotten by hand are expected as before."""
+    delivered after all, one still being tried, and a record forgotten by hand are expected as
+    before. The queue is the sandbox's own file, written by its own Deliveries, read as the
+    harness reads it."""
+    from types import SimpleNamespace
+
+    from sandbox.webhooks import Deliveries
     from tests.chaos.run import Chaos, Rec
+    from tests.chaos.world import World
 
     down, busy = {"error": "could not connect"}, {"status": 503}
-    drops = [("production", "gone", "USER_DISCONNECT", [down, busy] * 36),
-             ("production", "refused", "USER_DISCONNECT", [down, {"status": 400}]),
-             ("production", "replayed", "USER_DISCONNECT", [down]),
-             ("production", "forgot", "USER_DISCONNECT", [down]),
-             ("sandbox", "moved", "USER_REAUTH", [busy])]
+    queue = Deliveries(tmp_path / "webhooks.sqlite3")
 
-    class Queue:  # the sandbox's webhook queue as World reads it
-        def drops(self):
-            return drops
+    def sent(env, record, method, tries, state):
+        i = queue.add(env, record, method, "http://127.0.0.1:9/hook", {"webhook_code": method},
+                      0.0)
+        queue.finish(i, first_attempt=0.0, last_attempt=1.0, state=state, next_attempt=None,
+                     url="http://127.0.0.1:9/hook",
+                     attempts=[{"attempt": n, "at": "t", **t} for n, t in enumerate(tries)])
 
-        def delivery_log(self):
-            return [(e, r, m, "dropped", len(a)) for e, r, m, a in drops] + [
-                ("production", "replayed", "USER_DISCONNECT", "acknowledged", 1)]
+    sent("production", "gone", "USER_DISCONNECT", [down, busy] * 36, "dropped")
+    sent("production", "refused", "USER_DISCONNECT", [down, {"status": 400}], "dropped")
+    sent("production", "replayed", "USER_DISCONNECT", [down], "dropped")
+    sent("production", "replayed", "USER_DISCONNECT", [{"status": 200}], "acknowledged")
+    sent("production", "forgot", "USER_DISCONNECT", [down], "dropped")
+    sent("sandbox", "moved", "USER_REAUTH", [busy], "dropped")
+    sent("production", "kept", "TRANSACTIONS", [down], "dropped")
+    sent("production", "waiting", "USER_DISCONNECT", [down], "pending")  # tried again yet
 
     chaos = Chaos(0, ROOT, 0, 0, 0)
     chaos.say = lambda line: None
-    chaos.world = Queue()
+    chaos.world = World.__new__(World)  # the harness's reader, over that file
+    chaos.world.sandbox = SimpleNamespace(data_dir=tmp_path)
     for record in ("gone", "refused", "replayed"):
         chaos.records[record] = Rec("production", "c", state="erased", erased_by="disconnect")
     chaos.records["forgot"] = Rec("production", "c", state="erased", erased_by="forget")
     chaos.records["moved"] = Rec("sandbox", "c", state="reauth")
+    for record in ("kept", "waiting"):
+        chaos.records[record] = Rec("production", "c", state="erased", erased_by="disconnect")
     chaos.unheard_moves()
     assert chaos.unheard == {"gone", "moved"}
-    assert set(chaos.erased()) == {"refused", "replayed", "forgot"}
+    assert set(chaos.erased()) == {"refused", "replayed", "forgot", "kept", "waiting"}
     assert chaos.records["moved"].state == "unheard"

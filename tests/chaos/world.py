@@ -503,20 +503,11 @@ class World:
 
     def delivery_log(self) -> list[tuple]:
         """The sandbox's webhook deliveries (its own queue, read-only): (env, record, method,
-        state, attempts made)."""
+        state, each attempt's result)."""
         import orjson
 
         rows = self._deliveries("select env, record, method, state, attempts from deliveries")
-        return [(e, r, m, s, len(orjson.loads(a))) for e, r, m, s, a in rows]
-
-    def drops(self) -> list[tuple]:
-        """The deliveries the sandbox gave up on past its 72 hours: (env, record, method,
-        each attempt's result)."""
-        import orjson
-
-        rows = self._deliveries("select env, record, method, attempts from deliveries "
-                                "where state = 'dropped'")
-        return [(e, r, m, orjson.loads(a)) for e, r, m, a in rows]
+        return [(e, r, m, s, orjson.loads(a)) for e, r, m, s, a in rows]
 
 
 def tidy(work: Path) -> None:
