@@ -4,6 +4,7 @@ time travel, compaction and vacuum, S3. Writers run in real processes; nothing i
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -113,6 +114,30 @@ def test_files_answer_an_earlier_snapshot(tmp_path):
     assert answer(delta.files(uri, version=when)) == [("a", 2, 0), ("b", 3, 0)]
     assert delta.read(uri, record_id="a", version=v1).num_rows == 2
     assert all(f.startswith(str(tmp_path)) for f in delta.files(uri))
+
+
+def test_a_snapshot_lists_its_largest_file_first_so_duckdb_does_not_underestimate_it(tmp_path):
+    """DuckDB estimates a file list's rows as its first file's times the files. In the log's
+    order a small file came first (a run's, since the last compaction), and a join with the
+    table took it for its small side: a hash table of the whole table, to find a few rows."""
+    uri = str(tmp_path / "landings")
+
+    def landed(record: str, n: int) -> pa.Table:
+        part = rows(n)
+        return part.append_column("record_id", pa.array([record] * n))
+
+    delta.append(uri, SCHEMA, landed("small", 1))
+    delta.append(uri, SCHEMA, landed("large", 2000))
+    delta.append(uri, SCHEMA, landed("small2", 2))
+    listed = delta.files(uri)
+    size = {Path(f).name: Path(f).stat().st_size for f in listed}
+    assert len(size) == 3
+    assert [size[Path(f).name] for f in listed] == sorted(size.values(), reverse=True)
+    con = duckdb.connect()
+    plan = con.execute("explain select * from read_parquet(?)", [listed]).fetchall()[0][1]
+    estimate = int(re.search(r"~([\d,]+) rows", plan)[1].replace(",", ""))
+    assert estimate >= 2003 == con.execute("select count(*) from read_parquet(?)",
+                                           [listed]).fetchone()[0]
 
 
 def test_a_table_that_may_hold_deletion_vectors_is_read_only_when_it_holds_none(tmp_path):
@@ -307,6 +332,8 @@ def test_an_s3_table_on_moto(s3_endpoint):  # noqa: F811
     assert delta.read(uri, record_id="b").num_rows == 2
     listed = delta.files(uri)
     assert listed and all(f.startswith("s3://lake-bucket/lake/transactions/") for f in listed)
+    sizes = [fs.get_file_info(f.split("://", 1)[1].split("?", 1)[0]).size for f in listed]
+    assert sizes == sorted(sizes, reverse=True)  # largest first: URIs and log paths matched
     assert len(listed) == 2 and delta.compact(uri)["files_after"] == 1
     assert delta.vacuum(uri, retention_hours=0)["files_removed"] == 3
     assert sum(delta.read(uri)["amount"].to_pylist()) == Decimal("40.04")

@@ -1,7 +1,7 @@
 """Every data file of every lake table keeps the table's declared Arrow schema
-(`resources.tables.lake_schema`), and a bloom filter of `customer_id` where it has one, after
-every kind of write: append, replace (whole, windowed and streamed), overwrite, erase,
-compaction (bin-packing and Z-order) and vacuum. And a file
+(`resources.tables.lake_schema`), and a bloom filter of `record_id` and of `customer_id`
+where it has them, after every kind of write: append, replace (whole, windowed and
+streamed), overwrite, erase, compaction (bin-packing and Z-order) and vacuum. And a file
 another Delta writer made in other Arrow types (delta-rs's own DELETE writes `string_view`)
 still reads, by record, whole, and as of a version, until a write of ours rewrites it. Real
 Delta tables on disk; nothing mocked."""
@@ -80,18 +80,23 @@ def assert_declared(lake: Lake, table: str, after: str) -> None:
     wrong = {name: str(s) for name, s in got.items() if not s.equals(declared)}
     assert not wrong, f"{table} after {after}: files not in\n{declared}\n{wrong}"
     assert delta.stored(DeltaTable(lake.table_uri(table))).equals(declared)
-    if "customer_id" in declared.names:  # a customer's rows are found by bloom filter
-        unfiltered = [name for name, chunks in customer_chunks(lake, table).items()
+    for column in LOOKED_UP:  # a record's or a customer's rows are found by bloom filter
+        if column not in declared.names:
+            continue
+        unfiltered = [name for name, chunks in column_chunks(lake, table, column).items()
                       if not chunks or any(c.bloom_filter_length in (None, 0) for c in chunks)]
-        assert not unfiltered, f"{table} after {after}: no customer_id bloom filter in " \
+        assert not unfiltered, f"{table} after {after}: no {column} bloom filter in " \
                                f"{unfiltered}"
 
 
-def customer_chunks(lake: Lake, table: str) -> dict[str, list]:
-    """Each live data file's `customer_id` column chunks, one a row group."""
+LOOKED_UP = ("record_id", "customer_id")
+
+
+def column_chunks(lake: Lake, table: str, column: str) -> dict[str, list]:
+    """Each live data file's chunks of `column`, one a row group."""
     out = {}
     for name, meta in footers(lake, table).items():
-        at = meta.schema.names.index("customer_id")
+        at = meta.schema.names.index(column)
         out[name] = [meta.row_group(g).column(at) for g in range(meta.num_row_groups)]
     return out
 
