@@ -1258,7 +1258,9 @@ def table_md(result: dict) -> str:
     lines = []
     for lv in result["levels"]:
         g, hours = lv["generation"], lv.get("hourly_runs")
-        text = (f"- {lv['records']:,} records, {lv['lines']:,} lines: made in {g['total_s']} s "
+        text = (f"- {lv['records']:,} records, {lv['lines']:,} lines"
+                + (f" (views, build and writer at {lv['code']})" if lv.get("code") else "")
+                + f": made in {g['total_s']} s "
                 f"({g['commits']} commits), compacted in "
                 f"{sum(c['seconds'] for c in lv['compaction'].values()):.0f} s")
         if hours:
