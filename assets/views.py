@@ -3,8 +3,9 @@
 In the SQL, `{lake:TABLE}` stands for the lake table (read_parquet over its snapshot's data
 files; by name, `union_by_name`, only where their schemas differ); when the lake has no file
 of it yet, an empty relation with the table's columns and types stands in, so every view
-exists over any lake with the same typed columns (`{lake:TABLE?}` means the same). A `-- needs: view, ...` line names views the file
-reads; a view is created after them. `{timezone}` is the customers' zone.
+exists over any lake with the same typed columns (`{lake:TABLE?}` means the same). A
+`-- needs: view, ...` line names views the file reads; a view is created after them.
+`{timezone}` is the customers' zone.
 """
 
 import graphlib

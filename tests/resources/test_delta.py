@@ -136,8 +136,9 @@ def test_a_snapshot_lists_its_largest_file_first_so_duckdb_does_not_underestimat
     con = duckdb.connect()
     plan = con.execute("explain select * from read_parquet(?)", [listed]).fetchall()[0][1]
     estimate = int(re.search(r"~([\d,]+) rows", plan)[1].replace(",", ""))
-    assert estimate >= 2003 == con.execute("select count(*) from read_parquet(?)",
-                                           [listed]).fetchone()[0]
+    rows_held = con.execute("select count(*) from read_parquet(?)", [listed]).fetchone()[0]
+    assert rows_held == 2003
+    assert estimate >= rows_held
 
 
 def test_a_table_that_may_hold_deletion_vectors_is_read_only_when_it_holds_none(tmp_path):
