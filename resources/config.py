@@ -292,7 +292,10 @@ class Tuning:
     reconcile_days: int = 7  # each record pulled whole once every so many days (0: never)
     chart_records: int = 5  # a run draws charts when it lands at most this many (0: never)
     retention_hours: int = 168  # how long the lake keeps files a newer version superseded
-    target_mb: int = 128  # the size compaction writes files up to
+    # the size compaction writes files up to: a record's refresh rewrites the whole file that
+    # holds it, and the daily refresh refreshes every record, so files stay as small as a
+    # streamed write's (docs/lake.md)
+    target_mb: int = 32
     cluster_max_mb: int = 4096  # the largest table compaction re-sorts whole (0: none)
     timezone: str = "Africa/Lagos"  # the customers' days, and the nightly maintenance's clock
 
@@ -305,7 +308,7 @@ class Tuning:
             reconcile_days=_whole(env, "LEDGERLAKE_RECONCILE_DAYS", 7, 0, 366),
             chart_records=_whole(env, "LEDGERLAKE_CHART_RECORDS", 5, 0, 100),
             retention_hours=_whole(env, "LEDGERLAKE_LAKE_RETENTION_HOURS", 168, 1, 87600),
-            target_mb=_whole(env, "LEDGERLAKE_LAKE_TARGET_MB", 128, 1, 4096),
+            target_mb=_whole(env, "LEDGERLAKE_LAKE_TARGET_MB", 32, 1, 4096),
             cluster_max_mb=_whole(env, "LEDGERLAKE_LAKE_CLUSTER_MAX_MB", 4096, 0, 2**20),
             timezone=check_zone(env.get("LEDGERLAKE_TIMEZONE", cls.timezone)))
 

@@ -137,7 +137,7 @@ def test_a_pass_compacts_small_files_and_changes_no_answer(lake):
         now = live(lake, table)
         assert row["status"] == "maintained" and row["clustered"] == "yes"  # both by record
         assert row["files_before"] == len(files) >= 4
-        assert row["files_after"] == len(now) == 1  # a few KB: one file under 128 MB
+        assert row["files_after"] == len(now) == 1  # a few KB: one file under 32 MB
         assert row["bytes_before"] == sum(files.values())
         assert row["bytes_after"] == sum(now.values())
         assert row["files_compacted"] == len(files)
@@ -156,7 +156,7 @@ def test_a_pass_compacts_small_files_and_changes_no_answer(lake):
     assert meta["files_after"] == 2 < meta["files_before"]
     assert meta["bytes_after"] == sum(sum(live(lake, t).values()) for t in TABLES)
     assert meta["files_removed"] == meta["bytes_removed"] == 0
-    assert (meta["retention_hours"], meta["target_mb"], meta["cluster_max_mb"]) == (168, 128,
+    assert (meta["retention_hours"], meta["target_mb"], meta["cluster_max_mb"]) == (168, 32,
                                                                                    4096)
     # the tables not landed yet are listed and left alone: no folder, no version
     absent = sorted(set(LAKE_TABLES) - set(TABLES))
@@ -262,7 +262,7 @@ def test_settings_and_their_bounds(monkeypatch):
     for name in ENV:
         monkeypatch.delenv(name, raising=False)
     tuning = Tuning.from_env()
-    assert (tuning.retention_hours, tuning.target_mb * MB) == (168, 128 * 1024 * 1024)
+    assert (tuning.retention_hours, tuning.target_mb * MB) == (168, 32 * 1024 * 1024)
     monkeypatch.setenv("LEDGERLAKE_LAKE_RETENTION_HOURS", "87600")
     monkeypatch.setenv("LEDGERLAKE_LAKE_TARGET_MB", "1")
     tuning = Tuning.from_env()
