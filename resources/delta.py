@@ -47,6 +47,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 
 from .inbox.callbacks import RECORD_ID  # the inbox's rule: ids are quoted into predicates
 from .locks import machine_lock
+from .object_store import connect as _connect
 from .object_store import filesystem as _filesystem
 from .object_store import shown as _shown
 from .object_store import where as _where
@@ -223,13 +224,13 @@ def scan(uri: str, record_ids: str | Sequence[str], columns: Sequence[str] | Non
 
 
 def count_rows(uri: str, record_ids: Sequence[str]) -> dict[str, int]:
-    """How many rows each of `record_ids` has (those with none are left out), read a batch
-    of their ids at a time (`scan`)."""
-    counts: dict[str, int] = {}
-    for batch in scan(uri, [check_record_id(r) for r in record_ids], ["record_id"]):
-        for item in pc.value_counts(batch["record_id"]).to_pylist():
-            counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
-    return counts
+    """How many rows each of `record_ids` has (those with none are left out)."""
+    table = _open(uri, None)
+    ids = sorted({check_record_id(r) for r in record_ids})
+    got = None if table is None or not ids else _of_ids(
+        uri, table, ids, "record_id, count(*) as n", "group by record_id")
+    return {} if got is None else dict(zip(got["record_id"].to_pylist(),
+                                           got["n"].to_pylist(), strict=True))
 
 
 def append(uri: str, schema: pa.Schema, data: pa.Table, stats: Sequence[str] | None = None
@@ -305,9 +306,33 @@ def read(uri: str, record_id: str | Sequence[str] | None = None,
 
 def _rows_of(uri: str, table: DeltaTable, ids: list[str], columns: Sequence[str] | None
              ) -> pa.Table:
-    """Rows of the (sorted) `ids`, reading only the files whose record_id range holds one."""
-    dataset = _dataset(uri, table, ids)
-    return dataset.to_table(columns=columns, filter=_of_records(ids))
+    """Rows of the (sorted) `ids` in the table's own types, in the order of the files and
+    within them (`_of_ids`)."""
+    own = stored(table)
+    wanted = own if columns is None else pa.schema([own.field(c) for c in columns])
+    chosen = ", ".join('"' + c.replace('"', '""') + '"' for c in wanted.names)
+    got = _of_ids(uri, table, ids, chosen, "")
+    return wanted.empty_table() if got is None else got.cast(wanted)
+
+
+def _of_ids(uri: str, table: DeltaTable, ids: list[str], select: str, then: str
+            ) -> pa.Table | None:
+    """`select ... then` over the rows of the (sorted) `ids`, from the files whose record_id
+    range holds one, through DuckDB (None: no file holds any). DuckDB skips each row group
+    whose `record_id` bloom filter holds none of them, where pyarrow's `isin` decodes nearly
+    every row group of those files: a run's 50 records at 1M records, after hourly runs, in
+    611 of 1,000 files, read in 4.5 s against 108 s, counted in 1 s against 13 s."""
+    _refuse_deletion_vectors(uri, table)
+    uris = {_name(u): u.removeprefix("file://") for u in table.file_uris()}
+    paths = [uris[_name(p)] for p in _holding(table, ids)]
+    if not paths:
+        return None
+    listed = ", ".join(f"'{check_record_id(i)}'" for i in ids)  # nothing in them to quote
+    with _connect(lake_root=uri) as con:
+        con.execute("set TimeZone = 'UTC'")
+        return con.sql(f"select {select} from read_parquet($paths, union_by_name = true)"
+                       f" where record_id in ({listed}) {then}", params={"paths": paths}
+                       ).to_arrow_table()
 
 
 def _of_records(ids: list[str]) -> pc.Expression:
@@ -325,16 +350,21 @@ def _dataset(uri: str, table: DeltaTable, ids: list[str] | None = None) -> ds.Da
     interpreter at exit now and then ("terminate called without an active exception").
     Read in the table's own types (`stored`), whatever Arrow types a file holds."""
     _refuse_deletion_vectors(uri, table)
+    filesystem, base = _filesystem(uri)
+    return ds.dataset([f"{base}/{unquote(p)}" for p in _holding(table, ids)],
+                      schema=stored(table), format="parquet", filesystem=filesystem)
+
+
+def _holding(table: DeltaTable, ids: list[str] | None) -> list[str]:
+    """The log's paths of the snapshot's files, those whose record_id range holds one of the
+    (sorted) `ids` when given."""
     adds = pa.table(table.get_add_actions(flatten=True))
     paths = adds["path"].to_pylist()
-    if ids and "min.record_id" in adds.column_names:
-        lows, highs = adds["min.record_id"].to_pylist(), adds["max.record_id"].to_pylist()
-        keep = [lo is None or hi is None or bisect_left(ids, lo) < bisect_right(ids, hi)
-                for lo, hi in zip(lows, highs, strict=True)]
-        paths = [p for p, k in zip(paths, keep, strict=True) if k]
-    filesystem, base = _filesystem(uri)
-    return ds.dataset([f"{base}/{unquote(p)}" for p in paths], schema=stored(table),
-                      format="parquet", filesystem=filesystem)
+    if not ids or "min.record_id" not in adds.column_names:
+        return paths
+    lows, highs = adds["min.record_id"].to_pylist(), adds["max.record_id"].to_pylist()
+    return [p for p, lo, hi in zip(paths, lows, highs, strict=True)
+            if lo is None or hi is None or bisect_left(ids, lo) < bisect_right(ids, hi)]
 
 
 def files(uri: str, version: int | datetime | None = None) -> list[str]:

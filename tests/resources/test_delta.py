@@ -331,6 +331,10 @@ def test_an_s3_table_on_moto(s3_endpoint):  # noqa: F811
     delta.replace(uri, SCHEMA, {"c": rows(1)})
     assert [r["gen"] for r in of(delta.read(uri), "a")] == [1]
     assert delta.read(uri, record_id="b").num_rows == 2
+    # several records' rows and counts are read through DuckDB over the same S3 client
+    assert sorted(delta.read(uri, record_id=["b", "c", "z"])["record_id"].to_pylist()) == \
+        ["b", "b", "c"]
+    assert delta.count_rows(uri, ["a", "b", "z"]) == {"a": 1, "b": 2}
     listed = delta.files(uri)
     assert listed and all(f.startswith("s3://lake-bucket/lake/transactions/") for f in listed)
     sizes = [fs.get_file_info(f.split("://", 1)[1].split("?", 1)[0]).size for f in listed]
