@@ -130,7 +130,7 @@ def test_a_break_in_a_later_piece_holds_back_the_whole_record(box, tmp_path, sta
     """A line near the end of the history served with a wrong running balance: the pieces
     before it were staged, never published; the record keeps the rows it had, and says why
     as the whole landing does."""
-    rid = create(box, accounts=1, months=2, volume=10, seed=311, settlement=False)
+    rid = create(box, accounts=1, months=3, volume=10, seed=311, settlement=False)
     lake, whole_lake = Lake(root=str(tmp_path / "pieces")), Lake(root=str(tmp_path / "whole"))
     with client(box) as c:
         [first] = land_records(c, lake, [rid], stream_rows=PIECE)
