@@ -64,7 +64,8 @@ def test_bad_record_ids_are_refused_by_every_call_and_nothing_lands(held, bad):
              lambda: held.replace("things", {"good": rows(1, gen=1), bad: rows(1)}, SCHEMA),
              lambda: held.append("things", {"good": rows(1, gen=1), bad: rows(1)}, SCHEMA),
              lambda: held.read("things", bad),
-             lambda: held.read_many("things", ["good", bad], SCHEMA)]
+             lambda: held.read_many("things", ["good", bad], SCHEMA),
+             lambda: held.row_counts("things", ["good", bad])]
     for call in calls:
         with pytest.raises(ValueError, match=r"record id .* is not of the form"):
             call()
