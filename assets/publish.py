@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -34,7 +35,7 @@ from resources.client.errors import (
     TransportError,
 )
 from resources.config import Tuning
-from resources.inbox import FAILED, HELD, LANDED_OK, Inbox, LandingState
+from resources.inbox import FAILED, HELD, LANDED_OK, Inbox, InboxUnavailable, LandingState
 from resources.lake import Lake
 from resources.privacy import Keys, KeyUnusable
 from resources.staging import Staged
@@ -43,11 +44,14 @@ from resources.tables import schema
 from .batch import NAME_THEM, Batch
 from .catalog import OWNERS, PRODUCT_TAGS, column_schema
 from .checks import Check
+from .derived import carry
 
 SHOWN = 20  # records a batch's metadata names (by number), of those that failed
 PROBLEMS_KEPT = 20  # problems a check keeps per record in the lake (the count is whole)
 STATE_PROBLEMS = 3  # and in the record's state in the inbox
 LANDINGS, CHECKS = schema("landings"), schema("checks")
+# waits for an inbox that went away before asking it what was forgotten (~1 min in all)
+FORGOTTEN_WAITS_S = (2, 4, 8, 16, 30)
 
 
 class FetchRetry(dg.RetryPolicy):
@@ -198,7 +202,13 @@ def product(*, description: str, tables: Mapping[str, pa.Schema] | None = None,
                     (land_each(run, lands.land, writes, appended), [])]
                 landings, rechecked = [], []
                 for chunk, verdicts in chunks:  # noted while the next chunk lands
-                    record_outcomes(context, run.lake, db, name, chunk, checks, extra=verdicts)
+                    try:
+                        record_outcomes(context, run.lake, db, name, chunk, checks,
+                                        extra=verdicts)
+                    finally:  # whatever of the chunk was written
+                        erase_forgotten(context, db, run.lake, {x.record_id for x in chunk} |
+                                        {v.record_id for v in verdicts},
+                                        [*writes, "landings", "checks"])
                     landings += chunk
                     rechecked += verdicts
             log_rechecks(context, rechecked)
@@ -258,6 +268,30 @@ def to_land(context: dg.AssetExecutionContext, batch: Batch, inbox: Inbox,
         context.log.info("try %d: %d of %d records were landed by an earlier try",
                          context.retry_number + 1, len(done & set(ids)), len(ids))
     return {r: n for r, n in ids.items() if r not in done}
+
+
+def erase_forgotten(context: dg.AssetExecutionContext, inbox: Inbox, lake: Lake,
+                    records: Collection[str], tables: Sequence[str]) -> None:
+    """After a step's writes to `tables`: erase from them the rows of those of `records` the
+    inbox forgot meanwhile. The step's erasure lock (`to_land`) keeps a forget out, unless
+    the lock went with its Postgres session (a restart) while the step ran on: then a whole
+    forget fits between the step reading its records and writing them. A forget marks the
+    records forgotten before it deletes any row, so asked after the writes, the inbox names
+    every record whose rows may have come after their delete."""
+    for wait in (*FORGOTTEN_WAITS_S, None):  # the inbox may be restarting still
+        try:
+            gone = sorted(inbox.forgotten(records))
+            break
+        except InboxUnavailable:
+            if wait is None:
+                raise
+            time.sleep(wait)
+    if not gone:
+        return
+    context.log.warning("%d of the run's records were forgotten while it wrote them (its "
+                        "erasure lock was lost): their rows are erased again", len(gone))
+    for table in tables:
+        lake.erase(table, gone, carry(lake, table, gone))
 
 
 def land_each(run: Run, land: Callable[[str, Run], Landing],

@@ -12,6 +12,7 @@ from resources.lake import Lake
 from resources.tables import schema
 
 from .catalog import OWNERS, column_schema
+from .publish import erase_forgotten
 
 PRODUCT_ASSETS = ["accounts", "balances", "transactions", "income", "identity", "payments"]
 
@@ -42,7 +43,23 @@ def last_per_product(methods: dict[str, tuple[str, str]]) -> dict[str, str | Non
 def record_status(context: AssetExecutionContext, inbox: InboxResource, lake: Lake):
     """Connected, disconnected or needing reauthentication, with the last callback seen."""
     with inbox.open() as db:
+        db.hold_landing()  # a forget waits, or comes first
         states = db.records()
+        rows = _rows(states)
+        table = pa.table({
+            f.name: pa.array([r[f.name] for r in rows], pa.string()).cast(f.type)
+            for f in SCHEMA}, schema=SCHEMA)
+        version = lake.write("records", None, table, schema=SCHEMA)
+        erase_forgotten(context, db, lake, states, ["records"])
+    # counts, not a preview: Dagster's storage names no record (docs/privacy.md)
+    return MaterializeResult(metadata={
+        "dagster/row_count": table.num_rows, "lake_table": MetadataValue.path(lake.shown("records")),
+        "lake_version": version, "records_by_status": MetadataValue.json(
+            dict(sorted(Counter(r["status"] for r in rows).items())))})
+
+
+def _rows(states: dict) -> list[dict]:
+    """A row of the `records` table per record state."""
     rows = []
     for r in states.values():
         last = max(r.products.items(), key=lambda kv: kv[1].event, default=None)
@@ -52,12 +69,4 @@ def record_status(context: AssetExecutionContext, inbox: InboxResource, lake: La
                      "last_callback_at": last[1].occurred_at if last else None,
                      **last_per_product({m: (p.code, p.occurred_at)
                                          for m, p in r.products.items()})})
-    table = pa.table({
-        f.name: pa.array([r[f.name] for r in rows], pa.string()).cast(f.type) for f in SCHEMA
-    }, schema=SCHEMA)
-    version = lake.write("records", None, table, schema=SCHEMA)
-    # counts, not a preview: Dagster's storage names no record (docs/privacy.md)
-    return MaterializeResult(metadata={
-        "dagster/row_count": table.num_rows, "lake_table": MetadataValue.path(lake.shown("records")),
-        "lake_version": version, "records_by_status": MetadataValue.json(
-            dict(sorted(Counter(r["status"] for r in rows).items())))})
+    return rows

@@ -523,12 +523,15 @@ class Inbox:
 
     # -- what the pipeline made of each record ---------------------------------------------
     def save_landings(self, states: Sequence[LandingState]) -> None:
-        """Keep each record's product as these landings left it, in one transaction (not
-        the write lock's: no id is given)."""
+        """Keep each record's product as these landings left it, in one transaction; not
+        of a record forgotten meanwhile (a step that lost its erasure lock, publish.py:
+        `erase_forgotten`). Under the write lock, which `forget` takes too."""
         if not states:
             return
-        with self._lock, self._writing(lambda: self._db.execute("begin")):
-            self._db.executemany(LANDED, [s.row() for s in states])
+        with self._lock, self._writing():
+            gone = self._forgotten({s.record for s in states})
+            if kept := [s.row() for s in states if s.record not in gone]:
+                self._db.executemany(LANDED, kept)
 
     def landings(self, records: Iterable[str] | None = None, *, product: str | None = None,
                  outcomes: Sequence[str] | None = None, run_id: str | None = None,

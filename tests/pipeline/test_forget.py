@@ -6,36 +6,46 @@ process, a real SQLite inbox; nothing mocked."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import duckdb
 import orjson
+import psycopg2
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 from assets import identity as identity_module
+from assets import publish as publish_module
+from assets.accounts import accounts as accounts_asset
 from assets.derived import DERIVED
 from assets.warehouse import LAKE_TABLES, PUBLISH_ATTEMPTS, Warehouse, publish
 from pipeline.forget import BY_CUSTOMER, TABLES, audit, forget, records_of
 from pipeline.jobs import forget_job
 from pipeline.sensors import plan
 from resources import delta
+from resources.client.resource import ConnectionClient
 from resources.config import ConfigError, Settings, Tuning
 from resources.inbox import LandingState, open_inbox
+from resources.inbox.postgres import ERASURE_LOCK
 from resources.inbox.resource import InboxResource
 from resources.lake import Lake
 from resources.privacy import CLASSES, PUBLIC, Keys, protect, protect_narrations
 from sandbox import datagen
-from tests.conftest import callback, dead_letters, disconnect, reauth
+from tests.assets.test_products import create
+from tests.conftest import callback, connected, dead_letters, disconnect, land, reauth
 from tests.ground_truth import holding
+from tests.resources.test_inbox_postgres import advisory_pids
+from tests.resources.test_inbox_postgres import gone as gone_pids
 from tests.resources.test_privacy import found
 
 REPO = Path(__file__).resolve().parents[2]
@@ -902,3 +912,46 @@ def test_after_a_customer_is_forgotten_every_other_record_lands_reveals_and_repo
         wrong = {f: str(s) for f, s in file_schemas(lake, table).items()
                  if not s.equals(lake_schema(table))}
         assert not wrong, (table, wrong)
+
+
+def test_a_forget_that_fits_in_a_landing_whose_lock_went_leaves_nothing(
+        shared_sandbox, tmp_path, postgres_url, monkeypatch):
+    """A restart of the Postgres inbox ends a landing step's session, and its erasure lock
+    with it, while the step runs on: a whole forget then fits between the step reading its
+    records and writing them (the chaos suite's seed 1 kept a `landings` row so). The step
+    erases again what it wrote of a record forgotten meanwhile, from every file, and the
+    inbox keeps no state of it; the other record of the batch lands."""
+    made = [create(shared_sandbox, accounts=1, months=1) for _ in range(2)]
+    gone, kept = made[0]["record"], made[1]["record"]
+    time.sleep(0.5)  # the connection completes on its own, right after creation
+    lake = Lake(root=str(tmp_path / "lake"))
+    res = {"client": ConnectionClient(base_url=shared_sandbox.url,
+                                      secret_key=shared_sandbox.sandbox_key,
+                                      environment="sandbox"),
+           "lake": lake, "inbox": InboxResource(path=connected(postgres_url, [gone, kept])),
+           "tuning": Tuning()}
+    real, raced = publish_module.commit, []
+
+    def restarted_then_forgotten(*args, **kw):  # after the fetch, before the commit
+        if not raced:
+            held = advisory_pids(postgres_url, ERASURE_LOCK)
+            assert held, "the step holds no erasure lock"
+            with contextlib.closing(psycopg2.connect(postgres_url)) as admin:
+                admin.autocommit = True
+                admin.cursor().execute("select pg_terminate_backend(pid) from pg_locks where"
+                                       " locktype = 'advisory' and granted and objid = %s",
+                                       (ERASURE_LOCK & 0xFFFFFFFF,))
+            gone_pids(postgres_url, held)
+            with open_inbox(postgres_url) as inbox:  # the lock is free: it runs whole
+                raced.append(forget(lake, TABLES, record=gone, inbox=inbox))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(publish_module, "commit", restarted_then_forgotten)
+    out = land([accounts_asset], [gone, kept], res, raise_on_error=False)
+    assert raced and out.success
+    for table in ("accounts", "landings"):
+        assert holding(lake, table, [gone, kept]) == {kept}, table
+        assert found(tmp_path / "lake" / table, [gone]) == {}, table  # no file of any version
+    assert holding(lake, "checks", [gone]) == set()
+    with open_inbox(postgres_url) as inbox:
+        assert {s.record for s in inbox.landings([gone, kept])} == {kept}
