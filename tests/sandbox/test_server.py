@@ -127,7 +127,7 @@ def test_concurrent_clients(shared_sandbox):
 def test_knobs_reach_100000_transactions_on_one_record(shared_sandbox):
     with shared_sandbox.api() as api:
         c = ok(api.post("sandbox/customers/create", json={"customers": [
-            {"accounts": 5, "months": 24, "volume": 27, "seed": 5}]}))["customers"][0]
+            {"accounts": 5, "months": 24, "volume": 30, "seed": 5}]}))["customers"][0]
         wait_ready(api, c["record"])
         data = ok(api.post("transactions/get",
                            json={"record": c["record"], "page": 1000, "limit": 100}))
