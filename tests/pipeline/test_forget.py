@@ -955,3 +955,42 @@ def test_a_forget_that_fits_in_a_landing_whose_lock_went_leaves_nothing(
     assert holding(lake, "checks", [gone]) == set()
     with open_inbox(postgres_url) as inbox:
         assert {s.record for s in inbox.landings([gone, kept])} == {kept}
+
+
+def test_a_forget_that_fits_in_a_records_rebuild_whose_lock_went_leaves_nothing(
+        tmp_path, postgres_url, monkeypatch):
+    """The `records` rebuild holds the erasure lock as a landing step does, so a restart of the
+    Postgres inbox that ends its session lets a whole forget run between its reading the
+    inbox's records and writing them. It erases again the row it wrote of the record forgotten
+    meanwhile, from every file; the other record's row stays."""
+    from assets.record_status import record_status
+
+    gone, kept = "rebuild-gone-1", "rebuild-kept-2"
+    lake = Lake(root=str(tmp_path / "lake"))
+    res = {"lake": lake, "inbox": InboxResource(path=connected(postgres_url, [gone, kept]))}
+    assert land([record_status], [gone, kept], res).success  # both rows, before any race
+    assert holding(lake, "records", [gone, kept]) == {gone, kept}
+    real, raced = Lake.write, []
+
+    def restarted_then_forgotten(self, table, *args, **kw):  # after db.records(), before
+        if table == "records" and not raced:  # the write
+            raced.append(gone)
+            held = advisory_pids(postgres_url, ERASURE_LOCK)
+            assert held, "the rebuild holds no erasure lock"
+            with contextlib.closing(psycopg2.connect(postgres_url)) as admin:
+                admin.autocommit = True
+                admin.cursor().execute("select pg_terminate_backend(pid) from pg_locks where"
+                                       " locktype = 'advisory' and granted and objid = %s",
+                                       (ERASURE_LOCK & 0xFFFFFFFF,))
+            gone_pids(postgres_url, held)
+            with open_inbox(postgres_url) as inbox:  # the lock is free: it runs whole
+                forget(lake, TABLES, record=gone, inbox=inbox)
+        return real(self, table, *args, **kw)
+
+    monkeypatch.setattr(Lake, "write", restarted_then_forgotten)
+    out = land([record_status], [kept], res, raise_on_error=False)
+    assert raced and out.success
+    assert holding(lake, "records", [gone, kept]) == {kept}
+    assert found(tmp_path / "lake" / "records", [gone]) == {}  # no file of any version
+    with open_inbox(postgres_url) as inbox:
+        assert gone not in inbox.records()
