@@ -914,6 +914,21 @@ def test_after_a_customer_is_forgotten_every_other_record_lands_reveals_and_repo
         assert not wrong, (table, wrong)
 
 
+def lock_dropped_then_forgotten(postgres_url: str, lake: Lake, record: str) -> None:
+    """What a restart of the Postgres inbox does to a step holding the erasure lock (its
+    backend ends, the lock with it), then a whole forget of `record` in the gap."""
+    held = advisory_pids(postgres_url, ERASURE_LOCK)
+    assert held, "the step holds no erasure lock"
+    with contextlib.closing(psycopg2.connect(postgres_url)) as admin:
+        admin.autocommit = True
+        admin.cursor().execute("select pg_terminate_backend(pid) from pg_locks where"
+                               " locktype = 'advisory' and granted and objid = %s",
+                               (ERASURE_LOCK & 0xFFFFFFFF,))
+    gone_pids(postgres_url, held)
+    with open_inbox(postgres_url) as inbox:  # the lock is free: it runs whole
+        forget(lake, TABLES, record=record, inbox=inbox)
+
+
 def test_a_forget_that_fits_in_a_landing_whose_lock_went_leaves_nothing(
         shared_sandbox, tmp_path, postgres_url, monkeypatch):
     """A restart of the Postgres inbox ends a landing step's session, and its erasure lock
@@ -934,16 +949,8 @@ def test_a_forget_that_fits_in_a_landing_whose_lock_went_leaves_nothing(
 
     def restarted_then_forgotten(*args, **kw):  # after the fetch, before the commit
         if not raced:
-            held = advisory_pids(postgres_url, ERASURE_LOCK)
-            assert held, "the step holds no erasure lock"
-            with contextlib.closing(psycopg2.connect(postgres_url)) as admin:
-                admin.autocommit = True
-                admin.cursor().execute("select pg_terminate_backend(pid) from pg_locks where"
-                                       " locktype = 'advisory' and granted and objid = %s",
-                                       (ERASURE_LOCK & 0xFFFFFFFF,))
-            gone_pids(postgres_url, held)
-            with open_inbox(postgres_url) as inbox:  # the lock is free: it runs whole
-                raced.append(forget(lake, TABLES, record=gone, inbox=inbox))
+            raced.append(gone)
+            lock_dropped_then_forgotten(postgres_url, lake, gone)
         return real(*args, **kw)
 
     monkeypatch.setattr(publish_module, "commit", restarted_then_forgotten)
@@ -975,16 +982,7 @@ def test_a_forget_that_fits_in_a_records_rebuild_whose_lock_went_leaves_nothing(
     def restarted_then_forgotten(self, table, *args, **kw):  # after db.records(), before
         if table == "records" and not raced:  # the write
             raced.append(gone)
-            held = advisory_pids(postgres_url, ERASURE_LOCK)
-            assert held, "the rebuild holds no erasure lock"
-            with contextlib.closing(psycopg2.connect(postgres_url)) as admin:
-                admin.autocommit = True
-                admin.cursor().execute("select pg_terminate_backend(pid) from pg_locks where"
-                                       " locktype = 'advisory' and granted and objid = %s",
-                                       (ERASURE_LOCK & 0xFFFFFFFF,))
-            gone_pids(postgres_url, held)
-            with open_inbox(postgres_url) as inbox:  # the lock is free: it runs whole
-                forget(lake, TABLES, record=gone, inbox=inbox)
+            lock_dropped_then_forgotten(postgres_url, lake, gone)
         return real(self, table, *args, **kw)
 
     monkeypatch.setattr(Lake, "write", restarted_then_forgotten)
