@@ -44,8 +44,9 @@ over `--max-rss-mb` or `--timeout` is stopped and noted (the machine is shared).
 
 Writes bench/results/analyst_scale.json (every figure, the lake's layout per table, EXPLAIN
 ANALYZE of some views) and its table in bench/README.md (`--out`: elsewhere, README left
-alone). The lake is made under `--work` (default a temporary folder in /tmp: ~4 GB at 100k
-records, ~40 GB at 1M), removed at the end unless `--keep`.
+alone); a `--resume` without `--out` writes its level to the partial file only. The lake is
+made under `--work` (default a temporary folder in /tmp: ~4 GB at 100k records, ~40 GB at
+1M), removed at the end unless `--keep`.
 """
 
 from __future__ import annotations
@@ -1320,7 +1321,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", type=Path, metavar="FOLDER",
                     help="go on with a level stopped part-way (its folder analyst-N-*, kept by "
                          "--keep), from its last step, question, hourly run or generation "
-                         "commit")
+                         "commit; its figures go to the partial file only (see --publish), "
+                         "unless --out is given")
     ap.add_argument("--make-only", action="store_true",
                     help="make and compact the lake, then stop (with --keep): making it need "
                          "not be quiet, the questions do; go on later with --resume")
@@ -1404,6 +1406,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.make_only:
         return 0
     result["verdicts"] = verdicts(result)
+    if args.resume and not args.out:  # one level of a run in sittings: the others' figures
+        print(table_md(result))  # stay until its parts are published together
+        say(f"{partial} holds this level: publish it with the others' parts, --publish "
+            f"{partial} ...")
+        return 0
     harness.publish(result, args, "analyst_scale", table_md(result))
     return 0
 
